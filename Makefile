@@ -1,0 +1,54 @@
+# tablesafe: two commands for a newcomer.
+#   make demo   set everything up, make the demo data, run the demo table builder
+#   make test   set everything up and run the whole test suite (lint, types, tests)
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+DEMO   := data/demo
+RECORDS ?= 200000
+
+.PHONY: demo test install lint typecheck unit system bench clean
+
+$(BIN)/activate:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tablesafe needs Python 3.11 or newer")'
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(BIN)/activate pyproject.toml
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+$(DEMO)/catalog.toml: | $(VENV)/.installed
+	$(BIN)/tablesafe demo-data $(DEMO) --records $(RECORDS) --seed 2026
+
+demo: $(VENV)/.installed $(DEMO)/catalog.toml
+	$(BIN)/tablesafe table $(DEMO) --rows REGION --cols SEX
+	$(BIN)/tablesafe table $(DEMO) --rows AGEGRP --cols EDUC --where REGION=1,2 --statistic both
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: install
+	$(BIN)/mypy
+
+# pytest exits 5 when it collects no test; that is a failure here too,
+# but reported as such rather than as a crash.
+test: lint typecheck
+	$(BIN)/python -m pytest -q -p no:cacheprovider; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+
+unit: install
+	$(BIN)/python -m pytest -q -m "not system"
+
+system: install
+	$(BIN)/python -m pytest -q -m system
+
+bench: install
+	$(BIN)/python benchmarks/bench_tabulate.py
+
+clean:
+	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+"""Command line: `tablesafe postprocess` (not yet built)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""Command line: `tablesafe ptable` (not yet built)."""
+
+from __future__ import annotations

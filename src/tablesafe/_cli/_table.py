@@ -1,0 +1,3 @@
+"""Command line: `tablesafe table` (not yet built)."""
+
+from __future__ import annotations

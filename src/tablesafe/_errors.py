@@ -1,0 +1,106 @@
+"""The tablesafe exception hierarchy.
+
+Every error tablesafe raises on purpose is a :class:`TablesafeError`. User
+errors (bad input that the caller can fix) are kept apart from internal
+errors (a broken invariant, i.e. a bug in tablesafe)::
+
+    TablesafeError
+    ├── UserError                 bad input; the HTTP layer answers 4xx
+    │   ├── CatalogError          malformed catalog, or a catalog that does not match the data
+    │   ├── DataError             microdata problems: missing column, bad weights, bad keys
+    │   ├── RequestError          an invalid table request (unknown variable or category, ...)
+    │   ├── ParameterError        impossible parameters of a mechanism or method
+    │   ├── FormatError           a malformed input file (ptable CSV, table CSV, ...)
+    │   ├── ConfigError           a malformed or inconsistent site configuration
+    │   └── RefusedError          a valid request that the disclosure rules refuse
+    ├── ComputationError          a computation that could not finish (no convergence, too large)
+    └── InternalError             a bug in tablesafe; never the caller's fault
+
+User errors also derive from :class:`ValueError`, so code that already catches
+``ValueError`` for bad arguments keeps working. Every message says what was
+wrong and what is allowed; no message ever contains an unprotected value, a
+record key, a seed or a secret.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CatalogError",
+    "ComputationError",
+    "ConfigError",
+    "DataError",
+    "FormatError",
+    "InternalError",
+    "ParameterError",
+    "RefusedError",
+    "RequestError",
+    "TablesafeError",
+    "UserError",
+]
+
+
+class TablesafeError(Exception):
+    """Base class of every error raised by tablesafe on purpose."""
+
+    #: HTTP status the server answers with for this error.
+    status_code: int = 500
+
+
+class UserError(TablesafeError, ValueError):
+    """Bad input that the caller can fix."""
+
+    status_code = 400
+
+
+class CatalogError(UserError):
+    """A malformed catalog, or a catalog that does not match the microdata."""
+
+    status_code = 422
+
+
+class DataError(UserError):
+    """Microdata that cannot be used: missing columns, bad weights or keys."""
+
+    status_code = 422
+
+
+class RequestError(UserError):
+    """An invalid table request: unknown variable or category, too many dimensions."""
+
+    status_code = 400
+
+
+class ParameterError(UserError):
+    """Impossible parameters for a mechanism or method (e.g. epsilon <= 0)."""
+
+    status_code = 400
+
+
+class FormatError(UserError):
+    """A malformed input file (ptable CSV, table CSV, TOML)."""
+
+    status_code = 400
+
+
+class ConfigError(UserError):
+    """A malformed or inconsistent site configuration."""
+
+    status_code = 500
+
+
+class RefusedError(UserError):
+    """A valid request that the data owner's disclosure rules refuse."""
+
+    status_code = 403
+
+
+class ComputationError(TablesafeError):
+    """A computation that could not finish: no convergence, or too large to enumerate."""
+
+    status_code = 422
+
+
+class InternalError(TablesafeError):
+    """A broken invariant inside tablesafe: a bug, never the caller's fault."""
+
+    status_code = 500
