@@ -2,7 +2,8 @@
 
 Each command group lives in its own module and registers itself on
 :data:`app` here; :func:`main` maps tablesafe errors to a one-line message
-on standard error and an exit code (2 for user errors, 1 for the rest).
+on standard error and an exit code (2 for user errors, 1 for the rest). Usage errors are
+typer's own (exit code 2).
 """
 
 from __future__ import annotations
@@ -43,21 +44,16 @@ def get_app() -> typer.Typer:
 
 def main() -> None:
     """Run the command line; the entry point of the ``tablesafe`` command."""
-    get_app()
     try:
-        app(standalone_mode=False)
+        get_app()()
     except TablesafeError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2 if isinstance(exc, UserError) else 1)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        typer.echo("aborted", err=True)
-        sys.exit(1)
-    except Exception as exc:  # click's usage errors arrive here in non-standalone mode
-        import click
 
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
+
+@app.command()
+def version() -> None:
+    """Print the version of tablesafe."""
+    from tablesafe import __version__
+
+    typer.echo(__version__)
