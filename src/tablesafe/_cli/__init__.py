@@ -51,6 +51,11 @@ def main() -> None:
         sys.exit(2 if isinstance(exc, UserError) else 1)
 
 
+@app.callback()
+def _root() -> None:
+    """Flexible table builder for confidential microdata."""
+
+
 @app.command()
 def version() -> None:
     """Print the version of tablesafe."""
