@@ -1,0 +1,672 @@
+"""The catalog: variables, categories, groupings and structural zeros.
+
+A catalog describes the microdata a statistical office serves: which columns
+hold the classification variables (with their ordered categories, each a
+code and a label), which column holds the survey weight, the replicate
+weights and the record key. It is written by the data owner as a TOML file
+beside the data (``catalog.toml``) and validated on load, before any
+microdata is read.
+
+A *grouping* is a coarser classification derived from a variable (single
+years of age into five-year bands, say). It has a name of its own and can be
+used in a request exactly like a variable; its categories map onto sets of
+the source variable's codes.
+
+A *structural zero* is a combination of categories that cannot occur (a
+married five-year-old). It is declared as a mapping from variable (or
+grouping) names to the codes that together cannot occur; cells of a table
+that lie entirely inside such a combination are flagged and never perturbed.
+
+The TOML layout::
+
+    [dataset]
+    title = "Demo survey"
+    file = "microdata.parquet"        # Parquet or CSV, relative to the catalog
+    record_key = "RKEY"
+    weight = "WEIGHT"                  # optional
+    replicate_weights = ["RW1", ...]  # optional, or "RW*" as a prefix pattern
+    replicate_method = "JK1"          # JK1 | JK2 | BRR | bootstrap
+    replicate_coefficient = 0.9875    # optional; derived from the method if absent
+
+    [[variables]]
+    name = "SEX"
+    label = "Sex"
+    categories = [{ code = 1, label = "Male" }, { code = 2, label = "Female" }]
+
+    [[variables.groupings]]
+    name = "AGE5"
+    label = "Age in five-year bands"
+    groups = [{ code = "0-4", label = "0 to 4", members = [0, 1, 2, 3, 4] }]
+
+    [[structural_zeros]]
+    AGEGRP = [1]
+    MARSTAT = [2, 3, 4]
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tablesafe._errors import CatalogError, FormatError, RequestError
+
+__all__ = [
+    "REPLICATE_METHODS",
+    "Catalog",
+    "Category",
+    "Code",
+    "ReplicateDesign",
+    "StructuralZero",
+    "Variable",
+]
+
+#: A category code: an integer or a string, as stored in the microdata.
+Code = int | str
+
+#: Replicate-weight methods a catalog may declare.
+REPLICATE_METHODS = ("JK1", "JK2", "BRR", "bootstrap")
+
+# Names become SQL identifiers (quoted) and CSV/JSON column names; keeping them
+# to a conservative alphabet makes every later stage safe without escaping.
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
+_RESERVED = {"n", "weighted", "cell_key", "total"}
+
+
+def _check_name(name: object, what: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise CatalogError(
+            f"{what} name {name!r} is not allowed: use a letter followed by up to 62 "
+            "letters, digits or underscores"
+        )
+    if name.lower() in _RESERVED:
+        raise CatalogError(
+            f"{what} name {name!r} is reserved; reserved names are {sorted(_RESERVED)}"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Category:
+    """One category of a variable: its code in the microdata and its label."""
+
+    code: Code
+    label: str
+
+
+@dataclass(frozen=True)
+class Variable:
+    """A classification variable, or a grouping derived from one.
+
+    Attributes:
+        name: The name used in requests (and, for a plain variable, the column).
+        label: A human-readable label.
+        categories: The ordered categories.
+        column: The microdata column the variable is read from.
+        members: For a grouping, the source codes each category stands for,
+            in the order of ``categories``; ``None`` for a plain variable.
+        source: For a grouping, the name of the variable it groups.
+    """
+
+    name: str
+    label: str
+    categories: tuple[Category, ...]
+    column: str
+    members: tuple[tuple[Code, ...], ...] | None = None
+    source: str | None = None
+
+    @property
+    def codes(self) -> tuple[Code, ...]:
+        """The category codes, in order."""
+        return tuple(c.code for c in self.categories)
+
+    @property
+    def is_grouping(self) -> bool:
+        """Whether this is a grouping of another variable."""
+        return self.members is not None
+
+    @property
+    def code_type(self) -> type:
+        """``int`` or ``str``: the type of this variable's codes."""
+        return type(self.categories[0].code)
+
+    def index_of(self, code: Code) -> int:
+        """Return the position of ``code`` among the categories.
+
+        Raises:
+            RequestError: if the code is not a category of this variable.
+        """
+        try:
+            return self._index[code]
+        except KeyError:
+            raise RequestError(
+                f"unknown category {code!r} of variable {self.name}; allowed: "
+                f"{_show_codes(self.codes)}"
+            ) from None
+
+    def coerce(self, raw: object) -> Code:
+        """Convert a code given as text (command line, query string) to this variable's type.
+
+        Raises:
+            RequestError: if the value is not one of the categories.
+        """
+        if isinstance(raw, bool):
+            raise RequestError(f"category of {self.name} must be a code, not a boolean")
+        if self.code_type is int and isinstance(raw, str):
+            text = raw.strip()
+            if re.fullmatch(r"[+-]?\d+", text):
+                raw = int(text)
+        elif self.code_type is str and isinstance(raw, int):
+            raw = str(raw)
+        elif self.code_type is str and isinstance(raw, str):
+            raw = raw.strip()
+        if not isinstance(raw, int | str) or raw not in self._index:
+            raise RequestError(
+                f"unknown category {raw!r} of variable {self.name}; allowed: "
+                f"{_show_codes(self.codes)}"
+            )
+        return raw
+
+    def source_codes(self, code: Code) -> tuple[Code, ...]:
+        """The codes of the source column that category ``code`` stands for."""
+        i = self.index_of(code)
+        if self.members is None:
+            return (self.categories[i].code,)
+        return self.members[i]
+
+    @property
+    def _index(self) -> dict[Code, int]:
+        cache = self.__dict__.get("_index_cache")
+        if cache is None:
+            cache = {c.code: i for i, c in enumerate(self.categories)}
+            object.__setattr__(self, "_index_cache", cache)
+        return cache
+
+
+@dataclass(frozen=True)
+class StructuralZero:
+    """A combination of categories that cannot occur.
+
+    Attributes:
+        codes: For each variable (or grouping) name, the codes that together
+            make the impossible combination.
+    """
+
+    codes: Mapping[str, frozenset[Code]]
+
+
+@dataclass(frozen=True)
+class ReplicateDesign:
+    """Replicate weights and how to turn them into a variance.
+
+    The variance of an estimate is ``coefficient * sum_r (theta_r - theta)^2``
+    (Fay's BRR divides by ``R (1 - fay)^2``; JK1 uses ``(R - 1) / R``; JK2 uses
+    1; the bootstrap uses ``1 / (R - 1)``, or ``1 / R`` if declared so).
+
+    Attributes:
+        columns: The replicate-weight columns, in order.
+        method: One of :data:`REPLICATE_METHODS`.
+        coefficient: The factor in front of the sum of squared deviations.
+        fay: Fay's factor for BRR (0 for plain BRR).
+    """
+
+    columns: tuple[str, ...]
+    method: Literal["JK1", "JK2", "BRR", "bootstrap"]
+    coefficient: float
+    fay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Variables, groupings, structural zeros and the special columns of a dataset.
+
+    Build one with :meth:`Catalog.from_toml` (or :meth:`Catalog.from_dict`);
+    the constructor checks that names are unique and well formed.
+
+    Attributes:
+        variables: Every variable and grouping, by name, in declaration order.
+        record_key: The column holding the permanent uint32 record key.
+        weight: The survey-weight column, or ``None`` for unweighted data.
+        replicates: The replicate-weight design, or ``None``.
+        structural_zeros: Impossible combinations of categories.
+        title: A human-readable title of the dataset.
+        data_file: The microdata file named by the catalog (may be ``None``).
+    """
+
+    variables: Mapping[str, Variable]
+    record_key: str
+    weight: str | None = None
+    replicates: ReplicateDesign | None = None
+    structural_zeros: tuple[StructuralZero, ...] = ()
+    title: str = ""
+    data_file: Path | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        special = [self.record_key, *([self.weight] if self.weight else [])]
+        if self.replicates is not None:
+            special += list(self.replicates.columns)
+        for name in special:
+            _check_name(name, "column")
+        if len(set(special)) != len(special):
+            raise CatalogError(
+                "the record key, weight and replicate-weight columns must be different columns"
+            )
+        for var in self.variables.values():
+            if var.column in special:
+                raise CatalogError(
+                    f"variable {var.name} reads column {var.column}, which is the record key, "
+                    "weight or a replicate weight"
+                )
+        for zero in self.structural_zeros:
+            for name, codes in zero.codes.items():
+                var = self.variable(name) if name in self.variables else None
+                if var is None:
+                    raise CatalogError(
+                        f"structural zero names unknown variable {name!r}; variables: "
+                        f"{', '.join(self.variables)}"
+                    )
+                for code in codes:
+                    var.index_of(code) if code in var.codes else _raise_unknown_code(var, code)
+
+    # -- lookup -------------------------------------------------------------
+
+    def variable(self, name: str) -> Variable:
+        """Return the variable or grouping called ``name``.
+
+        Raises:
+            RequestError: if there is none, naming the ones that exist.
+        """
+        try:
+            return self.variables[name]
+        except (KeyError, TypeError):
+            raise RequestError(
+                f"unknown variable {name!r}; available: {', '.join(self.variables)}"
+            ) from None
+
+    @property
+    def source_variables(self) -> tuple[Variable, ...]:
+        """The plain (non-grouping) variables: one microdata column each."""
+        return tuple(v for v in self.variables.values() if not v.is_grouping)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Every microdata column the catalog needs."""
+        cols = [v.column for v in self.source_variables]
+        cols.append(self.record_key)
+        if self.weight:
+            cols.append(self.weight)
+        if self.replicates:
+            cols.extend(self.replicates.columns)
+        return tuple(cols)
+
+    # -- construction -------------------------------------------------------
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> Catalog:
+        """Load and validate a catalog from a TOML file.
+
+        Raises:
+            FormatError: if the file is not valid TOML or cannot be read.
+            CatalogError: if its content is not a valid catalog.
+        """
+        path = Path(path)
+        try:
+            with path.open("rb") as fh:
+                raw = tomllib.load(fh)
+        except FileNotFoundError:
+            raise CatalogError(f"catalog file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise FormatError(f"catalog file {path} is not valid TOML: {exc}") from None
+        return cls.from_dict(raw, base=path.parent)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], *, base: Path | None = None) -> Catalog:
+        """Build and validate a catalog from its parsed TOML structure.
+
+        Args:
+            raw: The parsed document (see the module docstring for the layout).
+            base: The folder relative to which ``dataset.file`` is resolved.
+
+        Raises:
+            CatalogError: naming the first problem found.
+        """
+        if not isinstance(raw, Mapping):
+            raise CatalogError("a catalog must be a table (mapping) at the top level")
+        unknown = set(raw) - {"dataset", "variables", "structural_zeros"}
+        if unknown:
+            raise CatalogError(
+                f"unknown catalog section(s) {sorted(unknown)}; allowed: dataset, variables, "
+                "structural_zeros"
+            )
+        ds = raw.get("dataset", {})
+        if not isinstance(ds, Mapping):
+            raise CatalogError("[dataset] must be a table")
+        allowed_ds = {
+            "title",
+            "file",
+            "record_key",
+            "weight",
+            "replicate_weights",
+            "replicate_method",
+            "replicate_coefficient",
+            "fay",
+        }
+        if set(ds) - allowed_ds:
+            raise CatalogError(
+                f"unknown key(s) {sorted(set(ds) - allowed_ds)} in [dataset]; allowed: "
+                f"{', '.join(sorted(allowed_ds))}"
+            )
+        record_key = ds.get("record_key", "RKEY")
+        weight = ds.get("weight")
+        if weight is not None and not isinstance(weight, str):
+            raise CatalogError("dataset.weight must be a column name (string)")
+        replicates = _parse_replicates(ds)
+        raw_vars = raw.get("variables")
+        if not isinstance(raw_vars, list) or not raw_vars:
+            raise CatalogError("a catalog needs at least one [[variables]] entry")
+        variables: dict[str, Variable] = {}
+        for i, rv in enumerate(raw_vars):
+            for var in _parse_variable(rv, i):
+                if var.name in variables:
+                    raise CatalogError(f"variable or grouping name {var.name!r} is used twice")
+                variables[var.name] = var
+        columns = [v.column for v in variables.values() if not v.is_grouping]
+        dup = {c for c in columns if columns.count(c) > 1}
+        if dup:
+            raise CatalogError(f"column(s) {sorted(dup)} are read by more than one variable")
+        zeros = _parse_zeros(raw.get("structural_zeros", []), variables)
+        data_file = ds.get("file")
+        if data_file is not None and not isinstance(data_file, str):
+            raise CatalogError("dataset.file must be a path (string)")
+        title = ds.get("title", "")
+        if not isinstance(title, str):
+            raise CatalogError("dataset.title must be a string")
+        return cls(
+            variables=variables,
+            record_key=_check_name(record_key, "record-key column"),
+            weight=_check_name(weight, "weight column") if weight is not None else None,
+            replicates=replicates,
+            structural_zeros=zeros,
+            title=title,
+            data_file=(base / data_file if base is not None else Path(data_file))
+            if data_file
+            else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the catalog in its TOML structure (the inverse of :meth:`from_dict`)."""
+        ds: dict[str, Any] = {"title": self.title, "record_key": self.record_key}
+        if self.data_file is not None:
+            ds["file"] = self.data_file.name
+        if self.weight:
+            ds["weight"] = self.weight
+        if self.replicates:
+            ds["replicate_weights"] = list(self.replicates.columns)
+            ds["replicate_method"] = self.replicates.method
+            ds["replicate_coefficient"] = self.replicates.coefficient
+            if self.replicates.method == "BRR":
+                ds["fay"] = self.replicates.fay
+        out_vars = []
+        for var in self.source_variables:
+            entry: dict[str, Any] = {
+                "name": var.name,
+                "label": var.label,
+                "categories": [{"code": c.code, "label": c.label} for c in var.categories],
+            }
+            if var.column != var.name:
+                entry["column"] = var.column
+            groupings = [g for g in self.variables.values() if g.source == var.name]
+            if groupings:
+                entry["groupings"] = [
+                    {
+                        "name": g.name,
+                        "label": g.label,
+                        "groups": [
+                            {"code": c.code, "label": c.label, "members": list(m)}
+                            for c, m in zip(g.categories, g.members or (), strict=True)
+                        ],
+                    }
+                    for g in groupings
+                ]
+            out_vars.append(entry)
+        out: dict[str, Any] = {"dataset": ds, "variables": out_vars}
+        if self.structural_zeros:
+            out["structural_zeros"] = [
+                {k: sorted(v, key=str) for k, v in z.codes.items()} for z in self.structural_zeros
+            ]
+        return out
+
+    def to_toml(self) -> str:
+        """Return the catalog as TOML text."""
+        return _dump_toml(self.to_dict())
+
+
+def _raise_unknown_code(var: Variable, code: object) -> None:
+    raise CatalogError(
+        f"structural zero names unknown category {code!r} of {var.name}; allowed: "
+        f"{_show_codes(var.codes)}"
+    )
+
+
+def _show_codes(codes: Sequence[Code], limit: int = 30) -> str:
+    shown = ", ".join(repr(c) if isinstance(c, str) else str(c) for c in codes[:limit])
+    if len(codes) > limit:
+        shown += f", ... ({len(codes)} in all)"
+    return shown
+
+
+def _parse_categories(raw: object, where: str, key: str = "categories") -> list[dict[str, Any]]:
+    if not isinstance(raw, list) or not raw:
+        raise CatalogError(f"{where} needs a non-empty list '{key}'")
+    for i, c in enumerate(raw):
+        if not isinstance(c, Mapping) or "code" not in c:
+            raise CatalogError(f"{where}: entry {i + 1} of {key} needs a 'code'")
+    return [dict(c) for c in raw]
+
+
+def _check_code(code: object, where: str) -> Code:
+    if isinstance(code, bool) or not isinstance(code, int | str):
+        raise CatalogError(f"{where}: code {code!r} must be an integer or a string")
+    if isinstance(code, str) and (not code.strip() or code != code.strip()):
+        raise CatalogError(f"{where}: code {code!r} must be non-empty without outer spaces")
+    if isinstance(code, int) and not -(2**62) < code < 2**62:
+        raise CatalogError(f"{where}: code {code} is out of range")
+    return code
+
+
+def _make_categories(raw: list[dict[str, Any]], where: str) -> tuple[Category, ...]:
+    cats = []
+    for c in raw:
+        code = _check_code(c["code"], where)
+        label = c.get("label", str(code))
+        if not isinstance(label, str):
+            raise CatalogError(f"{where}: label of code {code!r} must be a string")
+        cats.append(Category(code, label))
+    codes = [c.code for c in cats]
+    if len(set(codes)) != len(codes):
+        dup = sorted({c for c in codes if codes.count(c) > 1}, key=str)
+        raise CatalogError(f"{where}: duplicate code(s) {dup}")
+    if len({type(c) for c in codes}) > 1:
+        raise CatalogError(f"{where}: codes must be all integers or all strings, not a mix")
+    return tuple(cats)
+
+
+def _parse_variable(rv: object, i: int) -> Iterable[Variable]:
+    if not isinstance(rv, Mapping):
+        raise CatalogError(f"variables entry {i + 1} must be a table")
+    allowed = {"name", "label", "column", "categories", "groupings"}
+    if set(rv) - allowed:
+        raise CatalogError(
+            f"unknown key(s) {sorted(set(rv) - allowed)} in variable entry {i + 1}; allowed: "
+            f"{', '.join(sorted(allowed))}"
+        )
+    name = _check_name(rv.get("name"), "variable")
+    where = f"variable {name}"
+    label = rv.get("label", name)
+    if not isinstance(label, str):
+        raise CatalogError(f"{where}: label must be a string")
+    column = _check_name(rv.get("column", name), f"column of {where}")
+    cats = _make_categories(_parse_categories(rv.get("categories"), where), where)
+    var = Variable(name=name, label=label, categories=cats, column=column)
+    yield var
+    for j, rg in enumerate(rv.get("groupings", []) or []):
+        yield _parse_grouping(rg, var, j)
+
+
+def _parse_grouping(rg: object, var: Variable, j: int) -> Variable:
+    if not isinstance(rg, Mapping):
+        raise CatalogError(f"grouping {j + 1} of {var.name} must be a table")
+    gname = _check_name(rg.get("name"), "grouping")
+    where = f"grouping {gname} of {var.name}"
+    raw_groups = _parse_categories(rg.get("groups"), where, key="groups")
+    cats = _make_categories(raw_groups, where)
+    members: list[tuple[Code, ...]] = []
+    seen: dict[Code, Code] = {}
+    for g, cat in zip(raw_groups, cats, strict=True):
+        m = g.get("members")
+        if not isinstance(m, list) or not m:
+            raise CatalogError(f"{where}: group {cat.code!r} needs a non-empty 'members' list")
+        for code in m:
+            if code not in var.codes:
+                raise CatalogError(
+                    f"{where}: group {cat.code!r} names {code!r}, which is not a category of "
+                    f"{var.name}; allowed: {_show_codes(var.codes)}"
+                )
+            if code in seen:
+                raise CatalogError(
+                    f"{where}: code {code!r} is in groups {seen[code]!r} and {cat.code!r}; "
+                    "groups must not overlap"
+                )
+            seen[code] = cat.code
+        members.append(tuple(m))
+    missing = [c for c in var.codes if c not in seen]
+    if missing:
+        raise CatalogError(
+            f"{where}: categories {_show_codes(missing)} of {var.name} are in no group; "
+            "every category must be in exactly one group"
+        )
+    label = rg.get("label", gname)
+    if not isinstance(label, str):
+        raise CatalogError(f"{where}: label must be a string")
+    return Variable(
+        name=gname,
+        label=label,
+        categories=cats,
+        column=var.column,
+        members=tuple(members),
+        source=var.name,
+    )
+
+
+def _parse_replicates(ds: Mapping[str, Any]) -> ReplicateDesign | None:
+    cols = ds.get("replicate_weights")
+    if cols is None:
+        return None
+    if isinstance(cols, str):
+        raise CatalogError(
+            "dataset.replicate_weights must be a list of column names, e.g. ['RW1', 'RW2']"
+        )
+    if not isinstance(cols, list) or len(cols) < 2:
+        raise CatalogError("dataset.replicate_weights must list at least two columns")
+    cols = [_check_name(c, "replicate-weight column") for c in cols]
+    method = ds.get("replicate_method", "JK1")
+    if method not in REPLICATE_METHODS:
+        raise CatalogError(
+            f"dataset.replicate_method {method!r} is not known; allowed: "
+            f"{', '.join(REPLICATE_METHODS)}"
+        )
+    fay = ds.get("fay", 0.0)
+    if not isinstance(fay, int | float) or not 0 <= fay < 1:
+        raise CatalogError("dataset.fay must be a number in [0, 1)")
+    r = len(cols)
+    default = {
+        "JK1": (r - 1) / r,
+        "JK2": 1.0,
+        "BRR": 1.0 / (r * (1.0 - fay) ** 2),
+        "bootstrap": 1.0 / (r - 1),
+    }[method]
+    coef = ds.get("replicate_coefficient", default)
+    if not isinstance(coef, int | float) or not math.isfinite(coef) or coef <= 0:
+        raise CatalogError("dataset.replicate_coefficient must be a positive number")
+    return ReplicateDesign(tuple(cols), method, float(coef), float(fay))
+
+
+def _parse_zeros(raw: object, variables: Mapping[str, Variable]) -> tuple[StructuralZero, ...]:
+    if not isinstance(raw, list):
+        raise CatalogError("structural_zeros must be a list of tables ([[structural_zeros]])")
+    out = []
+    for i, rz in enumerate(raw):
+        if not isinstance(rz, Mapping) or len(rz) < 1:
+            raise CatalogError(f"structural zero {i + 1} must map variable names to code lists")
+        codes: dict[str, frozenset[Code]] = {}
+        for name, vals in rz.items():
+            if name not in variables:
+                raise CatalogError(
+                    f"structural zero {i + 1} names unknown variable {name!r}; variables: "
+                    f"{', '.join(variables)}"
+                )
+            if not isinstance(vals, list) or not vals:
+                raise CatalogError(
+                    f"structural zero {i + 1}: {name} must map to a non-empty list of codes"
+                )
+            var = variables[name]
+            for v in vals:
+                if v not in var.codes:
+                    raise CatalogError(
+                        f"structural zero {i + 1} names unknown category {v!r} of {name}; "
+                        f"allowed: {_show_codes(var.codes)}"
+                    )
+            codes[name] = frozenset(vals)
+        sources = [variables[n].source or n for n in codes]
+        if len(set(sources)) != len(sources):
+            raise CatalogError(
+                f"structural zero {i + 1} names the same variable twice (directly or through "
+                "a grouping)"
+            )
+        out.append(StructuralZero(codes))
+    return tuple(out)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _dump_toml(doc: Mapping[str, Any]) -> str:
+    # The catalog's structure is fixed and shallow, so a small writer is enough
+    # (tomllib reads TOML but the standard library has no writer).
+    lines = ["[dataset]"]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in doc["dataset"].items()]
+    for var in doc["variables"]:
+        lines += ["", "[[variables]]"]
+        for k, v in var.items():
+            if k == "categories":
+                lines.append("categories = [")
+                lines += [f"  {_toml_value(c)}," for c in v]
+                lines.append("]")
+            elif k != "groupings":
+                lines.append(f"{k} = {_toml_value(v)}")
+        for g in var.get("groupings", []):
+            lines += ["", "[[variables.groupings]]"]
+            lines.append(f"name = {_toml_value(g['name'])}")
+            lines.append(f"label = {_toml_value(g['label'])}")
+            lines.append("groups = [")
+            lines += [f"  {_toml_value(x)}," for x in g["groups"]]
+            lines.append("]")
+    for z in doc.get("structural_zeros", []):
+        lines += ["", "[[structural_zeros]]"]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in z.items()]
+    return "\n".join(lines) + "\n"

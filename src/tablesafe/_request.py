@@ -1,0 +1,334 @@
+"""Table requests: what a user asks for, validated before any microdata is read.
+
+A :class:`TableRequest` names 1 to 4 dimension variables, a universe (a
+conjunction of "variable in these categories" conditions), the statistic and
+the margins wanted. It is a frozen value object; methods that change it
+return a new request. :meth:`TableRequest.bind` checks it against a
+:class:`~tablesafe.Catalog` and compiles it into a :class:`TabulationPlan`,
+the engine-neutral description of the query that every engine executes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal, get_args
+
+from tablesafe._catalog import Catalog, Code, Variable
+from tablesafe._errors import RequestError
+
+__all__ = [
+    "MAX_DIMENSIONS",
+    "DimensionPlan",
+    "Margins",
+    "Statistic",
+    "TableRequest",
+    "TabulationPlan",
+]
+
+#: The largest number of dimensions a table may have.
+MAX_DIMENSIONS = 4
+
+#: What a table reports: unweighted sample counts, weighted counts, or both.
+Statistic = Literal["count", "weighted", "both"]
+
+#: Margins: "all" (every sub-total), "none" (inner cells only), "total"
+#: (inner cells and the grand total) or an explicit list of margins, each a
+#: tuple of the dimension names it keeps.
+Margins = Literal["all", "none", "total"] | tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class TableRequest:
+    """A validated request for one table.
+
+    Args:
+        dimensions: 1 to 4 variable (or grouping) names: rows, columns, layers...
+        universe: Variable name -> allowed category codes; a record is in the
+            universe when every condition holds. Codes may be given as text
+            (they are converted by :meth:`bind`).
+        statistic: ``"count"``, ``"weighted"`` or ``"both"``.
+        margins: ``"all"``, ``"none"``, ``"total"`` or a sequence of margins,
+            each a sequence of the dimension names that margin keeps.
+        replicates: Whether to also compute replicate-weight sums (for
+            variances); needs a dataset with replicate weights.
+
+    Raises:
+        RequestError: for an empty, duplicate or too long list of dimensions,
+            an empty category list, an unknown statistic or malformed margins.
+    """
+
+    dimensions: tuple[str, ...]
+    universe: Mapping[str, tuple[Code, ...]] = field(default_factory=dict)
+    statistic: Statistic = "both"
+    margins: Margins = "all"
+    replicates: bool = False
+
+    def __post_init__(self) -> None:
+        dims = self.dimensions
+        if isinstance(dims, str):
+            dims = (dims,)
+        dims = tuple(dims)
+        if not dims:
+            raise RequestError(
+                f"a table needs 1 to {MAX_DIMENSIONS} dimension variables; none was given"
+            )
+        for d in dims:
+            if not isinstance(d, str) or not d:
+                raise RequestError(f"dimension names must be non-empty strings, not {d!r}")
+        if len(dims) > MAX_DIMENSIONS:
+            raise RequestError(
+                f"a table has at most {MAX_DIMENSIONS} dimensions; {len(dims)} were given "
+                f"({', '.join(dims)})"
+            )
+        dup = sorted({d for d in dims if dims.count(d) > 1})
+        if dup:
+            raise RequestError(
+                f"dimension {dup[0]} is given twice; each variable may be used once per table"
+            )
+        object.__setattr__(self, "dimensions", dims)
+
+        if not isinstance(self.universe, Mapping):
+            raise RequestError("the universe must map variable names to lists of categories")
+        universe: dict[str, tuple[Code, ...]] = {}
+        for name, codes in self.universe.items():
+            if not isinstance(name, str) or not name:
+                raise RequestError(f"universe variable names must be strings, not {name!r}")
+            if isinstance(codes, str | int):
+                codes = (codes,)
+            codes = tuple(codes)
+            if not codes:
+                raise RequestError(
+                    f"the universe condition on {name} has an empty category list; "
+                    "give at least one category"
+                )
+            for c in codes:
+                if isinstance(c, bool) or not isinstance(c, int | str):
+                    raise RequestError(
+                        f"categories of {name} in the universe must be codes (int or str), "
+                        f"not {c!r}"
+                    )
+            universe[name] = codes
+        object.__setattr__(self, "universe", _FrozenDict(universe))
+
+        if self.statistic not in get_args(Statistic):
+            raise RequestError(
+                f"unknown statistic {self.statistic!r}; allowed: "
+                f"{', '.join(get_args(Statistic))}"
+            )
+        object.__setattr__(self, "margins", self._normalise_margins(self.margins, dims))
+        if not isinstance(self.replicates, bool):
+            raise RequestError("replicates must be true or false")
+
+    @staticmethod
+    def _normalise_margins(margins: object, dims: tuple[str, ...]) -> Margins:
+        if isinstance(margins, str):
+            if margins not in ("all", "none", "total"):
+                raise RequestError(
+                    f"unknown margins {margins!r}; allowed: all, none, total, or a list of "
+                    "margins (each a list of dimension names)"
+                )
+            return margins  # type: ignore[return-value]
+        if not isinstance(margins, Iterable):
+            raise RequestError("margins must be 'all', 'none', 'total' or a list of margins")
+        out = []
+        for m in margins:
+            if isinstance(m, str):
+                m = (m,)
+            m = tuple(m)
+            for d in m:
+                if d not in dims:
+                    raise RequestError(
+                        f"margin {list(m)} names {d!r}, which is not a dimension of the "
+                        f"table; dimensions: {', '.join(dims)}"
+                    )
+            if len(set(m)) != len(m):
+                raise RequestError(f"margin {list(m)} names a dimension twice")
+            key = tuple(d for d in dims if d in m)
+            if key not in out:
+                out.append(key)
+        return tuple(out)
+
+    # -- convenience ---------------------------------------------------------
+
+    def with_universe(self, **conditions: Sequence[Code]) -> TableRequest:
+        """Return a new request whose universe also has these conditions."""
+        universe = dict(self.universe)
+        universe.update({k: tuple(v) for k, v in conditions.items()})
+        return replace(self, universe=universe)
+
+    def grouping_sets(self) -> tuple[tuple[int, ...], ...]:
+        """The grouping sets of the table as tuples of dimension positions.
+
+        The inner cells (every dimension) always come first.
+        """
+        k = len(self.dimensions)
+        inner = tuple(range(k))
+        if self.margins == "all":
+            sets = [
+                s for r in range(k, -1, -1) for s in itertools.combinations(range(k), r)
+            ]
+        elif self.margins == "none":
+            sets = [inner]
+        elif self.margins == "total":
+            sets = [inner, ()]
+        else:
+            assert isinstance(self.margins, tuple)
+            sets = [inner] + [
+                tuple(self.dimensions.index(d) for d in m)
+                for m in self.margins
+                if len(m) != k
+            ]
+        return tuple(dict.fromkeys(sets))
+
+    def bind(self, catalog: Catalog, *, max_dimensions: int = MAX_DIMENSIONS) -> TabulationPlan:
+        """Check the request against ``catalog`` and compile it into a plan.
+
+        Args:
+            catalog: The catalog of the dataset the table is built from.
+            max_dimensions: A lower limit on dimensions set by the data owner.
+
+        Raises:
+            RequestError: for an unknown variable or category, two dimensions
+                on the same microdata column, a weighted statistic on an
+                unweighted dataset, or replicates on a dataset without them.
+        """
+        if len(self.dimensions) > max_dimensions:
+            raise RequestError(
+                f"this dataset allows at most {max_dimensions} dimensions; "
+                f"{len(self.dimensions)} were given"
+            )
+        variables = [catalog.variable(d) for d in self.dimensions]
+        columns = [v.column for v in variables]
+        for i, v in enumerate(variables):
+            if columns.count(v.column) > 1:
+                other = next(
+                    w.name for j, w in enumerate(variables) if j != i and w.column == v.column
+                )
+                raise RequestError(
+                    f"dimensions {v.name} and {other} classify the same variable; "
+                    "use one of them"
+                )
+        universe: dict[str, set[Code]] = {}
+        trimmed: dict[str, tuple[Code, ...]] = {}
+        for name, raw_codes in self.universe.items():
+            var = catalog.variable(name)
+            codes = tuple(dict.fromkeys(var.coerce(c) for c in raw_codes))
+            source = {s for c in codes for s in var.source_codes(c)}
+            if var.column in universe:
+                source &= universe[var.column]
+            universe[var.column] = source
+            if name in self.dimensions:
+                trimmed[name] = codes
+        if self.statistic != "count" and catalog.weight is None:
+            raise RequestError(
+                f"statistic {self.statistic!r} needs survey weights, but this dataset has "
+                "none; use statistic 'count'"
+            )
+        if self.replicates and catalog.replicates is None:
+            raise RequestError("this dataset has no replicate weights; replicates are unavailable")
+        dims = tuple(
+            DimensionPlan.from_variable(v, trimmed.get(v.name)) for v in variables
+        )
+        source_order = {v.column: v for v in catalog.source_variables}
+        return TabulationPlan(
+            dimensions=dims,
+            universe=tuple(
+                (col, tuple(sorted(codes, key=source_order[col].codes.index)))
+                for col, codes in universe.items()
+            ),
+            grouping_sets=self.grouping_sets(),
+            record_key=catalog.record_key,
+            weight=catalog.weight if self.statistic != "count" else None,
+            replicates=catalog.replicates.columns
+            if (self.replicates and catalog.replicates)
+            else (),
+        )
+
+
+@dataclass(frozen=True)
+class DimensionPlan:
+    """One dimension of a tabulation: output categories and the source codes of each.
+
+    Attributes:
+        name: The requested variable or grouping name.
+        label: Its label.
+        column: The microdata column it is read from.
+        codes: The output category codes, in table order.
+        labels: The output category labels.
+        members: For each output category, the column's codes it stands for.
+    """
+
+    name: str
+    label: str
+    column: str
+    codes: tuple[Code, ...]
+    labels: tuple[str, ...]
+    members: tuple[tuple[Code, ...], ...]
+
+    @classmethod
+    def from_variable(cls, var: Variable, only: Sequence[Code] | None = None) -> DimensionPlan:
+        """Build the plan of ``var``, keeping only categories ``only`` if given."""
+        keep = [i for i, c in enumerate(var.codes) if only is None or c in only]
+        return cls(
+            name=var.name,
+            label=var.label,
+            column=var.column,
+            codes=tuple(var.codes[i] for i in keep),
+            labels=tuple(var.categories[i].label for i in keep),
+            members=tuple(var.source_codes(var.codes[i]) for i in keep),
+        )
+
+    @property
+    def size(self) -> int:
+        """Number of categories (without the total)."""
+        return len(self.codes)
+
+
+@dataclass(frozen=True)
+class TabulationPlan:
+    """What an engine must compute: the engine-neutral form of a bound request.
+
+    Every identifier in it comes from the catalog; every value is a category
+    code that the catalog declares. Engines bind codes as parameters.
+
+    Attributes:
+        dimensions: The table's dimensions.
+        universe: (column, allowed codes of that column) pairs, a conjunction.
+        grouping_sets: Which dimensions each requested grouping set keeps
+            (positions into ``dimensions``); the first is the inner cells.
+        record_key: The record-key column.
+        weight: The weight column, or ``None`` when only counts are wanted.
+        replicates: Replicate-weight columns to sum (may be empty).
+    """
+
+    dimensions: tuple[DimensionPlan, ...]
+    universe: tuple[tuple[str, tuple[Code, ...]], ...]
+    grouping_sets: tuple[tuple[int, ...], ...]
+    record_key: str
+    weight: str | None
+    replicates: tuple[str, ...] = ()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the extended cell arrays: one more slot per dimension for its total."""
+        return tuple(d.size + 1 for d in self.dimensions)
+
+
+class _FrozenDict(dict[str, tuple[Code, ...]]):
+    """A dict that refuses mutation, so a frozen request stays frozen."""
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a TableRequest's universe cannot be changed; use with_universe()")
+
+    __setitem__ = _refuse  # type: ignore[assignment]
+    __delitem__ = _refuse  # type: ignore[assignment]
+    update = _refuse  # type: ignore[assignment]
+    pop = _refuse  # type: ignore[assignment]
+    clear = _refuse  # type: ignore[assignment]
+    setdefault = _refuse  # type: ignore[assignment]
+    popitem = _refuse  # type: ignore[assignment]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items(), key=lambda kv: kv[0])))

@@ -1,0 +1,310 @@
+"""The DuckDB engine: embedded, in-process, the default.
+
+A tabulation is one ``GROUP BY GROUPING SETS`` query. Identifiers (column
+names) come only from the validated catalog and are double-quoted; category
+codes travel only as bound parameters, never as SQL text. Cell keys are
+summed as integers (DuckDB sums integers into 128-bit HUGEINT, so the sum is
+exact) and reduced modulo 2**32 in the query.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from tablesafe._aggregates import KEY_MODULUS, CellAggregates
+from tablesafe._catalog import Catalog
+from tablesafe._dataset import Dataset
+from tablesafe._errors import DataError, FormatError
+from tablesafe._request import TabulationPlan
+from tablesafe.engines._base import DatasetSummary, assemble_grouped
+
+__all__ = ["DuckDBEngine"]
+
+
+def _ident(name: str) -> str:
+    # Catalog names match [A-Za-z][A-Za-z0-9_]*, so quoting cannot be escaped;
+    # the assertion guards against a future caller bypassing the catalog.
+    if not name.replace("_", "").isalnum() or '"' in name:
+        raise DataError(f"{name!r} is not a valid column name")
+    return f'"{name}"'
+
+
+def _literal(path: Path) -> str:
+    # File paths come from the data owner's catalog or configuration, never
+    # from a user; table functions take them as literals.
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+class DuckDBEngine:
+    """Tabulate with an embedded DuckDB database.
+
+    Args:
+        threads: Worker threads for DuckDB (default: all cores).
+        memory_limit: DuckDB memory limit, e.g. ``"4GB"`` (default: DuckDB's).
+        materialize: Load each dataset into DuckDB's in-memory columnar
+            storage on first use instead of scanning its file for every
+            query (faster repeated queries; costs memory).
+    """
+
+    name = "duckdb"
+
+    def __init__(
+        self,
+        *,
+        threads: int | None = None,
+        memory_limit: str | None = None,
+        materialize: bool = False,
+    ) -> None:
+        config: dict[str, Any] = {}
+        if threads is not None:
+            config["threads"] = int(threads)
+        if memory_limit is not None:
+            config["memory_limit"] = memory_limit
+        self._con = duckdb.connect(":memory:", config=config)
+        self._materialize = materialize
+        self._tables: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the database connection."""
+        self._con.close()
+
+    def __enter__(self) -> DuckDBEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- sources ---------------------------------------------------------------
+
+    def _scan(self, dataset: Dataset) -> str:
+        path = dataset.path.resolve()
+        if dataset.format == "parquet":
+            scan = f"read_parquet({_literal(path)})"
+        else:
+            scan = f"read_csv({_literal(path)}, header = true, types = {_csv_types(dataset.catalog)})"
+        if not self._materialize:
+            return scan
+        key = (str(path), dataset.format)
+        with self._lock:
+            if key not in self._tables:
+                table = f"ts_data_{len(self._tables)}"
+                self._run(f"CREATE TABLE {table} AS SELECT * FROM {scan}", [])
+                self._tables[key] = table
+            return self._tables[key]
+
+    def _run(self, sql: str, params: Sequence[Any]) -> duckdb.DuckDBPyConnection:
+        cur = self._con.cursor()
+        try:
+            return cur.execute(sql, list(params))
+        except duckdb.IOException as exc:
+            raise DataError(f"cannot read the microdata: {_first_line(exc)}") from None
+        except duckdb.ConversionException as exc:
+            raise DataError(
+                f"a microdata column has values of the wrong type: {_first_line(exc)}"
+            ) from None
+        except duckdb.InvalidInputException as exc:
+            raise FormatError(f"malformed microdata file: {_first_line(exc)}") from None
+        except duckdb.BinderException as exc:
+            raise DataError(f"the microdata does not match the catalog: {_first_line(exc)}") from None
+
+    # -- validation --------------------------------------------------------------
+
+    def validate(self, dataset: Dataset) -> DatasetSummary:
+        """Check the microdata against its catalog in a few scans.
+
+        Raises:
+            DataError: naming the first problem found.
+        """
+        cat = dataset.catalog
+        src = self._scan(dataset)
+        described = self._run(f"DESCRIBE SELECT * FROM {src}", []).fetchall()
+        types = {row[0]: str(row[1]).upper() for row in described}
+        missing = [c for c in cat.columns if c not in types]
+        if missing:
+            raise DataError(
+                f"microdata file {dataset.path.name} lacks column(s) {', '.join(missing)} "
+                f"named by the catalog; it has: {', '.join(types)}"
+            )
+        for var in cat.source_variables:
+            t = types[var.column]
+            is_int = any(t.startswith(p) for p in _INT_TYPES)
+            if var.code_type is int and not is_int:
+                raise DataError(
+                    f"column {var.column} holds {t} values but the catalog gives {var.name} "
+                    "integer codes"
+                )
+            if var.code_type is str and t != "VARCHAR":
+                raise DataError(
+                    f"column {var.column} holds {t} values but the catalog gives {var.name} "
+                    "text codes"
+                )
+        key_type = types[cat.record_key]
+        if not any(key_type.startswith(p) for p in _INT_TYPES):
+            raise DataError(f"record-key column {cat.record_key} must hold integers, not {key_type}")
+        weights = [cat.weight] if cat.weight else []
+        weights += list(cat.replicates.columns) if cat.replicates else []
+        for w in weights:
+            if not any(types[w].startswith(p) for p in (*_INT_TYPES, "DOUBLE", "FLOAT", "DECIMAL")):
+                raise DataError(f"weight column {w} must be numeric, not {types[w]}")
+
+        k = _ident(cat.record_key)
+        exprs = [
+            "COUNT(*)",
+            f"COUNT(*) - COUNT({k})",
+            f"MIN({k})",
+            f"MAX({k})",
+        ]
+        for w in weights:
+            q = _ident(w)
+            exprs.append(f"COUNT(*) FILTER (WHERE {q} IS NULL OR isnan({q}::DOUBLE) OR isinf({q}::DOUBLE))")
+            exprs.append(f"COUNT(*) FILTER (WHERE {q} < 0)")
+        for var in cat.source_variables:
+            exprs.append(f"COUNT(*) - COUNT({_ident(var.column)})")
+        row = self._run(f"SELECT {', '.join(exprs)} FROM {src}", []).fetchone()
+        assert row is not None
+        records, key_nulls, key_min, key_max = row[:4]
+        if key_nulls:
+            raise DataError(f"record-key column {cat.record_key} has {key_nulls} missing values")
+        if records and (key_min < 0 or key_max >= KEY_MODULUS):
+            raise DataError(
+                f"record keys in {cat.record_key} must lie in 0 .. 2**32 - 1; use "
+                "`tablesafe keys add` to assign them"
+            )
+        pos = 4
+        for w in weights:
+            bad, neg = row[pos], row[pos + 1]
+            pos += 2
+            if bad:
+                raise DataError(f"weight column {w} has {bad} missing, NaN or infinite values")
+            if neg and w == cat.weight:
+                raise DataError(f"weight column {w} has {neg} negative values; weights must be >= 0")
+        for var in cat.source_variables:
+            if row[pos]:
+                raise DataError(
+                    f"column {var.column} ({var.name}) has {row[pos]} missing values; every "
+                    "record needs a category (add a category such as 'not stated')"
+                )
+            pos += 1
+        for var in cat.source_variables:
+            col = _ident(var.column)
+            known = list(var.codes)
+            unknown = self._run(
+                f"SELECT DISTINCT {col} FROM {src} WHERE {col} NOT IN "
+                f"(SELECT UNNEST(?::{_sql_type(var.code_type)}[])) LIMIT 10",
+                [known],
+            ).fetchall()
+            if unknown:
+                shown = ", ".join(repr(u[0]) for u in unknown)
+                raise DataError(
+                    f"column {var.column} holds code(s) {shown} that the catalog does not list "
+                    f"for {var.name}"
+                )
+        self._check_structural_zeros(cat, src)
+        return DatasetSummary(records=int(records), columns=len(types))
+
+    def _check_structural_zeros(self, cat: Catalog, src: str) -> None:
+        for i, zero in enumerate(cat.structural_zeros):
+            conds, params = [], []
+            for name, codes in zero.codes.items():
+                var = cat.variable(name)
+                source = [s for c in codes for s in var.source_codes(c)]
+                conds.append(f"{_ident(var.column)} IN ({', '.join('?' * len(source))})")
+                params.extend(source)
+            row = self._run(
+                f"SELECT COUNT(*) FROM {src} WHERE {' AND '.join(conds)}", params
+            ).fetchone()
+            if row and row[0]:
+                names = ", ".join(zero.codes)
+                raise DataError(
+                    f"{row[0]} records fall in structural zero {i + 1} ({names}), which the "
+                    "catalog declares impossible"
+                )
+
+    # -- tabulation --------------------------------------------------------------
+
+    def build_query(self, dataset: Dataset, plan: TabulationPlan) -> tuple[str, list[Any]]:
+        """Return the SQL text and bound parameters of the tabulation of ``plan``."""
+        src = self._scan(dataset)
+        dims = [_ident(d.column) for d in plan.dimensions]
+        select = [f"GROUPING({', '.join(dims)}) AS ts_grouping", *dims, "COUNT(*) AS ts_n"]
+        select.append(
+            f"CAST(SUM({_ident(plan.record_key)}) % {KEY_MODULUS} AS BIGINT) AS ts_key"
+        )
+        if plan.weight is not None:
+            w = _ident(plan.weight)
+            select.append(f"SUM({w}::DOUBLE) AS ts_w")
+            select.append(f"SUM({w}::DOUBLE * {w}::DOUBLE) AS ts_w2")
+        for i, r in enumerate(plan.replicates):
+            select.append(f"SUM({_ident(r)}::DOUBLE) AS ts_r{i}")
+        where, params = [], []
+        for column, codes in plan.universe:
+            where.append(f"{_ident(column)} IN ({', '.join('?' * len(codes))})")
+            params.extend(codes)
+        sets = ", ".join(
+            "(" + ", ".join(dims[i] for i in gs) + ")" for gs in plan.grouping_sets
+        )
+        sql = f"SELECT {', '.join(select)} FROM {src}"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" GROUP BY GROUPING SETS ({sets})"
+        return sql, params
+
+    def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
+        """Run the plan's ``GROUPING SETS`` query and assemble the cell arrays."""
+        sql, params = self.build_query(dataset, plan)
+        res = self._run(sql, params).fetchnumpy()
+        k = len(plan.dimensions)
+        codes = [_values(res[d.column]) for d in plan.dimensions]
+        reps = None
+        if plan.replicates:
+            reps = np.stack([_values(res[f"ts_r{i}"], float) for i in range(len(plan.replicates))])
+        return assemble_grouped(
+            plan,
+            grouping=_values(res["ts_grouping"], int) if k else np.zeros(0, dtype=np.int64),
+            codes=codes,
+            n=_values(res["ts_n"], int),
+            key_sum=_values(res["ts_key"], int),
+            weight_sum=_values(res["ts_w"], float) if plan.weight else None,
+            weight_sq_sum=_values(res["ts_w2"], float) if plan.weight else None,
+            replicate_sums=reps,
+        )
+
+
+_INT_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")
+
+
+def _sql_type(code_type: type) -> str:
+    return "BIGINT" if code_type is int else "VARCHAR"
+
+
+def _csv_types(cat: Catalog) -> str:
+    # Explicit types keep text codes such as "01" from being read as numbers.
+    items = [f"'{v.column}': '{_sql_type(v.code_type)}'" for v in cat.source_variables]
+    items.append(f"'{cat.record_key}': 'BIGINT'")
+    if cat.weight:
+        items.append(f"'{cat.weight}': 'DOUBLE'")
+    if cat.replicates:
+        items += [f"'{r}': 'DOUBLE'" for r in cat.replicates.columns]
+    return "{" + ", ".join(items) + "}"
+
+
+def _values(a: Any, kind: type | None = None) -> np.ndarray:
+    # fetchnumpy returns masked arrays where a column has NULLs (the
+    # aggregated dimensions of a grouping set); their values are unused.
+    arr = np.asarray(np.ma.getdata(a))
+    if kind is int:
+        return arr.astype(np.int64)
+    if kind is float:
+        return arr.astype(np.float64)
+    return arr
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

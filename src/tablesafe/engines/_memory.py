@@ -1,0 +1,142 @@
+"""The in-memory engine: pandas and numpy, for tests and small data.
+
+It reads the whole microdata file into memory and aggregates the inner cells
+with numpy, then adds up the margins (:meth:`CellAggregates.from_inner`), a
+computation independent of the SQL engines' ``GROUPING SETS``, which makes it
+a useful cross-check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from tablesafe._aggregates import CellAggregates
+from tablesafe._dataset import Dataset
+from tablesafe._errors import DataError, FormatError
+from tablesafe._keys import KEY_MODULUS
+from tablesafe._request import TabulationPlan
+from tablesafe.engines._base import DatasetSummary
+
+__all__ = ["MemoryEngine"]
+
+
+class MemoryEngine:
+    """Tabulate microdata held in memory as a pandas DataFrame.
+
+    Args:
+        frames: Optional data already in memory, by microdata path; other
+            datasets are read from their files (and cached).
+    """
+
+    name = "memory"
+
+    def __init__(self, frames: Mapping[str, pd.DataFrame] | None = None) -> None:
+        self._frames: dict[str, pd.DataFrame] = dict(frames or {})
+
+    def _frame(self, dataset: Dataset) -> pd.DataFrame:
+        key = str(dataset.path)
+        if key not in self._frames:
+            try:
+                if dataset.format == "parquet":
+                    table = pq.read_table(dataset.path)
+                else:
+                    table = pacsv.read_csv(dataset.path)
+            except OSError as exc:
+                raise FormatError(f"cannot read {dataset.path}: {exc}") from None
+            self._frames[key] = table.to_pandas()
+        return self._frames[key]
+
+    def validate(self, dataset: Dataset) -> DatasetSummary:
+        """Check the microdata against its catalog.
+
+        Raises:
+            DataError: naming the first problem found.
+        """
+        df = self._frame(dataset)
+        cat = dataset.catalog
+        missing = [c for c in cat.columns if c not in df.columns]
+        if missing:
+            raise DataError(
+                f"microdata file {dataset.path.name} lacks column(s) {', '.join(missing)} "
+                "named by the catalog"
+            )
+        keys = df[cat.record_key]
+        if keys.isna().any() or not pd.api.types.is_integer_dtype(keys):
+            raise DataError(f"record-key column {cat.record_key} must hold integers, no gaps")
+        if len(keys) and (keys.min() < 0 or keys.max() >= KEY_MODULUS):
+            raise DataError(f"record keys in {cat.record_key} must lie in 0 .. 2**32 - 1")
+        if cat.weight:
+            w = pd.to_numeric(df[cat.weight], errors="coerce").to_numpy(dtype=float)
+            if not np.isfinite(w).all():
+                raise DataError(f"weight column {cat.weight} has missing, NaN or infinite values")
+            if (w < 0).any():
+                raise DataError(f"weight column {cat.weight} has negative values")
+        for var in cat.source_variables:
+            col = df[var.column]
+            if col.isna().any():
+                raise DataError(f"column {var.column} ({var.name}) has missing values")
+            unknown = set(col.unique().tolist()) - set(var.codes)
+            if unknown:
+                shown = ", ".join(repr(u) for u in sorted(unknown, key=str)[:10])
+                raise DataError(
+                    f"column {var.column} holds code(s) {shown} that the catalog does not list "
+                    f"for {var.name}"
+                )
+        return DatasetSummary(records=len(df), columns=len(df.columns))
+
+    def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
+        """Aggregate the inner cells with numpy and add up the margins."""
+        df = self._frame(dataset)
+        mask = np.ones(len(df), dtype=bool)
+        for column, codes in plan.universe:
+            mask &= df[column].isin(list(codes)).to_numpy()
+        sub = df.loc[mask]
+        shape = tuple(d.size for d in plan.dimensions)
+        index = []
+        for d in plan.dimensions:
+            lookup = {c: j for j, members in enumerate(d.members) for c in members}
+            idx = sub[d.column].map(lookup)
+            if idx.isna().any():
+                raise DataError(f"column {d.column} holds codes the catalog does not list")
+            index.append(idx.to_numpy(dtype=np.int64))
+        flat = (
+            np.ravel_multi_index(tuple(index), shape)
+            if len(sub)
+            else np.zeros(0, dtype=np.int64)
+        )
+        size = int(np.prod(shape))
+
+        n = np.bincount(flat, minlength=size).astype(np.int64).reshape(shape)
+        keys = _sum(flat, sub[plan.record_key].to_numpy().astype(np.uint64), size, np.uint64)
+        w = w2 = reps = None
+        if plan.weight:
+            wv = sub[plan.weight].to_numpy(dtype=np.float64)
+            w = _sum(flat, wv, size, np.float64).reshape(shape)
+            w2 = _sum(flat, wv * wv, size, np.float64).reshape(shape)
+        if plan.replicates:
+            reps = np.stack(
+                [
+                    _sum(flat, sub[r].to_numpy(dtype=np.float64), size, np.float64).reshape(shape)
+                    for r in plan.replicates
+                ]
+            )
+        return CellAggregates.from_inner(
+            plan.dimensions,
+            plan.grouping_sets,
+            n=n,
+            key_sum=keys.reshape(shape),
+            weight_sum=w,
+            weight_sq_sum=w2,
+            replicate_sums=reps,
+        )
+
+
+def _sum(flat: np.ndarray, values: np.ndarray, size: int, dtype: type) -> np.ndarray:
+    out = np.zeros(size, dtype=dtype)
+    np.add.at(out, flat, values.astype(dtype))
+    return out
