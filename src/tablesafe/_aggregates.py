@@ -51,7 +51,7 @@ class CellAggregates:
 
     def __post_init__(self) -> None:
         shape = tuple(d.size + 1 for d in self.dimensions)
-        arrays = [self.n, self.cell_key, self.computed]
+        arrays: list[np.ndarray] = [self.n, self.cell_key, self.computed]
         arrays += [a for a in (self.weight_sum, self.weight_sq_sum) if a is not None]
         for a in arrays:
             if a.shape != shape:
@@ -118,8 +118,7 @@ class CellAggregates:
                 dropped = tuple(lead + i for i in range(k) if i not in gs)
                 summed = a.sum(axis=dropped, keepdims=True) if dropped else a
                 idx = (slice(None),) * lead + tuple(
-                    slice(0, dimensions[i].size) if i in gs else slice(-1, None)
-                    for i in range(k)
+                    slice(0, dimensions[i].size) if i in gs else slice(-1, None) for i in range(k)
                 )
                 out[idx] = summed
             return out

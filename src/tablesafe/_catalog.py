@@ -263,14 +263,13 @@ class Catalog:
                 )
         for zero in self.structural_zeros:
             for name, codes in zero.codes.items():
-                var = self.variable(name) if name in self.variables else None
-                if var is None:
+                var = self.variable(name)
+                bad = [c for c in codes if c not in var.codes]
+                if bad:
                     raise CatalogError(
-                        f"structural zero names unknown variable {name!r}; variables: "
-                        f"{', '.join(self.variables)}"
+                        f"structural zero names unknown category {bad[0]!r} of {var.name}; "
+                        f"allowed: {_show_codes(var.codes)}"
                     )
-                for code in codes:
-                    var.index_of(code) if code in var.codes else _raise_unknown_code(var, code)
 
     # -- lookup -------------------------------------------------------------
 
@@ -443,13 +442,6 @@ class Catalog:
     def to_toml(self) -> str:
         """Return the catalog as TOML text."""
         return _dump_toml(self.to_dict())
-
-
-def _raise_unknown_code(var: Variable, code: object) -> None:
-    raise CatalogError(
-        f"structural zero names unknown category {code!r} of {var.name}; allowed: "
-        f"{_show_codes(var.codes)}"
-    )
 
 
 def _show_codes(codes: Sequence[Code], limit: int = 30) -> str:

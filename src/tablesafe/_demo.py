@@ -59,8 +59,14 @@ _OCC = [
     (8, "Plant and machine operators"),
     (9, "Elementary occupations"),
 ]
-_HHSIZE = [(1, "1 person"), (2, "2 persons"), (3, "3 persons"), (4, "4 persons"), (5, "5 persons"),
-           (6, "6 or more persons")]
+_HHSIZE = [
+    (1, "1 person"),
+    (2, "2 persons"),
+    (3, "3 persons"),
+    (4, "4 persons"),
+    (5, "5 persons"),
+    (6, "6 or more persons"),
+]
 _TENURE = [("OWN", "Owner occupied"), ("RENT", "Private rented"), ("SOC", "Social rented")]
 _AGEGRP = [
     (1, "0-14", range(0, 15)),
@@ -81,11 +87,13 @@ def _pick(rng: np.random.Generator, probs: np.ndarray) -> np.ndarray:
     """Draw one category per row from row-wise probabilities (rows sum to 1)."""
     cum = np.cumsum(probs, axis=1)
     u = rng.random(probs.shape[0]) * cum[:, -1]
-    return (u[:, None] > cum).sum(axis=1)
+    out: np.ndarray = (u[:, None] > cum).sum(axis=1)
+    return out
 
 
 def _logistic(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+    out: np.ndarray = 1.0 / (1.0 + np.exp(-x))
+    return out
 
 
 def _chunk(rng: np.random.Generator, n: int, replicates: int) -> dict[str, np.ndarray]:
@@ -93,7 +101,9 @@ def _chunk(rng: np.random.Generator, n: int, replicates: int) -> dict[str, np.nd
     region = rng.choice(len(_REGIONS), size=n, p=region_p / region_p.sum())
 
     ages = np.arange(91)
-    pyramid = np.exp(-((ages - 38) ** 2) / (2 * 30.0**2)) * np.where(ages > 70, 0.97 ** (ages - 70), 1)
+    pyramid = np.exp(-((ages - 38) ** 2) / (2 * 30.0**2)) * np.where(
+        ages > 70, 0.97 ** (ages - 70), 1
+    )
     pyramid[90] = pyramid[85:90].sum() * 0.8  # the open 90+ band
     age = rng.choice(91, size=n, p=pyramid / pyramid.sum())
 
@@ -305,7 +315,10 @@ def write_demo_data(
             n = min(_CHUNK, records - i * _CHUNK)
             cols = _chunk(np.random.default_rng(seq), n, replicates)
             table = pa.table(
-                {k: pa.array(v, type=pa.string() if k == "TENURE" else None) for k, v in cols.items()}
+                {
+                    k: pa.array(v, type=pa.string() if k == "TENURE" else None)
+                    for k, v in cols.items()
+                }
             )
             if fmt == "parquet":
                 if writer is None:

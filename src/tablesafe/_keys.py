@@ -143,7 +143,7 @@ def add_record_keys(
         tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
-    return table.num_rows
+    return int(table.num_rows)
 
 
 def check_record_keys(table: pa.Table, column: str) -> None:

@@ -60,7 +60,7 @@ class TableRequest:
     """
 
     dimensions: tuple[str, ...]
-    universe: Mapping[str, tuple[Code, ...]] = field(default_factory=dict)
+    universe: Mapping[str, Sequence[Code]] = field(default_factory=dict)
     statistic: Statistic = "both"
     margins: Margins = "all"
     replicates: bool = False
@@ -114,8 +114,7 @@ class TableRequest:
 
         if self.statistic not in get_args(Statistic):
             raise RequestError(
-                f"unknown statistic {self.statistic!r}; allowed: "
-                f"{', '.join(get_args(Statistic))}"
+                f"unknown statistic {self.statistic!r}; allowed: {', '.join(get_args(Statistic))}"
             )
         object.__setattr__(self, "margins", self._normalise_margins(self.margins, dims))
         if not isinstance(self.replicates, bool):
@@ -166,9 +165,7 @@ class TableRequest:
         k = len(self.dimensions)
         inner = tuple(range(k))
         if self.margins == "all":
-            sets = [
-                s for r in range(k, -1, -1) for s in itertools.combinations(range(k), r)
-            ]
+            sets = [s for r in range(k, -1, -1) for s in itertools.combinations(range(k), r)]
         elif self.margins == "none":
             sets = [inner]
         elif self.margins == "total":
@@ -176,9 +173,7 @@ class TableRequest:
         else:
             assert isinstance(self.margins, tuple)
             sets = [inner] + [
-                tuple(self.dimensions.index(d) for d in m)
-                for m in self.margins
-                if len(m) != k
+                tuple(self.dimensions.index(d) for d in m) for m in self.margins if len(m) != k
             ]
         return tuple(dict.fromkeys(sets))
 
@@ -207,8 +202,7 @@ class TableRequest:
                     w.name for j, w in enumerate(variables) if j != i and w.column == v.column
                 )
                 raise RequestError(
-                    f"dimensions {v.name} and {other} classify the same variable; "
-                    "use one of them"
+                    f"dimensions {v.name} and {other} classify the same variable; use one of them"
                 )
         universe: dict[str, set[Code]] = {}
         trimmed: dict[str, tuple[Code, ...]] = {}
@@ -228,9 +222,7 @@ class TableRequest:
             )
         if self.replicates and catalog.replicates is None:
             raise RequestError("this dataset has no replicate weights; replicates are unavailable")
-        dims = tuple(
-            DimensionPlan.from_variable(v, trimmed.get(v.name)) for v in variables
-        )
+        dims = tuple(DimensionPlan.from_variable(v, trimmed.get(v.name)) for v in variables)
         source_order = {v.column: v for v in catalog.source_variables}
         return TabulationPlan(
             dimensions=dims,

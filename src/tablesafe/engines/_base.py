@@ -117,7 +117,7 @@ def assemble_grouped(
     size = int(np.prod(shape))
 
     def acc(values: np.ndarray, dtype: type) -> np.ndarray:
-        out = np.zeros(size, dtype=dtype)
+        out: np.ndarray = np.zeros(size, dtype=dtype)
         np.add.at(out, flat, values.astype(dtype))
         return out.reshape(shape)
 
@@ -129,7 +129,10 @@ def assemble_grouped(
     computed = np.zeros(shape, dtype=bool)
     for gs in plan.grouping_sets:
         computed[
-            tuple(slice(0, d.size) if i in gs else slice(d.size, d.size + 1) for i, d in enumerate(dims))
+            tuple(
+                slice(0, d.size) if i in gs else slice(d.size, d.size + 1)
+                for i, d in enumerate(dims)
+            )
         ] = True
     reps = None
     if replicate_sums is not None:
@@ -140,9 +143,7 @@ def assemble_grouped(
         n=acc(np.asarray(n), np.int64),
         cell_key=cell_key,
         weight_sum=None if weight_sum is None else acc(np.asarray(weight_sum), np.float64),
-        weight_sq_sum=None
-        if weight_sq_sum is None
-        else acc(np.asarray(weight_sq_sum), np.float64),
+        weight_sq_sum=None if weight_sq_sum is None else acc(np.asarray(weight_sq_sum), np.float64),
         replicate_sums=reps,
         computed=computed,
     )

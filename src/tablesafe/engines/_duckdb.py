@@ -69,6 +69,7 @@ class DuckDBEngine:
         self._con = duckdb.connect(":memory:", config=config)
         self._materialize = materialize
         self._tables: dict[tuple[str, str], str] = {}
+        self._validated: dict[tuple[str, int, int], DatasetSummary] = {}
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -88,7 +89,9 @@ class DuckDBEngine:
         if dataset.format == "parquet":
             scan = f"read_parquet({_literal(path)})"
         else:
-            scan = f"read_csv({_literal(path)}, header = true, types = {_csv_types(dataset.catalog)})"
+            scan = (
+                f"read_csv({_literal(path)}, header = true, types = {_csv_types(dataset.catalog)})"
+            )
         if not self._materialize:
             return scan
         key = (str(path), dataset.format)
@@ -112,9 +115,19 @@ class DuckDBEngine:
         except duckdb.InvalidInputException as exc:
             raise FormatError(f"malformed microdata file: {_first_line(exc)}") from None
         except duckdb.BinderException as exc:
-            raise DataError(f"the microdata does not match the catalog: {_first_line(exc)}") from None
+            raise DataError(
+                f"the microdata does not match the catalog: {_first_line(exc)}"
+            ) from None
 
     # -- validation --------------------------------------------------------------
+
+    def ensure_valid(self, dataset: Dataset) -> DatasetSummary:
+        """Validate ``dataset`` once per file version (path, size, modification time)."""
+        st = dataset.path.stat()
+        key = (str(dataset.path.resolve()), st.st_size, st.st_mtime_ns)
+        if key not in self._validated:
+            self._validated[key] = self.validate(dataset)
+        return self._validated[key]
 
     def validate(self, dataset: Dataset) -> DatasetSummary:
         """Check the microdata against its catalog in a few scans.
@@ -147,7 +160,9 @@ class DuckDBEngine:
                 )
         key_type = types[cat.record_key]
         if not any(key_type.startswith(p) for p in _INT_TYPES):
-            raise DataError(f"record-key column {cat.record_key} must hold integers, not {key_type}")
+            raise DataError(
+                f"record-key column {cat.record_key} must hold integers, not {key_type}"
+            )
         weights = [cat.weight] if cat.weight else []
         weights += list(cat.replicates.columns) if cat.replicates else []
         for w in weights:
@@ -163,7 +178,9 @@ class DuckDBEngine:
         ]
         for w in weights:
             q = _ident(w)
-            exprs.append(f"COUNT(*) FILTER (WHERE {q} IS NULL OR isnan({q}::DOUBLE) OR isinf({q}::DOUBLE))")
+            exprs.append(
+                f"COUNT(*) FILTER (WHERE {q} IS NULL OR isnan({q}::DOUBLE) OR isinf({q}::DOUBLE))"
+            )
             exprs.append(f"COUNT(*) FILTER (WHERE {q} < 0)")
         for var in cat.source_variables:
             exprs.append(f"COUNT(*) - COUNT({_ident(var.column)})")
@@ -184,7 +201,9 @@ class DuckDBEngine:
             if bad:
                 raise DataError(f"weight column {w} has {bad} missing, NaN or infinite values")
             if neg and w == cat.weight:
-                raise DataError(f"weight column {w} has {neg} negative values; weights must be >= 0")
+                raise DataError(
+                    f"weight column {w} has {neg} negative values; weights must be >= 0"
+                )
         for var in cat.source_variables:
             if row[pos]:
                 raise DataError(
@@ -234,22 +253,19 @@ class DuckDBEngine:
         src = self._scan(dataset)
         dims = [_ident(d.column) for d in plan.dimensions]
         select = [f"GROUPING({', '.join(dims)}) AS ts_grouping", *dims, "COUNT(*) AS ts_n"]
-        select.append(
-            f"CAST(SUM({_ident(plan.record_key)}) % {KEY_MODULUS} AS BIGINT) AS ts_key"
-        )
+        select.append(f"CAST(SUM({_ident(plan.record_key)}) % {KEY_MODULUS} AS BIGINT) AS ts_key")
         if plan.weight is not None:
             w = _ident(plan.weight)
             select.append(f"SUM({w}::DOUBLE) AS ts_w")
             select.append(f"SUM({w}::DOUBLE * {w}::DOUBLE) AS ts_w2")
         for i, r in enumerate(plan.replicates):
             select.append(f"SUM({_ident(r)}::DOUBLE) AS ts_r{i}")
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         for column, codes in plan.universe:
             where.append(f"{_ident(column)} IN ({', '.join('?' * len(codes))})")
             params.extend(codes)
-        sets = ", ".join(
-            "(" + ", ".join(dims[i] for i in gs) + ")" for gs in plan.grouping_sets
-        )
+        sets = ", ".join("(" + ", ".join(dims[i] for i in gs) + ")" for gs in plan.grouping_sets)
         sql = f"SELECT {', '.join(select)} FROM {src}"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -258,6 +274,7 @@ class DuckDBEngine:
 
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """Run the plan's ``GROUPING SETS`` query and assemble the cell arrays."""
+        self.ensure_valid(dataset)
         sql, params = self.build_query(dataset, plan)
         res = self._run(sql, params).fetchnumpy()
         k = len(plan.dimensions)
@@ -277,7 +294,17 @@ class DuckDBEngine:
         )
 
 
-_INT_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")
+_INT_TYPES = (
+    "TINYINT",
+    "SMALLINT",
+    "INTEGER",
+    "BIGINT",
+    "HUGEINT",
+    "UTINYINT",
+    "USMALLINT",
+    "UINTEGER",
+    "UBIGINT",
+)
 
 
 def _sql_type(code_type: type) -> str:

@@ -37,6 +37,7 @@ class MemoryEngine:
 
     def __init__(self, frames: Mapping[str, pd.DataFrame] | None = None) -> None:
         self._frames: dict[str, pd.DataFrame] = dict(frames or {})
+        self._validated: dict[tuple[str, int, int], DatasetSummary] = {}
 
     def _frame(self, dataset: Dataset) -> pd.DataFrame:
         key = str(dataset.path)
@@ -50,6 +51,14 @@ class MemoryEngine:
                 raise FormatError(f"cannot read {dataset.path}: {exc}") from None
             self._frames[key] = table.to_pandas()
         return self._frames[key]
+
+    def ensure_valid(self, dataset: Dataset) -> DatasetSummary:
+        """Validate ``dataset`` once per file version (path, size, modification time)."""
+        st = dataset.path.stat()
+        key = (str(dataset.path.resolve()), st.st_size, st.st_mtime_ns)
+        if key not in self._validated:
+            self._validated[key] = self.validate(dataset)
+        return self._validated[key]
 
     def validate(self, dataset: Dataset) -> DatasetSummary:
         """Check the microdata against its catalog.
@@ -91,6 +100,7 @@ class MemoryEngine:
 
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """Aggregate the inner cells with numpy and add up the margins."""
+        self.ensure_valid(dataset)
         df = self._frame(dataset)
         mask = np.ones(len(df), dtype=bool)
         for column, codes in plan.universe:
@@ -105,9 +115,7 @@ class MemoryEngine:
                 raise DataError(f"column {d.column} holds codes the catalog does not list")
             index.append(idx.to_numpy(dtype=np.int64))
         flat = (
-            np.ravel_multi_index(tuple(index), shape)
-            if len(sub)
-            else np.zeros(0, dtype=np.int64)
+            np.ravel_multi_index(tuple(index), shape) if len(sub) else np.zeros(0, dtype=np.int64)
         )
         size = int(np.prod(shape))
 
@@ -137,6 +145,6 @@ class MemoryEngine:
 
 
 def _sum(flat: np.ndarray, values: np.ndarray, size: int, dtype: type) -> np.ndarray:
-    out = np.zeros(size, dtype=dtype)
+    out: np.ndarray = np.zeros(size, dtype=dtype)
     np.add.at(out, flat, values.astype(dtype))
     return out

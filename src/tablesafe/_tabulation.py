@@ -1,0 +1,105 @@
+"""Unprotected tabulation: the engine's exact aggregates of one request.
+
+A :class:`Tabulation` holds true values. It is for the data owner's own use
+(checking, evaluating protection, benchmarks); what users receive is a
+protected table. Every rendering of it says that it is unprotected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tablesafe._aggregates import CellAggregates
+from tablesafe._dataset import Dataset
+from tablesafe._errors import RequestError
+from tablesafe._render import long_frame, render_text, to_csv, to_json
+from tablesafe._request import TableRequest
+
+__all__ = ["Tabulation", "tabulate"]
+
+UNPROTECTED = "UNPROTECTED tabulation (true values, for the data owner only)"
+
+
+@dataclass(frozen=True)
+class Tabulation:
+    """The exact aggregates of one table request.
+
+    Attributes:
+        request: The request.
+        aggregates: Per-cell aggregates (inner cells and margins).
+        dataset: The dataset's name.
+    """
+
+    request: TableRequest
+    aggregates: CellAggregates
+    dataset: str
+
+    def statistics(self) -> dict[str, np.ndarray]:
+        """Statistic name -> extended cell array, as the request asked."""
+        agg = self.aggregates
+        out: dict[str, np.ndarray] = {}
+        if self.request.statistic in ("count", "both"):
+            out["n"] = agg.n
+        if self.request.statistic in ("weighted", "both") and agg.weight_sum is not None:
+            out["weighted"] = agg.weight_sum
+        return out
+
+    def to_frame(self, *, labels: bool = False) -> pd.DataFrame:
+        """Long DataFrame: one row per cell, ``_T`` codes for totals."""
+        return long_frame(
+            self.aggregates.dimensions, self.statistics(), self.aggregates.computed, labels=labels
+        )
+
+    def metadata(self) -> dict[str, Any]:
+        """Description of the table for machine formats."""
+        return {
+            "dataset": self.dataset,
+            "protected": False,
+            "note": UNPROTECTED,
+            "dimensions": [d.name for d in self.aggregates.dimensions],
+            "universe": {k: list(v) for k, v in self.request.universe.items()},
+            "statistic": self.request.statistic,
+        }
+
+    def render(self, fmt: str = "text") -> str:
+        """Render as ``"text"`` (pretty, via rich), ``"csv"`` or ``"json"``."""
+        if fmt == "csv":
+            return f"# {UNPROTECTED}\n" + to_csv(self.to_frame())
+        if fmt == "json":
+            return to_json(self.to_frame(), self.metadata()) + "\n"
+        if fmt == "text":
+            universe = (
+                " and ".join(f"{k} in {list(v)}" for k, v in self.request.universe.items())
+                or "all records"
+            )
+            return render_text(
+                self.aggregates.dimensions,
+                self.statistics(),
+                self.aggregates.computed,
+                title=f"{UNPROTECTED}\ndataset: {self.dataset}; universe: {universe}",
+            )
+        raise RequestError(f"unknown format {fmt!r}; allowed: text, csv, json")
+
+
+def tabulate(dataset: Dataset, request: TableRequest, *, engine: Any = None) -> Tabulation:
+    """Tabulate ``request`` on ``dataset`` without protection.
+
+    The request is checked against the catalog before any microdata is
+    read; the engine checks the microdata against the catalog on first use.
+
+    Args:
+        dataset: The dataset.
+        request: The table request.
+        engine: An :class:`~tablesafe.engines.Engine`; a new
+            :class:`~tablesafe.engines.DuckDBEngine` by default.
+    """
+    plan = request.bind(dataset.catalog)
+    if engine is None:
+        from tablesafe.engines import DuckDBEngine
+
+        engine = DuckDBEngine()
+    return Tabulation(request, engine.tabulate(dataset, plan), dataset.name)

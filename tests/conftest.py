@@ -1,0 +1,36 @@
+"""Shared fixtures: small random datasets with a known catalog, and the demo survey."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tablesafe._dataset import Dataset
+from tsdata import random_frame, write_dataset
+
+
+@pytest.fixture(scope="session")
+def random_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Dataset, pd.DataFrame]:
+    frame = random_frame(3000, seed=11)
+    return write_dataset(tmp_path_factory.mktemp("random"), frame), frame
+
+
+@pytest.fixture
+def make_dataset(tmp_path: Path) -> Callable[..., Dataset]:
+    counter = iter(range(1000))
+
+    def make(frame: pd.DataFrame, catalog: dict[str, Any] | None = None, fmt: str = "parquet"):
+        return write_dataset(tmp_path / f"ds{next(counter)}", frame, catalog, fmt)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tablesafe._demo import write_demo_data
+
+    return write_demo_data(tmp_path_factory.mktemp("demo"), 20_000, seed=7, replicates=10)
