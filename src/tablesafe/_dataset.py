@@ -58,9 +58,7 @@ class Dataset:
         elif location.suffix.lower() == ".toml":
             catalog_path = location
         else:
-            raise CatalogError(
-                f"{location} is neither a dataset folder nor a catalog (.toml) file"
-            )
+            raise CatalogError(f"{location} is neither a dataset folder nor a catalog (.toml) file")
         if not catalog_path.exists():
             raise CatalogError(
                 f"no catalog at {catalog_path}; a dataset folder needs a {CATALOG_FILE}"
