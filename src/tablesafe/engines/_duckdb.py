@@ -249,27 +249,46 @@ class DuckDBEngine:
     # -- tabulation --------------------------------------------------------------
 
     def build_query(self, dataset: Dataset, plan: TabulationPlan) -> tuple[str, list[Any]]:
-        """Return the SQL text and bound parameters of the tabulation of ``plan``."""
+        """Return the SQL text and bound parameters of the tabulation of ``plan``.
+
+        The query is one ``GROUP BY GROUPING SETS`` over the inner cells,
+        which a common table expression first aggregates from the records.
+        Every aggregate is a sum (counts, key sums, weight sums), so the
+        margins of the pre-aggregated cells equal those of the records,
+        exactly for the integers; the records are scanned and grouped once
+        instead of once per grouping set.
+        """
         src = self._scan(dataset)
         dims = [_ident(d.column) for d in plan.dimensions]
-        select = [f"GROUPING({', '.join(dims)}) AS ts_grouping", *dims, "COUNT(*) AS ts_n"]
-        select.append(f"CAST(SUM({_ident(plan.record_key)}) % {KEY_MODULUS} AS BIGINT) AS ts_key")
+        dim_list = ", ".join(dims)
+        inner = [*dims, "COUNT(*) AS ts_n", f"SUM({_ident(plan.record_key)}) AS ts_key"]
+        outer = [
+            f"GROUPING({dim_list}) AS ts_grouping",
+            *dims,
+            "SUM(ts_n) AS ts_n",
+            f"CAST(SUM(ts_key) % {KEY_MODULUS} AS BIGINT) AS ts_key",
+        ]
         if plan.weight is not None:
             w = _ident(plan.weight)
-            select.append(f"SUM({w}::DOUBLE) AS ts_w")
-            select.append(f"SUM({w}::DOUBLE * {w}::DOUBLE) AS ts_w2")
+            inner += [f"SUM({w}::DOUBLE) AS ts_w", f"SUM({w}::DOUBLE * {w}::DOUBLE) AS ts_w2"]
+            outer += ["SUM(ts_w) AS ts_w", "SUM(ts_w2) AS ts_w2"]
         for i, r in enumerate(plan.replicates):
-            select.append(f"SUM({_ident(r)}::DOUBLE) AS ts_r{i}")
+            inner.append(f"SUM({_ident(r)}::DOUBLE) AS ts_r{i}")
+            outer.append(f"SUM(ts_r{i}) AS ts_r{i}")
         where: list[str] = []
         params: list[Any] = []
         for column, codes in plan.universe:
             where.append(f"{_ident(column)} IN ({', '.join('?' * len(codes))})")
             params.extend(codes)
         sets = ", ".join("(" + ", ".join(dims[i] for i in gs) + ")" for gs in plan.grouping_sets)
-        sql = f"SELECT {', '.join(select)} FROM {src}"
+        cte = f"SELECT {', '.join(inner)} FROM {src}"
         if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += f" GROUP BY GROUPING SETS ({sets})"
+            cte += " WHERE " + " AND ".join(where)
+        cte += f" GROUP BY {dim_list}"
+        sql = (
+            f"WITH ts_cells AS ({cte}) SELECT {', '.join(outer)} FROM ts_cells "
+            f"GROUP BY GROUPING SETS ({sets})"
+        )
         return sql, params
 
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
