@@ -1,11 +1,17 @@
 """tablesafe: a flexible table builder for confidential survey and census microdata.
 
 The public API is re-exported here; everything in ``_``-prefixed modules is
-internal and may change without notice.
+internal and may change without notice. Subpackages with public APIs of
+their own: :mod:`tablesafe.engines`, :mod:`tablesafe.mechanisms`,
+:mod:`tablesafe.postprocess`.
 """
 
 from __future__ import annotations
 
+from tablesafe._aggregates import CellAggregates
+from tablesafe._catalog import Catalog, Category, ReplicateDesign, StructuralZero, Variable
+from tablesafe._dataset import Dataset
+from tablesafe._demo import write_demo_data
 from tablesafe._errors import (
     CatalogError,
     ComputationError,
@@ -19,20 +25,40 @@ from tablesafe._errors import (
     TablesafeError,
     UserError,
 )
+from tablesafe._keys import add_record_keys, cell_key_uniform, cell_keys, draw_record_keys
+from tablesafe._request import DimensionPlan, TableRequest, TabulationPlan
+from tablesafe._tabulation import Tabulation, tabulate
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Catalog",
     "CatalogError",
+    "Category",
+    "CellAggregates",
     "ComputationError",
     "ConfigError",
     "DataError",
+    "Dataset",
+    "DimensionPlan",
     "FormatError",
     "InternalError",
     "ParameterError",
     "RefusedError",
+    "ReplicateDesign",
     "RequestError",
+    "StructuralZero",
+    "TableRequest",
     "TablesafeError",
+    "Tabulation",
+    "TabulationPlan",
     "UserError",
+    "Variable",
     "__version__",
+    "add_record_keys",
+    "cell_key_uniform",
+    "cell_keys",
+    "draw_record_keys",
+    "tabulate",
+    "write_demo_data",
 ]

@@ -1,0 +1,78 @@
+"""The public API is pinned: adding or removing a name is a deliberate change."""
+
+from __future__ import annotations
+
+import tablesafe
+import tablesafe.engines
+
+EXPECTED = {
+    "Catalog",
+    "CatalogError",
+    "Category",
+    "CellAggregates",
+    "ComputationError",
+    "ConfigError",
+    "DataError",
+    "Dataset",
+    "DimensionPlan",
+    "FormatError",
+    "InternalError",
+    "ParameterError",
+    "RefusedError",
+    "ReplicateDesign",
+    "RequestError",
+    "StructuralZero",
+    "TableRequest",
+    "TablesafeError",
+    "Tabulation",
+    "TabulationPlan",
+    "UserError",
+    "Variable",
+    "__version__",
+    "add_record_keys",
+    "cell_key_uniform",
+    "cell_keys",
+    "draw_record_keys",
+    "tabulate",
+    "write_demo_data",
+}
+
+
+def test_top_level_all_is_pinned():
+    assert set(tablesafe.__all__) == EXPECTED
+    for name in tablesafe.__all__:
+        assert hasattr(tablesafe, name), name
+
+
+def test_engines_all_is_pinned():
+    assert set(tablesafe.engines.__all__) == {
+        "DatasetSummary",
+        "DuckDBEngine",
+        "Engine",
+        "MemoryEngine",
+    }
+
+
+def test_error_hierarchy():
+    for name in (
+        "CatalogError",
+        "DataError",
+        "RequestError",
+        "ParameterError",
+        "FormatError",
+        "ConfigError",
+        "RefusedError",
+    ):
+        cls = getattr(tablesafe, name)
+        assert issubclass(cls, tablesafe.UserError)
+        assert issubclass(cls, ValueError)
+        assert 400 <= cls.status_code < 600
+    assert not issubclass(tablesafe.InternalError, tablesafe.UserError)
+    assert not issubclass(tablesafe.ComputationError, tablesafe.UserError)
+
+
+def test_engines_satisfy_the_protocol():
+    from tablesafe.engines import DuckDBEngine, Engine, MemoryEngine
+
+    assert isinstance(DuckDBEngine(), Engine)
+    assert isinstance(MemoryEngine(), Engine)
