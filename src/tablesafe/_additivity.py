@@ -1,0 +1,308 @@
+"""Additivity of protected tables: the data owner's three options (DESIGN decision 6).
+
+Seed 000 (Shlomo, Krenzke & Li 2019, Section 2.4) discusses how perturbed
+inner cells and margins relate:
+
+1. ``"aggregate"``: perturb the inner cells only and sum them for the
+   margins. Additive, but the noise of a margin grows with its number of
+   cells, and a margin is not the same across tables that share it.
+2. ``"independent"``: perturb every cell, margins included, with its own
+   seed. Consistent (a margin is the same in every table that contains it)
+   but not additive.
+3. ``"ipf"``: as 2, then make the table additive again: fit the inner cells
+   to the perturbed margins by iterative proportional fitting (IPF) and
+   round them to integers that add up (controlled rounding).
+
+This module implements option 3's two steps on extended arrays (see
+:mod:`tablesafe._aggregates`): :func:`fit_to_margins` and
+:func:`controlled_rounding`.
+
+Perturbed margins of different orders are generally inconsistent (the row
+totals do not sum to the perturbed grand total). :func:`fit_to_margins`
+therefore works down from the grand total: each requested margin of order
+m is fitted by IPF to the already fitted margins of order m - 1 that it
+contains, and finally the inner cells to the fitted margins of order k - 1.
+Every fitted level is consistent with the one below, so IPF converges
+unless zeros make the fit impossible (a positive margin whose cells are all
+zero), in which case zero cells that are not structural zeros are given a
+small positive start value and the fit is retried; if it still fails a
+:class:`~tablesafe.ComputationError` is raised.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+from scipy import optimize, sparse
+
+from tablesafe._errors import ComputationError, ParameterError
+
+__all__ = [
+    "ADDITIVITY_OPTIONS",
+    "Additivity",
+    "FitResult",
+    "aggregate_margins",
+    "controlled_rounding",
+    "fit_to_margins",
+]
+
+#: The data owner's choices.
+Additivity = Literal["aggregate", "independent", "ipf"]
+ADDITIVITY_OPTIONS: tuple[str, ...] = ("aggregate", "independent", "ipf")
+
+
+def _sets_by_order(grouping_sets: tuple[tuple[int, ...], ...], k: int) -> list[tuple[int, ...]]:
+    return sorted({gs for gs in grouping_sets if len(gs) < k}, key=lambda g: (len(g), g))
+
+
+def _index(shape: tuple[int, ...], gs: tuple[int, ...]) -> tuple[slice, ...]:
+    return tuple(slice(0, s - 1) if i in gs else slice(s - 1, s) for i, s in enumerate(shape))
+
+
+def aggregate_margins(
+    values: npt.NDArray[np.floating] | npt.NDArray[np.integer],
+    grouping_sets: tuple[tuple[int, ...], ...],
+) -> np.ndarray:
+    """Return a copy of ``values`` whose margins are the sums of its inner cells.
+
+    Args:
+        values: Extended array; only the inner cells are read.
+        grouping_sets: The margins to fill (others are set to zero).
+    """
+    shape = values.shape
+    k = len(shape)
+    inner = values[tuple(slice(0, s - 1) for s in shape)]
+    out = np.zeros_like(values)
+    for gs in grouping_sets:
+        dropped = tuple(i for i in range(k) if i not in gs)
+        out[_index(shape, gs)] = inner.sum(axis=dropped, keepdims=True) if dropped else inner
+    return out
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Result of fitting a table to its margins.
+
+    Attributes:
+        values: The fitted extended array (inner cells and margins consistent).
+        iterations: IPF sweeps used, summed over all levels.
+        max_discrepancy: Largest absolute difference between a fitted margin
+            and the sum of the cells it covers, at the end.
+        reseeded: Number of zero cells given a small start value to make the
+            fit possible.
+    """
+
+    values: np.ndarray
+    iterations: int
+    max_discrepancy: float
+    reseeded: int
+
+
+def _ipf(
+    seed: np.ndarray,
+    targets: list[tuple[tuple[int, ...], np.ndarray]],
+    tol: float,
+    max_iter: int,
+) -> tuple[np.ndarray, int, float]:
+    """Classic IPF of the array ``seed`` to marginal ``targets`` (axes kept, sums)."""
+    x = seed.astype(np.float64).copy()
+    k = x.ndim
+    if not targets:
+        return x, 0, 0.0
+    disc = np.inf
+    for it in range(1, max_iter + 1):
+        for kept, target in targets:
+            dropped = tuple(i for i in range(k) if i not in kept)
+            current = x.sum(axis=dropped, keepdims=True) if dropped else x
+            with np.errstate(divide="ignore", invalid="ignore"):
+                factor = np.where(current > 0, target / current, 0.0)
+            x *= factor
+        disc = 0.0
+        for kept, target in targets:
+            dropped = tuple(i for i in range(k) if i not in kept)
+            current = x.sum(axis=dropped, keepdims=True) if dropped else x
+            disc = max(disc, float(np.max(np.abs(current - target), initial=0.0)))
+        if disc <= tol:
+            return x, it, disc
+    return x, max_iter, disc
+
+
+def fit_to_margins(
+    values: npt.NDArray[np.floating],
+    grouping_sets: tuple[tuple[int, ...], ...],
+    *,
+    structural_zero: npt.NDArray[np.bool_] | None = None,
+    tol: float = 1e-6,
+    max_iter: int = 1000,
+    reseed: float = 1e-3,
+) -> FitResult:
+    """Make a table additive: fit inner cells to perturbed margins (option 3).
+
+    Args:
+        values: Extended array of non-negative perturbed values (inner
+            cells and the margins of ``grouping_sets``).
+        grouping_sets: The released margins (the inner set is included).
+        structural_zero: Cells that must stay zero.
+        tol: Convergence tolerance on absolute margin discrepancies, relative
+            to max(1, grand total).
+        max_iter: Maximum IPF sweeps per level.
+        reseed: Start value given to zero cells (not structural zeros) when
+            a fit is impossible without it.
+
+    Raises:
+        ParameterError: for negative values.
+        ComputationError: if a level does not converge.
+    """
+    if np.any(values < 0):
+        raise ParameterError("values to fit must be non-negative")
+    shape = values.shape
+    k = len(shape)
+    sz = np.zeros(shape, dtype=bool) if structural_zero is None else structural_zero
+    out = values.astype(np.float64).copy()
+    out[sz] = 0.0
+    scale = max(1.0, float(out[tuple(s - 1 for s in shape)]))
+    abs_tol = tol * scale
+    levels = [*_sets_by_order(grouping_sets, k), tuple(range(k))]
+    total_iter, worst, reseeded = 0, 0.0, 0
+    for gs in levels:
+        if len(gs) == 0:
+            continue
+        # Targets: the largest released margins inside this level; each is
+        # already fitted consistently with everything below it.
+        inside = [s for s in levels if set(s) < set(gs)]
+        subs = [s for s in inside if not any(set(s) < set(t) for t in inside)] or [()]
+        # The cells of this level as a len(gs)-dim array, and its targets.
+        cells = out[_index(shape, gs)].reshape([shape[i] - 1 for i in gs])
+        zeros = sz[_index(shape, gs)].reshape(cells.shape)
+        targets = []
+        for s in subs:
+            if s == () and () not in grouping_sets:
+                continue
+            kept = tuple(gs.index(i) for i in s)
+            target = out[_index(shape, s)].reshape([shape[i] - 1 if i in s else 1 for i in gs])
+            targets.append((kept, target))
+        fitted, it, disc = _ipf(cells, targets, abs_tol, max_iter)
+        if disc > abs_tol:
+            start = cells.copy()
+            fill = (start <= 0) & ~zeros
+            reseeded += int(fill.sum())
+            start[fill] = reseed
+            fitted, it2, disc = _ipf(start, targets, abs_tol, max_iter)
+            it += it2
+            if disc > abs_tol:
+                names = "inner cells" if len(gs) == k else f"margin over dimensions {list(gs)}"
+                raise ComputationError(
+                    f"additivity option 3 did not converge: IPF of the {names} left a "
+                    f"discrepancy of {disc:.3g} after {max_iter} sweeps (tolerance "
+                    f"{abs_tol:.3g}); choose additivity 'aggregate' or 'independent' for "
+                    "this table"
+                )
+        total_iter += it
+        worst = max(worst, disc)
+        out[_index(shape, gs)] = fitted.reshape(out[_index(shape, gs)].shape)
+    return FitResult(values=out, iterations=total_iter, max_discrepancy=worst, reseeded=reseeded)
+
+
+def controlled_rounding(
+    values: npt.NDArray[np.floating],
+    grouping_sets: tuple[tuple[int, ...], ...],
+    *,
+    time_limit: float = 30.0,
+) -> npt.NDArray[np.int64]:
+    """Round an additive table to integers that add up (controlled rounding).
+
+    Each inner cell is rounded to the integer just below or just above its
+    value (integers, zeros included, stay as they are); the margins are
+    then the sums of the rounded cells. Among such roundings, one is chosen
+    whose margins are also roundings (floor or ceiling) of the given
+    margins, solved as a mixed-integer program with HiGHS
+    (:func:`scipy.optimize.milp`). For two-way tables such a rounding
+    always exists (the constraint matrix is totally unimodular); for larger
+    tables, if none exists, the margins' excursions beyond floor/ceiling
+    are minimised.
+
+    Args:
+        values: Extended array, additive (e.g. from :func:`fit_to_margins`).
+        grouping_sets: The margins to respect.
+        time_limit: Seconds allowed to the solver.
+
+    Returns:
+        Extended int64 array: rounded inner cells and their margin sums.
+
+    Raises:
+        ComputationError: if the solver fails.
+    """
+    shape = values.shape
+    k = len(shape)
+    inner_shape = tuple(s - 1 for s in shape)
+    x = values[tuple(slice(0, s) for s in inner_shape)].astype(np.float64).ravel()
+    nvar = x.size
+    lo = np.floor(x + 1e-9)
+    hi = np.ceil(x - 1e-9)
+    hi = np.maximum(hi, lo)
+    rows, cols = [], []
+    lb, ub = [], []
+    idx = np.arange(nvar).reshape(inner_shape)
+    r = 0
+    for gs in grouping_sets:
+        if len(gs) == k:
+            continue
+        dropped = [i for i in range(k) if i not in gs]
+        target = values[_index(shape, gs)].reshape(-1)
+        moved = np.moveaxis(idx, dropped, list(range(len(dropped))))
+        groups = moved.reshape(int(np.prod([inner_shape[i] for i in dropped])), -1).T
+        for j, members in enumerate(groups):
+            rows.extend([r] * len(members))
+            cols.extend(members.tolist())
+            lb.append(np.floor(target[j] + 1e-9))
+            ub.append(np.ceil(target[j] - 1e-9))
+            r += 1
+    if r == 0:
+        out_inner = np.rint(x)
+        return _extend(out_inner.reshape(inner_shape).astype(np.int64), grouping_sets, shape)
+    m = r
+    # Variables: inner cells, then per margin constraint a non-negative slack
+    # below and above the floor/ceiling band (zero when a true controlled
+    # rounding exists).
+    a = sparse.coo_matrix((np.ones(len(rows)), (rows, cols)), shape=(m, nvar)).tocsr()
+    eye = sparse.identity(m, format="csr")
+    big = sparse.hstack([a, eye, -eye]).tocsr()
+    lb_arr, ub_arr = np.array(lb), np.array(ub)
+    # Prefer rounding to the nearer integer: a tiny cost on moving away.
+    frac = x - lo
+    c = np.concatenate([(0.5 - frac) * 1e-3, np.ones(2 * m), np.zeros(0)])
+    c[:nvar] = np.where(hi > lo, c[:nvar], 0.0)
+    integrality = np.concatenate([np.ones(nvar), np.zeros(2 * m)])
+    bounds = optimize.Bounds(
+        np.concatenate([lo, np.zeros(2 * m)]),
+        np.concatenate([hi, np.full(2 * m, np.inf)]),
+    )
+    constraint = optimize.LinearConstraint(big, lb_arr, ub_arr)
+    res = optimize.milp(
+        c,
+        constraints=[constraint],
+        integrality=integrality,
+        bounds=bounds,
+        options={"time_limit": time_limit, "disp": False},
+    )
+    if res.x is None:
+        raise ComputationError(f"controlled rounding failed: {res.message}")
+    y = np.rint(res.x[:nvar]).astype(np.int64)
+    return _extend(y.reshape(inner_shape), grouping_sets, shape)
+
+
+def _extend(
+    inner: npt.NDArray[np.int64], grouping_sets: tuple[tuple[int, ...], ...], shape: tuple[int, ...]
+) -> npt.NDArray[np.int64]:
+    full = np.zeros(shape, dtype=np.int64)
+    full[tuple(slice(0, s - 1) for s in shape)] = inner
+    return aggregate_margins(full, grouping_sets)
+
+
+def all_sets(k: int) -> tuple[tuple[int, ...], ...]:
+    """Every grouping set of a k-way table, inner cells first."""
+    return tuple(s for r in range(k, -1, -1) for s in itertools.combinations(range(k), r))

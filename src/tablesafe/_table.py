@@ -1,0 +1,155 @@
+"""Protected tables: what a user receives.
+
+A :class:`ProtectedTable` holds protected values only: perturbed sample
+counts, adjusted weighted counts, per-cell flags and the public description
+of the protection. It never holds a true value, a cell key or a seed, so
+every export of it is safe to publish.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from tablesafe._errors import FormatError, RequestError
+from tablesafe._render import long_frame, render_text, to_csv, to_json
+from tablesafe._request import DimensionPlan, TableRequest
+
+__all__ = ["ProtectedTable"]
+
+
+@dataclass(frozen=True, eq=False)
+class ProtectedTable:
+    """A protected frequency table: inner cells, margins, flags and metadata.
+
+    Arrays have the extended shape ``(s_1 + 1, ..., s_k + 1)`` (the last slot
+    of each axis is that dimension's total); ``computed`` marks the cells
+    the request asked for.
+
+    Attributes:
+        request: The request the table answers.
+        dimensions: The table's dimensions.
+        computed: Which cells are part of the table.
+        counts: Protected sample counts (int64), or ``None`` if not requested.
+        weighted: Protected weighted counts (float64), or ``None``.
+        perturbed: Cells whose count the mechanism changed.
+        adjusted: Cells changed by the additivity step (IPF and rounding).
+        structural_zero: Cells that cannot hold records (never perturbed).
+        mechanism: The public description of the protection.
+        metadata: Further public facts: dataset, additivity option and its
+            iterations, the mean weight used for weighted counts.
+        replicate_weighted: Protected replicate weighted counts ``(R, ...)``
+            for variance estimation, or ``None``.
+    """
+
+    request: TableRequest
+    dimensions: tuple[DimensionPlan, ...]
+    computed: npt.NDArray[np.bool_]
+    counts: npt.NDArray[np.int64] | None
+    weighted: npt.NDArray[np.float64] | None
+    perturbed: npt.NDArray[np.bool_]
+    adjusted: npt.NDArray[np.bool_]
+    structural_zero: npt.NDArray[np.bool_]
+    mechanism: Mapping[str, Any]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    replicate_weighted: npt.NDArray[np.float64] | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The extended shape."""
+        return self.computed.shape
+
+    @property
+    def inner(self) -> tuple[slice, ...]:
+        """Index of the inner cells in the extended arrays."""
+        return tuple(slice(0, d.size) for d in self.dimensions)
+
+    def statistics(self) -> dict[str, np.ndarray]:
+        """Statistic name (``n``, ``weighted``) -> extended array."""
+        out: dict[str, np.ndarray] = {}
+        if self.counts is not None:
+            out["n"] = self.counts
+        if self.weighted is not None:
+            out["weighted"] = self.weighted
+        return out
+
+    def to_frame(self, *, labels: bool = False, flags: bool = True) -> pd.DataFrame:
+        """Long DataFrame: one row per cell, ``_T`` codes for totals, then statistics and flags."""
+        cols: dict[str, np.ndarray] = dict(self.statistics())
+        if flags:
+            cols["perturbed"] = self.perturbed
+            cols["adjusted"] = self.adjusted
+            cols["structural_zero"] = self.structural_zero
+        return long_frame(self.dimensions, cols, self.computed, labels=labels)
+
+    def public_metadata(self) -> dict[str, Any]:
+        """Everything published with the table besides its cells."""
+        return {
+            "protected": True,
+            "dimensions": [d.name for d in self.dimensions],
+            "universe": {k: list(v) for k, v in self.request.universe.items()},
+            "statistic": self.request.statistic,
+            "mechanism": dict(self.mechanism),
+            **dict(self.metadata),
+        }
+
+    def to_csv(self) -> str:
+        """CSV text, one row per cell, with exact numbers."""
+        return to_csv(self.to_frame())
+
+    def to_json(self) -> str:
+        """JSON text: ``{"meta": ..., "cells": [...]}``."""
+        return to_json(self.to_frame(), self.public_metadata())
+
+    def to_xlsx(self, path: str | Path) -> Path:
+        """Write an Excel workbook: sheet ``cells`` (long format) and sheet ``about``."""
+        path = Path(path)
+        if path.suffix.lower() != ".xlsx":
+            raise FormatError(f"an Excel export must end in .xlsx, not {path.suffix!r}")
+        about = pd.DataFrame(
+            [(k, _flat(v)) for k, v in self.public_metadata().items()], columns=["key", "value"]
+        )
+        with pd.ExcelWriter(path, engine="openpyxl") as xl:
+            self.to_frame(labels=True).to_excel(xl, sheet_name="cells", index=False)
+            about.to_excel(xl, sheet_name="about", index=False)
+        return path
+
+    def render(self, fmt: str = "text") -> str:
+        """Render as ``"text"`` (pretty, via rich), ``"csv"`` or ``"json"``."""
+        if fmt == "csv":
+            return self.to_csv()
+        if fmt == "json":
+            return self.to_json() + "\n"
+        if fmt != "text":
+            raise RequestError(f"unknown format {fmt!r}; allowed: text, csv, json")
+        universe = (
+            " and ".join(f"{k} in {list(v)}" for k, v in self.request.universe.items())
+            or "all records"
+        )
+        mech = ", ".join(f"{k}={_flat(v)}" for k, v in self.mechanism.items())
+        meta = self.metadata
+        caption = f"protection: {mech}\nadditivity: {meta.get('additivity', '')}" + (
+            f"; weighted counts adjusted by {meta['weighting']}" if "weighting" in meta else ""
+        )
+        return render_text(
+            self.dimensions,
+            self.statistics(),
+            self.computed,
+            title=f"Protected table; dataset: {meta.get('dataset', '')}; universe: {universe}",
+            caption=caption,
+        )
+
+
+def _flat(v: Any) -> Any:
+    if isinstance(v, Mapping | list | tuple):
+        buf = io.StringIO()
+        buf.write(str(v))
+        return buf.getvalue()
+    return v
