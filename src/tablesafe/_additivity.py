@@ -25,8 +25,13 @@ contains, and finally the inner cells to the fitted margins of order k - 1.
 Every fitted level is consistent with the one below, so IPF converges
 unless zeros make the fit impossible (a positive margin whose cells are all
 zero), in which case zero cells that are not structural zeros are given a
-small positive start value and the fit is retried; if it still fails a
-:class:`~tablesafe.ComputationError` is raised.
+small positive start value and the fit is retried. Structural zeros can tie
+margins together (the under-15s' row margin must equal the "not applicable"
+column margin); perturbed independently, such margins cannot all be met.
+Then the margins are first replaced by the closest consistent ones (the
+margins of the non-negative least-squares fit of the inner cells to every
+released cell) and the perturbed inner cells are fitted to those. If that
+fails too, a :class:`~tablesafe.ComputationError` is raised.
 """
 
 from __future__ import annotations
@@ -94,12 +99,16 @@ class FitResult:
             and the sum of the cells it covers, at the end.
         reseeded: Number of zero cells given a small start value to make the
             fit possible.
+        method: ``"ipf"``, or ``"least-squares margins, ipf"`` when the
+            perturbed margins could not all be met and were first replaced
+            by the closest consistent ones.
     """
 
     values: np.ndarray
     iterations: int
     max_discrepancy: float
     reseeded: int
+    method: str = "ipf"
 
 
 def _ipf(
@@ -160,12 +169,49 @@ def fit_to_margins(
     if np.any(values < 0):
         raise ParameterError("values to fit must be non-negative")
     shape = values.shape
-    k = len(shape)
     sz = np.zeros(shape, dtype=bool) if structural_zero is None else structural_zero
     out = values.astype(np.float64).copy()
     out[sz] = 0.0
-    scale = max(1.0, float(out[tuple(s - 1 for s in shape)]))
-    abs_tol = tol * scale
+    abs_tol = tol * max(1.0, float(out[tuple(s - 1 for s in shape)]))
+    try:
+        return _hierarchical_fit(out, grouping_sets, sz, abs_tol, max_iter, reseed, "ipf")
+    except _NoFit:
+        pass
+    # Perturbed margins that no table can meet at once (structural zeros tie
+    # some margins together): replace them by the closest consistent ones,
+    # the margins of the non-negative least-squares fit to every released
+    # cell, and fit the perturbed inner cells to those.
+    consistent = _least_squares_margins(out, grouping_sets, sz)
+    inner = tuple(slice(0, s - 1) for s in shape)
+    consistent[inner] = out[inner]
+    try:
+        return _hierarchical_fit(
+            consistent, grouping_sets, sz, abs_tol, max_iter, reseed, "least-squares margins, ipf"
+        )
+    except _NoFit as exc:
+        raise ComputationError(
+            f"additivity option 3 did not converge: IPF of the {exc.args[0]} left a "
+            f"discrepancy of {exc.args[1]:.3g} after {max_iter} sweeps (tolerance "
+            f"{abs_tol:.3g}); choose additivity 'aggregate' or 'independent' for this table"
+        ) from None
+
+
+class _NoFit(Exception):
+    """A level of the hierarchical fit did not converge."""
+
+
+def _hierarchical_fit(
+    values: np.ndarray,
+    grouping_sets: tuple[tuple[int, ...], ...],
+    sz: np.ndarray,
+    abs_tol: float,
+    max_iter: int,
+    reseed: float,
+    method: str,
+) -> FitResult:
+    shape = values.shape
+    k = len(shape)
+    out = values.copy()
     levels = [*_sets_by_order(grouping_sets, k), tuple(range(k))]
     total_iter, worst, reseeded = 0, 0.0, 0
     for gs in levels:
@@ -195,16 +241,52 @@ def fit_to_margins(
             it += it2
             if disc > abs_tol:
                 names = "inner cells" if len(gs) == k else f"margin over dimensions {list(gs)}"
-                raise ComputationError(
-                    f"additivity option 3 did not converge: IPF of the {names} left a "
-                    f"discrepancy of {disc:.3g} after {max_iter} sweeps (tolerance "
-                    f"{abs_tol:.3g}); choose additivity 'aggregate' or 'independent' for "
-                    "this table"
-                )
+                raise _NoFit(names, disc)
         total_iter += it
         worst = max(worst, disc)
         out[_index(shape, gs)] = fitted.reshape(out[_index(shape, gs)].shape)
-    return FitResult(values=out, iterations=total_iter, max_discrepancy=worst, reseeded=reseeded)
+    return FitResult(
+        values=out,
+        iterations=total_iter,
+        max_discrepancy=worst,
+        reseeded=reseeded,
+        method=method,
+    )
+
+
+def _least_squares_margins(
+    values: np.ndarray, grouping_sets: tuple[tuple[int, ...], ...], sz: np.ndarray
+) -> np.ndarray:
+    """Margins of the non-negative inner table closest (least squares) to all released cells."""
+    shape = values.shape
+    k = len(shape)
+    inner_shape = tuple(s - 1 for s in shape)
+    free = ~sz[tuple(slice(0, s) for s in inner_shape)].ravel()
+    var = np.full(free.size, -1)
+    var[free] = np.arange(int(free.sum()))
+    idx = var.reshape(inner_shape)
+    rows: list[int] = []
+    cols: list[int] = []
+    rhs: list[float] = []
+    for gs in grouping_sets:
+        dropped = [i for i in range(k) if i not in gs]
+        target = values[_index(shape, gs)].reshape(-1)
+        moved = np.moveaxis(idx, dropped, list(range(len(dropped))))
+        groups = moved.reshape(int(np.prod([inner_shape[i] for i in dropped])), -1).T
+        for j, members in enumerate(groups):
+            members = members[members >= 0]
+            if members.size == 0:
+                continue
+            rows.extend([len(rhs)] * members.size)
+            cols.extend(members.tolist())
+            rhs.append(float(target[j]))
+    a = sparse.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(rhs), int(free.sum())))
+    res = optimize.lsq_linear(a, np.array(rhs), bounds=(0, np.inf), lsmr_tol="auto")
+    inner = np.zeros(free.size)
+    inner[free] = res.x
+    full = np.zeros(shape)
+    full[tuple(slice(0, s) for s in inner_shape)] = inner.reshape(inner_shape)
+    return aggregate_margins(full, grouping_sets)
 
 
 def controlled_rounding(

@@ -317,6 +317,7 @@ class TableBuilder:
             adjusted = computed & (rounded != counts)
             meta["ipf_iterations"] = fit.iterations
             meta["ipf_reseeded_cells"] = fit.reseeded
+            meta["ipf_method"] = fit.method
             if weighted is not None:
                 wfit = fit_to_margins(np.maximum(weighted, 0.0), sets, structural_zero=sz).values
                 ratio = np.divide(rounded, fit.values, out=np.zeros(shape), where=fit.values > 0)

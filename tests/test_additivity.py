@@ -1,0 +1,122 @@
+"""Additivity option 3: IPF to perturbed margins and controlled rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tablesafe._additivity import (
+    aggregate_margins,
+    all_sets,
+    controlled_rounding,
+    fit_to_margins,
+)
+from tablesafe._errors import ComputationError, ParameterError
+
+
+def noisy_table(shape, rng, noise=3):
+    ext = np.zeros(tuple(s + 1 for s in shape))
+    ext[tuple(slice(0, s) for s in shape)] = rng.poisson(8, size=shape)
+    ext = aggregate_margins(ext, all_sets(len(shape)))
+    return np.maximum(ext + rng.integers(-noise, noise + 1, size=ext.shape), 0).astype(float)
+
+
+def margins_of(values, sets):
+    return aggregate_margins(values, sets)
+
+
+def test_aggregate_margins_sums_inner_cells():
+    inner = np.arange(6).reshape(2, 3)
+    ext = np.zeros((3, 4), dtype=np.int64)
+    ext[:2, :3] = inner
+    out = aggregate_margins(ext, all_sets(2))
+    assert out[:2, 3].tolist() == [3, 12]
+    assert out[2, :3].tolist() == [3, 5, 7]
+    assert out[2, 3] == 15
+
+
+@pytest.mark.parametrize("shape", [(6,), (5, 4), (4, 3, 3), (3, 3, 2, 2)])
+def test_fit_makes_the_table_additive(shape):
+    rng = np.random.default_rng(sum(shape))
+    sets = all_sets(len(shape))
+    values = noisy_table(shape, rng)
+    fit = fit_to_margins(values, sets)
+    np.testing.assert_allclose(margins_of(fit.values, sets), fit.values, atol=1e-3)
+    assert (fit.values >= 0).all()
+    # The grand total is the perturbed grand total: fitting works down from it.
+    assert fit.values[(-1,) * len(shape)] == values[(-1,) * len(shape)]
+    assert fit.iterations >= 1
+
+
+@pytest.mark.parametrize("shape", [(7,), (6, 5), (4, 3, 3), (3, 3, 2, 2)])
+def test_controlled_rounding_integers_that_add_up(shape):
+    rng = np.random.default_rng(len(shape))
+    sets = all_sets(len(shape))
+    fit = fit_to_margins(noisy_table(shape, rng), sets)
+    rounded = controlled_rounding(fit.values, sets)
+    assert rounded.dtype == np.int64
+    assert (rounded >= 0).all()
+    np.testing.assert_array_equal(margins_of(rounded, sets), rounded)
+    inner = tuple(slice(0, s) for s in shape)
+    # Each inner cell is its fitted value rounded down or up.
+    assert (np.abs(rounded[inner] - fit.values[inner]) < 1).all()
+    if len(shape) <= 2:
+        # Two-way tables always admit a rounding whose margins are roundings too.
+        assert (np.abs(rounded - fit.values) < 1 + 1e-6).all()
+
+
+def test_rounding_keeps_zeros_and_integers():
+    ext = np.array([[0.0, 2.0, 3.4], [1.0, 0.0, 0.6], [0, 0, 0]])
+    ext = aggregate_margins(np.pad(ext[:2, :2], ((0, 1), (0, 1))), all_sets(2))
+    rounded = controlled_rounding(ext, all_sets(2))
+    np.testing.assert_array_equal(rounded, ext.astype(np.int64))
+
+
+def test_structural_zeros_stay_zero():
+    rng = np.random.default_rng(3)
+    values = noisy_table((4, 4), rng)
+    sz = np.zeros(values.shape, dtype=bool)
+    sz[0, 1] = sz[2, 3] = True
+    fit = fit_to_margins(values, all_sets(2), structural_zero=sz)
+    assert fit.values[0, 1] == 0 and fit.values[2, 3] == 0
+
+
+def test_zero_cells_are_reseeded_when_a_margin_needs_them():
+    ext = np.array([[0.0, 0.0, 5.0], [2.0, 3.0, 5.0], [2.0, 3.0, 10.0]])
+    fit = fit_to_margins(ext, all_sets(2))
+    assert fit.reseeded >= 1
+    np.testing.assert_allclose(margins_of(fit.values, all_sets(2)), fit.values, atol=1e-3)
+
+
+def test_margins_tied_by_structural_zeros_are_made_consistent_first():
+    ext = np.array([[0.0, 0.0, 5.0], [2.0, 3.0, 5.0], [2.0, 3.0, 10.0]])
+    sz = np.zeros(ext.shape, dtype=bool)
+    sz[0, :2] = True  # row 1 can hold no records, but its perturbed margin says 5
+    fit = fit_to_margins(ext, all_sets(2), structural_zero=sz, max_iter=50)
+    assert fit.method == "least-squares margins, ipf"
+    assert fit.values[0, 0] == fit.values[0, 1] == 0
+    np.testing.assert_allclose(margins_of(fit.values, all_sets(2)), fit.values, atol=1e-3)
+
+
+def test_no_convergence_raises_a_clear_error():
+    rng = np.random.default_rng(4)
+    values = noisy_table((5, 4, 3), rng, noise=6)
+    with pytest.raises(ComputationError, match="did not converge.*choose additivity"):
+        fit_to_margins(values, all_sets(3), max_iter=1, tol=1e-12)
+
+
+def test_negative_values_are_refused():
+    with pytest.raises(ParameterError):
+        fit_to_margins(np.array([[-1.0, 1.0], [1.0, 1.0]]), all_sets(1))
+
+
+def test_partial_margins():
+    rng = np.random.default_rng(9)
+    values = noisy_table((3, 4, 2), rng)
+    sets = ((0, 1, 2), (0,), (1, 2))
+    fit = fit_to_margins(values, sets)
+    np.testing.assert_allclose(
+        margins_of(fit.values, sets)[:3, 4, 2], fit.values[:3, 4, 2], atol=1e-3
+    )
+    rounded = controlled_rounding(fit.values, sets)
+    np.testing.assert_array_equal(margins_of(rounded, sets), rounded)

@@ -1,0 +1,248 @@
+"""The table builder end to end: seeds, weighting, additivity, structural zeros, exports."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tablesafe._builder import Protection, TableBuilder, structural_zero_mask
+from tablesafe._dataset import Dataset
+from tablesafe._errors import ParameterError
+from tablesafe._request import TableRequest
+from tablesafe._seeds import cell_key_uniforms, dynamic_uniforms
+from tablesafe.engines import MemoryEngine
+
+SECRET = b"0123456789abcdef0123456789abcdef"
+
+
+class Shift:
+    """A small mechanism for tests: v uniform on {-2..2} by the cell's uniform; zeros kept."""
+
+    def perturbation(self, counts, u, cell_key=None):
+        v = np.floor(u * 5).astype(np.int64) - 2
+        return np.where(counts == 0, 0, v)
+
+    def describe(self):
+        return {"name": "shift", "q": 2}
+
+
+def builder(dataset, **kwargs):
+    kwargs.setdefault("mechanism", Shift())
+    return TableBuilder(dataset, Protection(**kwargs))
+
+
+# -- seeds ---------------------------------------------------------------------
+
+
+def test_cell_key_uniform_formula():
+    keys = np.array([0, 1, 2**31, 2**32 - 1], dtype=np.uint32)
+    np.testing.assert_array_equal(cell_key_uniforms(keys), (keys.astype(float) + 0.5) / 2**32)
+
+
+def test_dynamic_uniforms_depend_on_secret_and_every_margin():
+    keys = np.arange(12, dtype=np.uint32).reshape(3, 4) * 1000
+    a = dynamic_uniforms(keys, SECRET)
+    assert ((a > 0) & (a < 1)).all()
+    np.testing.assert_array_equal(a, dynamic_uniforms(keys, SECRET))
+    assert not np.isin(a, dynamic_uniforms(keys, SECRET[::-1])).any()
+    changed = keys.copy()
+    changed[-1, -1] += 1  # the universe key sum only
+    assert not np.isin(a, dynamic_uniforms(changed, SECRET)).any()
+    row = keys.copy()
+    row[0, -1] += 1  # the margin of row 0 only: its cells change, the others do not
+    b = dynamic_uniforms(row, SECRET)
+    assert (a[0] != b[0]).all()
+    np.testing.assert_array_equal(a[1:], b[1:])
+
+
+def test_dynamic_seeds_need_a_long_secret(random_data):
+    dataset, _ = random_data
+    with pytest.raises(ParameterError, match="secret"):
+        Protection(Shift(), seeds="dynamic")
+    short = builder(dataset, seeds="dynamic", secret=b"short")
+    with pytest.raises(ParameterError, match="at least 16 bytes"):
+        short.build(TableRequest(("A",)))
+
+
+def test_secret_never_appears_in_repr():
+    p = Protection(Shift(), seeds="dynamic", secret=SECRET)
+    assert SECRET.decode() not in repr(p)
+    assert "hidden" in repr(p)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"seeds": "random"}, "allowed: cellkey, dynamic"),
+        ({"weighting": "median"}, "allowed: overall_mean, cell_mean"),
+        ({"additivity": "magic"}, "allowed: aggregate, independent, ipf"),
+        ({"mechanism": "dp"}, "cell-wise mechanism"),
+    ],
+)
+def test_protection_validates(kwargs, message):
+    kwargs.setdefault("mechanism", Shift())
+    with pytest.raises(ParameterError, match=message):
+        Protection(**kwargs)
+
+
+# -- consistency -------------------------------------------------------------------
+
+
+def test_same_cell_in_two_tables_gets_the_same_perturbation(random_data):
+    dataset, _ = random_data
+    b = builder(dataset, additivity="independent")
+    one_way = b.build(TableRequest(("A",), universe={"D": [1]}, statistic="count"))
+    two_way = b.build(TableRequest(("A", "D"), statistic="count"))
+    # Cell A=a inside D=1 is the same set of records in both tables.
+    np.testing.assert_array_equal(one_way.counts[:4], two_way.counts[:4, 0])
+    assert one_way.perturbed[:3].any()
+
+
+def test_same_request_same_answer(random_data):
+    dataset, _ = random_data
+    req = TableRequest(("A", "CG"), universe={"B": ["x", "y"]})
+    for seeds in ("cellkey", "dynamic"):
+        first = builder(dataset, seeds=seeds, secret=SECRET).build(req)
+        again = builder(dataset, seeds=seeds, secret=SECRET, mechanism=Shift()).build(req)
+        np.testing.assert_array_equal(first.counts, again.counts)
+        np.testing.assert_array_equal(first.weighted, again.weighted)
+
+
+def test_universe_differing_by_one_record_changes_every_dynamic_seed(random_data, make_dataset):
+    dataset, frame = random_data
+    other = make_dataset(frame.iloc[1:])
+    req = TableRequest(("A", "B"), statistic="count")
+    plan_a = req.bind(dataset.catalog)
+    engine = MemoryEngine()
+    ka = engine.tabulate(dataset, plan_a).cell_key
+    kb = engine.tabulate(other, req.bind(other.catalog)).cell_key
+    ua, ub = dynamic_uniforms(ka, SECRET), dynamic_uniforms(kb, SECRET)
+    assert (ua != ub).all()
+    # Cell keys change only where the dropped record was counted.
+    assert 0 < (cell_key_uniforms(ka) != cell_key_uniforms(kb)).sum() <= 4
+
+
+# -- weighting --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("weighting", ["overall_mean", "cell_mean"])
+def test_weighted_counts_follow_perturbed_counts(random_data, weighting):
+    dataset, frame = random_data
+    b = builder(dataset, additivity="independent", weighting=weighting)
+    req = TableRequest(("A", "B"))
+    table = b.build(req)
+    truth = b.tabulate(req).aggregates
+    v = table.counts - truth.n
+    overall = frame["W"].sum() / len(frame)
+    if weighting == "overall_mean":
+        expected = truth.weight_sum + v * overall
+        assert table.metadata["overall_mean_weight"] == pytest.approx(overall, rel=1e-6)
+    else:
+        mean = np.divide(
+            truth.weight_sum, truth.n, out=np.full(v.shape, overall), where=truth.n > 0
+        )
+        expected = truth.weight_sum + v * mean
+    expected = np.where(table.counts == 0, 0, expected)
+    np.testing.assert_allclose(table.weighted, expected, rtol=1e-9)
+
+
+# -- additivity options ---------------------------------------------------------------------
+
+
+def test_option_aggregate_margins_are_sums(random_data):
+    dataset, _ = random_data
+    table = builder(dataset, additivity="aggregate").build(TableRequest(("A", "B", "D")))
+    c = table.counts
+    np.testing.assert_array_equal(c[:-1, :-1, -1], c[:-1, :-1, :-1].sum(axis=2))
+    np.testing.assert_array_equal(c[-1, -1, -1], c[:-1, :-1, :-1].sum())
+    np.testing.assert_allclose(table.weighted[-1, -1, -1], table.weighted[:-1, :-1, :-1].sum())
+
+
+def test_option_ipf_inner_cells_are_integers_adding_to_released_margins(random_data):
+    dataset, _ = random_data
+    table = builder(dataset, additivity="ipf").build(TableRequest(("A", "B", "D")))
+    c = table.counts
+    assert c.dtype == np.int64 and (c >= 0).all()
+    for axis in range(3):
+        idx = [slice(None)] * 3
+        idx[axis] = slice(-1, None)
+        inner = [slice(None)] * 3
+        inner[axis] = slice(0, -1)
+        np.testing.assert_array_equal(c[tuple(idx)].squeeze(axis), c[tuple(inner)].sum(axis=axis))
+    np.testing.assert_allclose(
+        table.weighted[-1, -1, -1], table.weighted[:-1, :-1, :-1].sum(), rtol=1e-9
+    )
+    assert table.metadata["ipf_iterations"] >= 1
+
+
+def test_option_independent_perturbs_margins_on_their_own(random_data):
+    dataset, _ = random_data
+    b = builder(dataset, additivity="independent")
+    table = b.build(TableRequest(("A", "B")))
+    truth = b.tabulate(TableRequest(("A", "B"))).aggregates
+    assert table.perturbed[-1, :].any() or table.perturbed[:, -1].any()
+    assert (table.counts != truth.n).any()
+
+
+# -- structural zeros ---------------------------------------------------------------------------
+
+
+def test_structural_zeros_are_flagged_and_never_perturbed(demo_dir):
+    dataset = Dataset.open(demo_dir)
+    req = TableRequest(("AGEGRP", "MARSTAT", "EMPSTAT"))
+    for additivity in ("aggregate", "independent", "ipf"):
+        table = builder(dataset, additivity=additivity).build(req)
+        sz = table.structural_zero
+        assert sz[0, 1:4, :].all()  # under-15s are never married, widowed or divorced
+        assert sz[1:8, :, 3].all()  # nobody aged 15+ is "not applicable"
+        assert not sz[1, 1, 0]
+        assert (table.counts[sz] == 0).all()
+        assert not table.perturbed[sz].any()
+
+
+def test_structural_zero_through_the_universe(demo_dir):
+    dataset = Dataset.open(demo_dir)
+    plan = TableRequest(("MARSTAT",), universe={"AGE": [3, 4, 5]}).bind(dataset.catalog)
+    sz = structural_zero_mask(dataset.catalog, plan)
+    assert sz.tolist() == [False, True, True, True, False]
+
+
+# -- statistics, margins and exports -------------------------------------------------------------
+
+
+def test_requested_margins_only(random_data):
+    dataset, _ = random_data
+    table = builder(dataset).build(TableRequest(("A", "B"), margins="total"))
+    assert table.computed[:-1, :-1].all() and table.computed[-1, -1]
+    assert not table.computed[0, -1] and not table.computed[-1, 0]
+    frame = table.to_frame()
+    assert len(frame) == 4 * 4 + 1
+
+
+def test_count_only_and_weighted_only(random_data):
+    dataset, _ = random_data
+    counts = builder(dataset).build(TableRequest(("A",), statistic="count"))
+    assert counts.weighted is None and counts.counts is not None
+    weighted = builder(dataset).build(TableRequest(("A",), statistic="weighted"))
+    assert weighted.counts is None and weighted.weighted is not None
+
+
+def test_exports(random_data, tmp_path):
+    dataset, _ = random_data
+    table = builder(dataset, additivity="ipf").build(TableRequest(("A", "CG")))
+    frame = table.to_frame(labels=True)
+    assert {"A", "A_label", "CG", "n", "weighted", "perturbed", "adjusted"} <= set(frame.columns)
+    doc = json.loads(table.to_json())
+    assert doc["meta"]["protected"] is True and doc["meta"]["mechanism"]["name"] == "shift"
+    assert len(doc["cells"]) == len(frame)
+    csv = pd.read_csv(pd.io.common.StringIO(table.to_csv()))
+    assert csv["n"].sum() == frame["n"].sum()
+    path = table.to_xlsx(tmp_path / "t.xlsx")
+    book = pd.read_excel(path, sheet_name=None)
+    assert set(book) == {"cells", "about"}
+    assert book["cells"]["n"].tolist() == frame["n"].tolist()
+    text = table.render("text")
+    assert "Protected table" in text and "UNPROTECTED" not in text
