@@ -84,7 +84,11 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def _fmt(value: float, statistic: str) -> str:
+def _fmt(value: Any, statistic: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
     if statistic in ("n",) or (float(value).is_integer() and statistic != "weighted"):
         return f"{int(value):,}"
     return f"{value:,.0f}"

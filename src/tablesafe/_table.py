@@ -47,6 +47,8 @@ class ProtectedTable:
             iterations, the mean weight used for weighted counts.
         replicate_weighted: Protected replicate weighted counts ``(R, ...)``
             for variance estimation, or ``None``.
+        suppressed: Cells hidden by the small-cell rule (their values are
+            blank, or ``"<k"``, in every export), or ``None``.
     """
 
     request: TableRequest
@@ -60,6 +62,7 @@ class ProtectedTable:
     mechanism: Mapping[str, Any]
     metadata: Mapping[str, Any] = field(default_factory=dict)
     replicate_weighted: npt.NDArray[np.float64] | None = None
+    suppressed: npt.NDArray[np.bool_] | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -80,13 +83,38 @@ class ProtectedTable:
             out["weighted"] = self.weighted
         return out
 
-    def to_frame(self, *, labels: bool = False, flags: bool = True) -> pd.DataFrame:
-        """Long DataFrame: one row per cell, ``_T`` codes for totals, then statistics and flags."""
+    def shown_statistics(self) -> dict[str, np.ndarray]:
+        """Statistics as published: suppressed cells blank (``None``) or ``"<k"``."""
         cols: dict[str, np.ndarray] = dict(self.statistics())
+        if self.suppressed is not None and self.suppressed.any():
+            shown = self.metadata.get("small_cell_display")
+            for name in list(cols):
+                values = cols[name].astype(object)
+                values[self.suppressed] = shown
+                cols[name] = values
+        return cols
+
+    def to_frame(
+        self, *, labels: bool = False, flags: bool = True, owner: bool = False
+    ) -> pd.DataFrame:
+        """Long DataFrame: one row per cell, ``_T`` codes for totals, statistics and flags.
+
+        Args:
+            labels: Add a ``<name>_label`` column per dimension.
+            flags: Add the public flags ``structural_zero`` and ``suppressed``.
+            owner: Also add ``perturbed`` and ``adjusted``. These tell which
+                published values are exact, which weakens the protection
+                (under DP it breaks the privacy guarantee): for the data
+                owner's evaluation only, never for publication.
+        """
+        cols = self.shown_statistics()
         if flags:
+            cols["structural_zero"] = self.structural_zero
+            if self.suppressed is not None:
+                cols["suppressed"] = self.suppressed
+        if owner:
             cols["perturbed"] = self.perturbed
             cols["adjusted"] = self.adjusted
-            cols["structural_zero"] = self.structural_zero
         return long_frame(self.dimensions, cols, self.computed, labels=labels)
 
     def public_metadata(self) -> dict[str, Any]:
@@ -113,13 +141,24 @@ class ProtectedTable:
         path = Path(path)
         if path.suffix.lower() != ".xlsx":
             raise FormatError(f"an Excel export must end in .xlsx, not {path.suffix!r}")
+        path.write_bytes(self.to_xlsx_bytes())
+        return path
+
+    def to_xlsx_bytes(self) -> bytes:
+        """The Excel workbook as bytes, identical for identical tables.
+
+        Workbooks carry creation times in their properties and in the zip
+        entries; both are fixed so that the same table always gives the
+        same bytes (the API promises byte-identical answers).
+        """
         about = pd.DataFrame(
             [(k, _flat(v)) for k, v in self.public_metadata().items()], columns=["key", "value"]
         )
-        with pd.ExcelWriter(path, engine="openpyxl") as xl:
+        raw = io.BytesIO()
+        with pd.ExcelWriter(raw, engine="openpyxl") as xl:
             self.to_frame(labels=True).to_excel(xl, sheet_name="cells", index=False)
             about.to_excel(xl, sheet_name="about", index=False)
-        return path
+        return _normalise_zip(raw.getvalue())
 
     def render(self, fmt: str = "text") -> str:
         """Render as ``"text"`` (pretty, via rich), ``"csv"`` or ``"json"``."""
@@ -140,11 +179,39 @@ class ProtectedTable:
         )
         return render_text(
             self.dimensions,
-            self.statistics(),
+            self.shown_statistics(),
             self.computed,
             title=f"Protected table; dataset: {meta.get('dataset', '')}; universe: {universe}",
             caption=caption,
         )
+
+
+_EPOCH = "2000-01-01T00:00:00Z"
+
+
+def _normalise_zip(data: bytes) -> bytes:
+    """Fix the timestamps of an xlsx (zip entries and document properties)."""
+    import re
+    import zipfile
+
+    out = io.BytesIO()
+    with (
+        zipfile.ZipFile(io.BytesIO(data)) as src,
+        zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst,
+    ):
+        for item in src.infolist():
+            content = src.read(item.filename)
+            if item.filename == "docProps/core.xml":
+                content = re.sub(
+                    rb"(<dcterms:(?:created|modified)[^>]*>)[^<]*(</dcterms:)",
+                    rb"\g<1>" + _EPOCH.encode() + rb"\g<2>",
+                    content,
+                )
+            info = zipfile.ZipInfo(item.filename, date_time=(2000, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = item.external_attr
+            dst.writestr(info, content)
+    return out.getvalue()
 
 
 def _flat(v: Any) -> Any:

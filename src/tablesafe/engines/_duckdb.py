@@ -20,7 +20,7 @@ import numpy as np
 from tablesafe._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe._catalog import Catalog
 from tablesafe._dataset import Dataset
-from tablesafe._errors import DataError, FormatError
+from tablesafe._errors import ComputationError, DataError, FormatError
 from tablesafe._request import TabulationPlan
 from tablesafe.engines._base import DatasetSummary, assemble_grouped
 
@@ -50,6 +50,8 @@ class DuckDBEngine:
         materialize: Load each dataset into DuckDB's in-memory columnar
             storage on first use instead of scanning its file for every
             query (faster repeated queries; costs memory).
+        timeout: Seconds after which a tabulation is cancelled
+            (:class:`~tablesafe.ComputationError`); ``None`` for no limit.
     """
 
     name = "duckdb"
@@ -60,6 +62,7 @@ class DuckDBEngine:
         threads: int | None = None,
         memory_limit: str | None = None,
         materialize: bool = False,
+        timeout: float | None = None,
     ) -> None:
         config: dict[str, Any] = {}
         if threads is not None:
@@ -68,6 +71,7 @@ class DuckDBEngine:
             config["memory_limit"] = memory_limit
         self._con = duckdb.connect(":memory:", config=config)
         self._materialize = materialize
+        self._timeout = timeout
         self._tables: dict[tuple[str, str], str] = {}
         self._validated: dict[tuple[str, int, int], DatasetSummary] = {}
         self._lock = threading.Lock()
@@ -102,10 +106,24 @@ class DuckDBEngine:
                 self._tables[key] = table
             return self._tables[key]
 
-    def _run(self, sql: str, params: Sequence[Any]) -> duckdb.DuckDBPyConnection:
+    def _run(
+        self, sql: str, params: Sequence[Any], *, timeout: float | None = None
+    ) -> duckdb.DuckDBPyConnection:
         cur = self._con.cursor()
+        timer = None
+        if timeout is not None:
+            # DuckDB has no statement timeout; interrupting the cursor from a
+            # timer thread cancels the running query.
+            timer = threading.Timer(timeout, cur.interrupt)
+            timer.daemon = True
+            timer.start()
         try:
             return cur.execute(sql, list(params))
+        except duckdb.InterruptException:
+            raise ComputationError(
+                f"the tabulation took longer than {timeout} s and was cancelled; ask for a "
+                "smaller table or a narrower universe"
+            ) from None
         except duckdb.IOException as exc:
             raise DataError(f"cannot read the microdata: {_first_line(exc)}") from None
         except duckdb.ConversionException as exc:
@@ -295,7 +313,7 @@ class DuckDBEngine:
         """Run the plan's ``GROUPING SETS`` query and assemble the cell arrays."""
         self.ensure_valid(dataset)
         sql, params = self.build_query(dataset, plan)
-        res = self._run(sql, params).fetchnumpy()
+        res = self._run(sql, params, timeout=self._timeout).fetchnumpy()
         k = len(plan.dimensions)
         codes = [_values(res[d.column]) for d in plan.dimensions]
         reps = None

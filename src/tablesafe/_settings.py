@@ -1,0 +1,347 @@
+"""The site configuration: one TOML file, validated at start.
+
+This is the single registry of the server's settings. Every setting is a
+field of a pydantic model below with a description; ``docs/site-config.md``
+documents each one (a test checks that). The data owner fixes here what
+users can never choose: the protection of each dataset, its parameters and
+secret, and the disclosure rules (DESIGN decision 8). Secrets are never read
+from the TOML itself: only the name of an environment variable or of a file
+holding the secret.
+
+Example::
+
+    [server]
+    title = "Demo table builder"
+
+    [engine]
+    kind = "duckdb"
+
+    [[datasets]]
+    name = "demo"
+    path = "data/demo"
+
+    [datasets.protection]
+    method = "ckm"
+    seeds = "cellkey"
+
+    [datasets.rules]
+    min_cell_size = 3
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tablesafe._errors import ConfigError
+
+__all__ = [
+    "ApiKeySettings",
+    "DatasetSettings",
+    "EngineSettings",
+    "ProtectionSettings",
+    "RuleSettings",
+    "ServerSettings",
+    "SiteConfig",
+    "load_site_config",
+]
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSettings(BaseModel):
+    """Settings of the HTTP server as a whole."""
+
+    model_config = _STRICT
+
+    title: str = Field("tablesafe", description="Title shown on the web page and in the API.")
+    audit_db: str = Field(
+        "tablesafe-audit.sqlite",
+        description="Path of the SQLite audit log (relative to the configuration file).",
+    )
+    max_body_bytes: int = Field(
+        65_536, gt=0, le=10_000_000, description="Largest request body accepted, in bytes."
+    )
+    rate_limit_per_minute: int = Field(
+        600,
+        gt=0,
+        description="Default number of requests per minute and API key (or per client "
+        "address when no keys are configured).",
+    )
+    cache_tables: int = Field(
+        256,
+        ge=0,
+        description="Protected tables kept in memory for repeated requests (0 disables); "
+        "answers are deterministic, so caching changes nothing but speed.",
+    )
+
+
+class EngineSettings(BaseModel):
+    """Which engine reads the microdata."""
+
+    model_config = _STRICT
+
+    kind: Literal["duckdb", "memory", "spark"] = Field(
+        "duckdb", description="Engine: duckdb (embedded, default), memory, or spark."
+    )
+    threads: int | None = Field(None, gt=0, description="DuckDB worker threads (default: all).")
+    memory_limit: str | None = Field(None, description="DuckDB memory limit, e.g. '4GB'.")
+    materialize: bool = Field(
+        True,
+        description="DuckDB: load each dataset into memory on first use instead of scanning "
+        "its file for every query.",
+    )
+    spark_master: str = Field("local[*]", description="Spark master URL when kind = 'spark'.")
+
+
+class ProtectionSettings(BaseModel):
+    """The protection of one dataset, fixed by the data owner."""
+
+    model_config = _STRICT
+
+    method: Literal["ckm", "dp", "pram", "q", "ptable", "none"] = Field(
+        "ckm",
+        description="Cell-wise mechanism: ckm (Destatis maximum-entropy ptable with "
+        "max_deviation and variance), dp (discretised Laplace with epsilon and cap), "
+        "pram (Shlomo & Young matrices), q (drop/add-up-to-q with rate and cap), "
+        "ptable (a ptable file), none (no protection: never for public use).",
+    )
+    epsilon: float = Field(1.0, gt=0, description="dp: privacy parameter epsilon.")
+    cap: int = Field(7, ge=1, description="dp and q: largest absolute perturbation.")
+    rate: float = Field(0.01, gt=0, le=1, description="q: q = ceil(rate * count).")
+    max_deviation: int = Field(3, ge=1, description="ckm: maximum deviation D of the ptable.")
+    variance: float = Field(1.0, gt=0, description="ckm: variance V of the perturbation.")
+    js: int = Field(0, ge=0, description="ckm: no perturbed values in 1..js.")
+    ptable_file: str | None = Field(
+        None, description="ptable: path of a ptable CSV (Destatis or ABS layout)."
+    )
+    seeds: Literal["cellkey", "dynamic"] = Field(
+        "cellkey",
+        description="cellkey (ABS uniforms from cell keys) or dynamic (Li & Krenzke keyed "
+        "hashes of cell, margin and universe key sums; needs a secret).",
+    )
+    secret_env: str | None = Field(
+        None, description="Name of the environment variable holding the secret."
+    )
+    secret_file: str | None = Field(
+        None, description="Path of a file holding the secret (relative to the configuration)."
+    )
+    weighting: Literal["overall_mean", "cell_mean"] = Field(
+        "overall_mean",
+        description="Weighted counts follow perturbed counts by the overall mean weight "
+        "(seed 000 eq. 4) or the cell mean weight (eq. 5).",
+    )
+    additivity: Literal["aggregate", "independent", "ipf"] = Field(
+        "aggregate",
+        description="aggregate (margins are sums of perturbed inner cells), independent "
+        "(every cell perturbed on its own), ipf (independent, then IPF and controlled "
+        "rounding).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ProtectionSettings:
+        if self.method == "ptable" and not self.ptable_file:
+            raise ValueError("method 'ptable' needs ptable_file")
+        if self.seeds == "dynamic" and not (self.secret_env or self.secret_file):
+            raise ValueError("dynamic seeds need secret_env or secret_file")
+        if self.secret_env and self.secret_file:
+            raise ValueError("give secret_env or secret_file, not both")
+        return self
+
+
+class RuleSettings(BaseModel):
+    """Disclosure rules of one dataset, enforced before anything is returned."""
+
+    model_config = _STRICT
+
+    max_dimensions: int = Field(3, ge=1, le=4, description="Most dimensions in one table.")
+    min_universe_size: int = Field(
+        50, ge=0, description="Fewest sample records a universe must hold."
+    )
+    min_cell_size: int = Field(
+        0,
+        ge=0,
+        description="Protected counts below this are treated by small_cell_action "
+        "(0 turns the rule off).",
+    )
+    small_cell_action: Literal["suppress", "show_less_than"] = Field(
+        "suppress",
+        description="suppress (the cell is blank and flagged) or show_less_than (the cell "
+        "shows '<k').",
+    )
+    max_cells: int = Field(10_000, gt=0, description="Most cells (with margins) in one table.")
+    query_timeout_seconds: float = Field(
+        10.0, gt=0, description="Longest a tabulation may run before it is cancelled."
+    )
+    sliver_min_difference: int = Field(
+        10,
+        ge=0,
+        description="A universe that differs from one already answered for the same key by "
+        "fewer than this many records (but at least one) is refused (0 turns the guard off).",
+    )
+
+
+class DatasetSettings(BaseModel):
+    """One dataset served."""
+
+    model_config = _STRICT
+
+    name: str = Field(..., pattern=r"^[a-z][a-z0-9_-]{0,39}$", description="Name used in URLs.")
+    path: str = Field(
+        ..., description="Dataset folder with catalog.toml (relative to the configuration)."
+    )
+    title: str | None = Field(None, description="Title shown to users (default: the catalog's).")
+    protection: ProtectionSettings = Field(
+        default_factory=ProtectionSettings, description="The protection profile."
+    )
+    rules: RuleSettings = Field(default_factory=RuleSettings, description="Disclosure rules.")
+
+
+class ApiKeySettings(BaseModel):
+    """An API key, stored hashed."""
+
+    model_config = _STRICT
+
+    id: str = Field(
+        ..., pattern=r"^[A-Za-z0-9_.-]{1,40}$", description="Key id (in the audit log)."
+    )
+    hash: str = Field(
+        ...,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="'sha256:' and the hex SHA-256 of the key (`tablesafe api-key new`).",
+    )
+    role: Literal["user", "admin"] = Field("user", description="user or admin.")
+    rate_limit_per_minute: int | None = Field(
+        None, gt=0, description="Requests per minute for this key (default: the server's)."
+    )
+
+
+class SiteConfig(BaseModel):
+    """The whole site configuration."""
+
+    model_config = _STRICT
+
+    server: ServerSettings = Field(default_factory=ServerSettings, description="Server.")
+    engine: EngineSettings = Field(default_factory=EngineSettings, description="Engine.")
+    datasets: list[DatasetSettings] = Field(
+        ..., min_length=1, description="Datasets served ([[datasets]])."
+    )
+    keys: list[ApiKeySettings] = Field(
+        default_factory=list,
+        description="API keys ([[keys]]); with none, the API is open to anonymous users "
+        "(and the admin endpoints are closed).",
+    )
+    base: str = Field(".", description="Folder that relative paths start from (set on load).")
+
+    @field_validator("datasets")
+    @classmethod
+    def _unique_names(cls, v: list[DatasetSettings]) -> list[DatasetSettings]:
+        names = [d.name for d in v]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"dataset names must be unique; repeated: {sorted(dup)}")
+        return v
+
+    @field_validator("keys")
+    @classmethod
+    def _unique_keys(cls, v: list[ApiKeySettings]) -> list[ApiKeySettings]:
+        ids = [k.id for k in v]
+        if len(set(ids)) != len(ids):
+            raise ValueError("API key ids must be unique")
+        hashes = [k.hash for k in v]
+        if len(set(hashes)) != len(hashes):
+            raise ValueError("two API keys have the same hash")
+        return v
+
+    def resolve(self, path: str) -> Path:
+        """A path from the configuration, relative to its folder."""
+        p = Path(path)
+        return p if p.is_absolute() else Path(self.base) / p
+
+    def dataset(self, name: str) -> DatasetSettings:
+        """The settings of dataset ``name``."""
+        for d in self.datasets:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    def secret(self, dataset: DatasetSettings) -> bytes | None:
+        """Read the secret of a dataset's protection from its environment variable or file.
+
+        Raises:
+            ConfigError: if the variable is unset or the file unreadable or empty.
+        """
+        prot = dataset.protection
+        if prot.secret_env:
+            value = os.environ.get(prot.secret_env)
+            if not value:
+                raise ConfigError(
+                    f"dataset {dataset.name}: environment variable {prot.secret_env} (the "
+                    "secret for dynamic seeds) is not set"
+                )
+            return value.encode()
+        if prot.secret_file:
+            path = self.resolve(prot.secret_file)
+            try:
+                value = path.read_text().strip()
+            except OSError:
+                raise ConfigError(
+                    f"dataset {dataset.name}: cannot read the secret file {path}"
+                ) from None
+            if not value:
+                raise ConfigError(f"dataset {dataset.name}: the secret file {path} is empty")
+            return value.encode()
+        return None
+
+
+def _explain(exc: ValidationError, source: str) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown setting (see docs/site-config.md for the allowed ones)"
+        lines.append(f"{where}: {msg}")
+    return f"invalid site configuration {source}: " + "; ".join(lines)
+
+
+def load_site_config(
+    path: str | Path | None = None, *, data: dict[str, Any] | None = None
+) -> SiteConfig:
+    """Load and validate the site configuration.
+
+    Args:
+        path: The TOML file.
+        data: Or the parsed structure (relative paths then start at the
+            current folder unless ``base`` is given).
+
+    Raises:
+        ConfigError: naming every invalid setting.
+    """
+    if data is None:
+        if path is None:
+            raise ConfigError("give the site configuration file (--config site.toml)")
+        path = Path(path)
+        try:
+            with path.open("rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"site configuration {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"site configuration {path} is not valid TOML: {exc}") from None
+        if "base" in data:
+            raise ConfigError(
+                f"site configuration {path}: 'base' is set by tablesafe; remove it from the file"
+            )
+        data = {**data, "base": str(path.parent.resolve())}
+        source = str(path)
+    else:
+        source = "(given as data)"
+    try:
+        return SiteConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, source)) from None

@@ -1,0 +1,20 @@
+"""The online table builder: HTTP API, web page, API keys, audit log and rules."""
+
+from __future__ import annotations
+
+from tablesafe.server._app import TableBody, create_app
+from tablesafe.server._audit import AuditLog
+from tablesafe.server._auth import Authenticator, Principal, hash_key, new_key
+from tablesafe.server._service import TableService, make_mechanism
+
+__all__ = [
+    "AuditLog",
+    "Authenticator",
+    "Principal",
+    "TableBody",
+    "TableService",
+    "create_app",
+    "hash_key",
+    "make_mechanism",
+    "new_key",
+]

@@ -1,0 +1,330 @@
+"""The HTTP API and web page (FastAPI).
+
+Endpoints::
+
+    GET  /api/health                      liveness and the number of datasets
+    GET  /api/datasets                    datasets served
+    GET  /api/datasets/{name}             variables, categories, labels, rules, protection
+    POST /api/datasets/{name}/tables      a protected table (?format=json|csv|xlsx)
+    GET  /api/admin/audit                 the audit log (admin keys only)
+    GET  /                                the web page
+    GET  /openapi.json                    the OpenAPI schema
+
+Every error, ours or the framework's, is answered in one JSON shape::
+
+    {"error": {"status": 400, "type": "RequestError", "message": "..."}}
+
+mapped in one place (:func:`_error_response`). Messages name what was
+wrong and what is allowed; none contains a stack trace or an unprotected
+value.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import resources
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tablesafe._errors import RequestError, TablesafeError, UserError
+from tablesafe._request import TableRequest
+from tablesafe._settings import SiteConfig
+from tablesafe.server._audit import AuditLog
+from tablesafe.server._auth import Authenticator, Principal
+from tablesafe.server._service import TableService
+
+__all__ = ["TableBody", "create_app"]
+
+log = logging.getLogger("tablesafe.server")
+
+Code = Annotated[int, Field(ge=-(2**62), le=2**62)] | Annotated[str, Field(max_length=64)]
+
+
+class TableBody(BaseModel):
+    """A table request as JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dimensions: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        ..., min_length=1, max_length=4, description="Rows, columns, layers: 1 to 4 variables."
+    )
+    universe: dict[Annotated[str, Field(max_length=64)], list[Code]] = Field(
+        default_factory=dict,
+        max_length=20,
+        description="Variable -> allowed category codes (combined with 'and').",
+    )
+    statistic: Literal["count", "weighted", "both"] = Field(
+        "both", description="Unweighted counts, weighted counts, or both."
+    )
+    margins: Literal["all", "none", "total"] = Field("all", description="Margins to include.")
+
+    def to_request(self) -> TableRequest:
+        """The validated :class:`~tablesafe.TableRequest`."""
+        for name, codes in self.universe.items():
+            if len(codes) > 1000:
+                raise RequestError(
+                    f"the universe condition on {name} lists {len(codes)} categories; at most "
+                    "1000 are allowed"
+                )
+        return TableRequest(
+            tuple(self.dimensions),
+            universe={k: tuple(v) for k, v in self.universe.items()},
+            statistic=self.statistic,
+            margins=self.margins,
+        )
+
+
+class _BodyLimit:
+    """ASGI middleware refusing request bodies larger than ``limit`` bytes."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await _send_json(send, 413, self._message())
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge(self.limit)
+            return message
+
+        await self.app(scope, limited, send)
+
+    def _message(self) -> dict[str, Any]:
+        return _shape(413, "PayloadTooLarge", f"request body larger than {self.limit} bytes")
+
+
+class _TooLarge(StarletteHTTPException):
+    # An HTTPException, so that FastAPI's body parsing passes it through to
+    # the one error handler instead of turning it into a generic 400.
+    def __init__(self, limit: int = 0) -> None:
+        super().__init__(413, f"request body larger than {limit} bytes")
+
+
+async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+    import json
+
+    data = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+def _shape(status: int, kind: str, message: str) -> dict[str, Any]:
+    return {"error": {"status": status, "type": kind, "message": message}}
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field; allowed: dimensions, universe, statistic, margins"
+        parts.append(f"{where}: {msg}")
+    return "invalid request: " + "; ".join(parts)
+
+
+def create_app(site: SiteConfig, *, service: TableService | None = None) -> FastAPI:
+    """Build the application for a site configuration.
+
+    Args:
+        site: The validated site configuration.
+        service: A ready :class:`TableService` (built from ``site`` by default).
+    """
+    service = service or TableService(site)
+    auth = Authenticator(site.keys, site.server.rate_limit_per_minute)
+    audit: AuditLog = service.audit
+    app = FastAPI(
+        title=site.server.title,
+        version=_version(),
+        description="Protected tables from confidential microdata (tablesafe).",
+    )
+    app.state.service = service
+
+    def _audit(request: Request, status: int, outcome: str) -> None:
+        try:
+            audit.record(
+                key_id=getattr(request.state, "key_id", "unknown"),
+                endpoint=f"{request.method} {request.url.path}",
+                dataset=getattr(request.state, "dataset", None),
+                request=getattr(request.state, "body", None),
+                status=status,
+                outcome=outcome,
+            )
+        except Exception:  # the audit must never turn an answer into a crash
+            log.exception("audit log write failed")
+
+    def _error_response(request: Request, status: int, kind: str, message: str) -> JSONResponse:
+        _audit(request, status, f"{kind}: {message}")
+        return JSONResponse(_shape(status, kind, message), status_code=status)
+
+    @app.exception_handler(TablesafeError)
+    async def _tablesafe_error(request: Request, exc: TablesafeError) -> JSONResponse:
+        status = (
+            exc.status_code
+            if isinstance(exc, UserError)
+            else (422 if exc.status_code == 422 else 500)
+        )
+        message = str(exc) if status < 500 or isinstance(exc, UserError) else "internal error"
+        if status >= 500:
+            log.error("%s while serving %s", type(exc).__name__, request.url.path)
+        return _error_response(request, status, type(exc).__name__, message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error_response(request, 422, "ValidationError", _validation_message(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = {404: "NotFound", 405: "MethodNotAllowed", 413: "PayloadTooLarge"}.get(
+            exc.status_code, "HTTPError"
+        )
+        return _error_response(request, exc.status_code, kind, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error while serving %s", request.url.path)
+        return _error_response(request, 500, "InternalError", "internal error")
+
+    def principal(request: Request) -> Principal:
+        key = request.headers.get("x-api-key")
+        if key is None and request.headers.get("authorization", "").lower().startswith("bearer "):
+            key = request.headers["authorization"][7:].strip()
+        client = request.client.host if request.client else "unknown"
+        who = auth.identify(key, client)
+        request.state.key_id = who.id
+        auth.throttle(who)
+        return who
+
+    Who = Annotated[Principal, Depends(principal)]
+
+    def served(request: Request, name: str) -> str:
+        request.state.dataset = name
+        if name not in service.dataset_names():
+            raise _NotFound(
+                f"unknown dataset {name!r}; available: {', '.join(service.dataset_names())}"
+            )
+        return name
+
+    @app.get("/api/health", tags=["service"])
+    def health() -> dict[str, Any]:
+        """Liveness: the service answers and how many datasets it serves."""
+        return {"status": "ok", "datasets": len(service.dataset_names())}
+
+    @app.get("/api/datasets", tags=["datasets"])
+    def datasets(request: Request, who: Who) -> dict[str, Any]:
+        """The datasets served."""
+        out = {
+            "datasets": [
+                {"name": n, "title": service.served(n).title} for n in service.dataset_names()
+            ]
+        }
+        _audit(request, 200, "ok")
+        return out
+
+    @app.get("/api/datasets/{name}", tags=["datasets"])
+    def dataset(request: Request, name: str, who: Who) -> dict[str, Any]:
+        """A dataset's variables and categories with labels, its rules and protection."""
+        served(request, name)
+        out = service.describe(name)
+        _audit(request, 200, "ok")
+        return out
+
+    @app.post("/api/datasets/{name}/tables", tags=["tables"])
+    def table(
+        request: Request,
+        name: str,
+        body: TableBody,
+        who: Who,
+        format: Annotated[Literal["json", "csv", "xlsx"], Query()] = "json",
+    ) -> Response:
+        """A protected table, as JSON (default), CSV or XLSX."""
+        request.state.body = {**body.model_dump(), "format": format}
+        served(request, name)
+        result = service.table(who, name, body.to_request())
+        if format == "csv":
+            response: Response = Response(
+                result.to_csv(),
+                media_type="text/csv; charset=utf-8",
+                headers={"content-disposition": f'attachment; filename="{name}-table.csv"'},
+            )
+        elif format == "xlsx":
+            response = Response(
+                result.to_xlsx_bytes(),
+                media_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+                headers={"content-disposition": f'attachment; filename="{name}-table.xlsx"'},
+            )
+        else:
+            response = Response(result.to_json(), media_type="application/json")
+        _audit(request, 200, "ok")
+        return response
+
+    @app.get("/api/admin/audit", tags=["admin"])
+    def audit_log(
+        request: Request,
+        who: Who,
+        key_id: str | None = None,
+        dataset: str | None = None,
+        since: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    ) -> dict[str, Any]:
+        """The audit log, newest first (admin keys only)."""
+        auth.require_admin(who)
+        rows = audit.query(key_id=key_id, dataset=dataset, since=since, limit=limit)
+        _audit(request, 200, "ok")
+        return {"requests": rows}
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def index() -> HTMLResponse:
+        return HTMLResponse(_static("index.html"))
+
+    @app.get("/static/{file}", include_in_schema=False)
+    def static(file: str) -> Response:
+        types = {"app.js": "text/javascript", "style.css": "text/css"}
+        if file not in types:
+            raise _NotFound(f"no static file {file!r}")
+        return Response(_static(file), media_type=types[file])
+
+    app.add_middleware(_BodyLimit, limit=site.server.max_body_bytes)
+    return app
+
+
+class _NotFound(UserError):
+    status_code = 404
+
+
+def _static(name: str) -> str:
+    return resources.files("tablesafe.server").joinpath("static", name).read_text()
+
+
+def _version() -> str:
+    from tablesafe import __version__
+
+    return __version__

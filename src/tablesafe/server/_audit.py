@@ -1,0 +1,187 @@
+"""The audit log: one SQLite database (WAL mode) written for every request.
+
+Two tables:
+
+* ``requests``: one row per request: time, API key id, dataset, endpoint,
+  the request as JSON (variables, categories, statistic: never output
+  values), HTTP status and outcome (``ok`` or the error's type and message).
+* ``universes``: for the sliver guard, each universe answered per key:
+  its definition (the universe filter as JSON), its sample size and a
+  fingerprint (a hash of its record-key sum), never its records.
+
+The universe size is a true value: the audit store is the data owner's and
+is readable only through the admin endpoint and ``tablesafe audit``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = ["AuditLog"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS requests (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    dataset TEXT,
+    endpoint TEXT NOT NULL,
+    request TEXT,
+    status INTEGER NOT NULL,
+    outcome TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS requests_key ON requests (key_id, time);
+CREATE TABLE IF NOT EXISTS universes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    dataset TEXT NOT NULL,
+    universe TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL,
+    UNIQUE (key_id, dataset, fingerprint, size)
+);
+CREATE INDEX IF NOT EXISTS universes_key ON universes (key_id, dataset, size);
+"""
+
+
+class AuditLog:
+    """An append-only audit store in SQLite.
+
+    Args:
+        path: The database file (created if missing); ``":memory:"`` for tests.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        # One connection shared by the server's worker threads, serialised by a
+        # lock: SQLite writes are serialised anyway, and this keeps ":memory:" usable.
+        self._con = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._lock = threading.Lock()
+        with self._lock:
+            if self.path != ":memory:":
+                self._con.execute("PRAGMA journal_mode=WAL")
+            self._con.execute("PRAGMA synchronous=NORMAL")
+            self._con.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        """Close the database."""
+        with self._lock:
+            self._con.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._con.execute("BEGIN")
+            try:
+                yield self._con
+            except BaseException:
+                self._con.execute("ROLLBACK")
+                raise
+            self._con.execute("COMMIT")
+
+    @staticmethod
+    def _now() -> str:
+        return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+    def record(
+        self,
+        *,
+        key_id: str,
+        endpoint: str,
+        status: int,
+        outcome: str,
+        dataset: str | None = None,
+        request: Any = None,
+    ) -> None:
+        """Append one request to the log."""
+        with self._tx() as con:
+            con.execute(
+                "INSERT INTO requests (time, key_id, dataset, endpoint, request, status, outcome)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    self._now(),
+                    key_id,
+                    dataset,
+                    endpoint,
+                    None if request is None else json.dumps(request, sort_keys=True),
+                    status,
+                    outcome,
+                ),
+            )
+
+    def query(
+        self,
+        *,
+        key_id: str | None = None,
+        dataset: str | None = None,
+        since: str | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        """The newest requests first, optionally filtered."""
+        where, params = [], []
+        if key_id:
+            where.append("key_id = ?")
+            params.append(key_id)
+        if dataset:
+            where.append("dataset = ?")
+            params.append(dataset)
+        if since:
+            where.append("time >= ?")
+            params.append(since)
+        sql = "SELECT id, time, key_id, dataset, endpoint, request, status, outcome FROM requests"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id DESC LIMIT ?"
+        params.append(str(int(limit)))
+        with self._lock:
+            rows = self._con.execute(sql, params).fetchall()
+        cols = ["id", "time", "key_id", "dataset", "endpoint", "request", "status", "outcome"]
+        out = []
+        for row in rows:
+            rec = dict(zip(cols, row, strict=True))
+            if rec["request"] is not None:
+                rec["request"] = json.loads(rec["request"])
+            out.append(rec)
+        return out
+
+    # -- the sliver guard's store -------------------------------------------------
+
+    def answered_universes(
+        self, key_id: str, dataset: str, size_low: int, size_high: int
+    ) -> list[tuple[dict[str, list[Any]], int, str]]:
+        """Universes answered for a key whose size lies in ``[size_low, size_high]``."""
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT universe, size, fingerprint FROM universes WHERE key_id = ? AND "
+                "dataset = ? AND size BETWEEN ? AND ?",
+                (key_id, dataset, size_low, size_high),
+            ).fetchall()
+        return [(json.loads(u), int(s), str(f)) for u, s, f in rows]
+
+    def remember_universe(
+        self, key_id: str, dataset: str, universe: dict[str, list[Any]], size: int, fingerprint: str
+    ) -> None:
+        """Store an answered universe (once per key, dataset and fingerprint)."""
+        with self._tx() as con:
+            con.execute(
+                "INSERT OR IGNORE INTO universes (time, key_id, dataset, universe, size, "
+                "fingerprint) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    self._now(),
+                    key_id,
+                    dataset,
+                    json.dumps(universe, sort_keys=True),
+                    size,
+                    fingerprint,
+                ),
+            )

@@ -1,0 +1,259 @@
+"""The table service: the site configuration put to work, independent of HTTP.
+
+One :class:`TableService` serves every dataset of a site configuration. For
+each table request it enforces the rules in this order, before anything is
+returned: request limits (dimensions, cells; before any microdata is read),
+tabulation (with the query timeout), universe size, sliver guard, then
+protection and the small-cell rule. Every request, answered or refused, is
+written to the audit log.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tablesafe._builder import CellwiseMechanism, Protection, TableBuilder
+from tablesafe._catalog import Code
+from tablesafe._dataset import Dataset
+from tablesafe._errors import ConfigError, TablesafeError
+from tablesafe._request import TableRequest
+from tablesafe._rules import (
+    apply_small_cell_rule,
+    check_request_limits,
+    check_universe_size,
+    intersect_universes,
+    sliver_guard,
+    universe_fingerprint,
+)
+from tablesafe._settings import DatasetSettings, ProtectionSettings, SiteConfig
+from tablesafe._table import ProtectedTable
+from tablesafe.server._audit import AuditLog
+from tablesafe.server._auth import Principal
+
+__all__ = ["TableService", "make_mechanism"]
+
+
+def make_mechanism(settings: ProtectionSettings, site: SiteConfig) -> CellwiseMechanism | None:
+    """The cell-wise mechanism named by a dataset's protection settings."""
+    from tablesafe import mechanisms
+    from tablesafe._ptable import PTable
+
+    m = settings.method
+    mech: Any
+    if m == "none":
+        return None
+    if m == "dp":
+        mech = mechanisms.dp_geometric(settings.epsilon, cap=settings.cap)  # type: ignore[attr-defined]
+    elif m == "q":
+        mech = mechanisms.drop_add_q(rate=settings.rate, cap=settings.cap)  # type: ignore[attr-defined]
+    elif m == "pram":
+        mech = mechanisms.pram_shlomo_young()  # type: ignore[attr-defined]
+    elif m == "ckm":
+        mech = mechanisms.destatis(  # type: ignore[attr-defined]
+            settings.max_deviation, settings.variance, js=settings.js
+        )
+    else:
+        assert settings.ptable_file is not None
+        mech = PTable.read_csv(site.resolve(settings.ptable_file))
+    return mech  # type: ignore[no-any-return]
+
+
+# A cached answer: the protected table, its universe's size and fingerprint.
+_Entry = tuple[ProtectedTable, int, str]
+
+
+@dataclass
+class _Served:
+    settings: DatasetSettings
+    dataset: Dataset
+    builder: TableBuilder
+    title: str
+
+
+class TableService:
+    """Everything the server does with data, rules and the audit log.
+
+    Args:
+        site: The validated site configuration.
+        audit: The audit log (default: the configured SQLite file).
+
+    Raises:
+        ConfigError: if a dataset, its catalog, ptable or secret cannot be loaded.
+    """
+
+    def __init__(self, site: SiteConfig, audit: AuditLog | None = None) -> None:
+        self.site = site
+        self.audit = audit or AuditLog(site.resolve(site.server.audit_db))
+        self._served: dict[str, _Served] = {}
+        self._cache: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        for ds in site.datasets:
+            try:
+                dataset = Dataset.open(site.resolve(ds.path), name=ds.name)
+                protection = Protection(
+                    make_mechanism(ds.protection, site),
+                    seeds=ds.protection.seeds,
+                    secret=site.secret(ds),
+                    weighting=ds.protection.weighting,
+                    additivity=ds.protection.additivity,
+                )
+            except ConfigError:
+                raise
+            except TablesafeError as exc:
+                raise ConfigError(f"dataset {ds.name}: {exc}") from None
+            engine = self._engine(ds)
+            try:
+                engine.ensure_valid(dataset)
+            except TablesafeError as exc:
+                raise ConfigError(f"dataset {ds.name}: {exc}") from None
+            builder = TableBuilder(
+                dataset, protection, engine=engine, max_dimensions=ds.rules.max_dimensions
+            )
+            self._served[ds.name] = _Served(
+                ds, dataset, builder, ds.title or dataset.catalog.title or ds.name
+            )
+
+    def _engine(self, ds: DatasetSettings) -> Any:
+        es = self.site.engine
+        if es.kind == "duckdb":
+            from tablesafe.engines import DuckDBEngine
+
+            return DuckDBEngine(
+                threads=es.threads,
+                memory_limit=es.memory_limit,
+                materialize=es.materialize,
+                timeout=ds.rules.query_timeout_seconds,
+            )
+        if es.kind == "memory":
+            from tablesafe.engines import MemoryEngine
+
+            return MemoryEngine()
+        from tablesafe import engines
+
+        spark_engine = getattr(engines, "SparkEngine", None)
+        if spark_engine is None:
+            raise ConfigError("engine kind 'spark' is not available in this installation")
+        return spark_engine(master=es.spark_master)
+
+    # -- catalog views --------------------------------------------------------------
+
+    def dataset_names(self) -> list[str]:
+        """Names of the datasets served."""
+        return list(self._served)
+
+    def served(self, name: str) -> _Served:
+        """The served dataset ``name``.
+
+        Raises:
+            KeyError: if there is none.
+        """
+        return self._served[name]
+
+    def describe(self, name: str) -> dict[str, Any]:
+        """A dataset's public description: variables, categories, labels, rules, protection."""
+        s = self._served[name]
+        cat = s.dataset.catalog
+        return {
+            "name": name,
+            "title": s.title,
+            "weighted": cat.weight is not None,
+            "variables": [
+                {
+                    "name": v.name,
+                    "label": v.label,
+                    "grouping_of": v.source,
+                    "categories": [{"code": c.code, "label": c.label} for c in v.categories],
+                }
+                for v in cat.variables.values()
+            ],
+            "rules": {
+                "max_dimensions": s.settings.rules.max_dimensions,
+                "min_universe_size": s.settings.rules.min_universe_size,
+                "min_cell_size": s.settings.rules.min_cell_size,
+                "small_cell_action": s.settings.rules.small_cell_action,
+                "max_cells": s.settings.rules.max_cells,
+            },
+            "protection": s.builder.protection.describe(),
+        }
+
+    # -- tables --------------------------------------------------------------------------
+
+    def table(self, who: Principal, name: str, request: TableRequest) -> ProtectedTable:
+        """Build the protected table for ``request``, enforcing every rule.
+
+        Raises:
+            RequestError, RefusedError, ComputationError: with a message for the user.
+        """
+        s = self._served[name]
+        rules = s.settings.rules
+        check_request_limits(request, s.dataset.catalog, rules)
+        cache_key = (name, _request_key(request))
+        cached = self._cached(cache_key)
+        if cached is None:
+            plan = request.bind(s.dataset.catalog, max_dimensions=rules.max_dimensions)
+            full = replace(plan, grouping_sets=replace(request, margins="all").grouping_sets())
+            agg = s.builder.engine.tabulate(s.dataset, full)
+            universe_n = agg.universe_n
+            fingerprint = universe_fingerprint(name, agg)
+            check_universe_size(universe_n, rules)
+            table: ProtectedTable | None = None
+        else:
+            table, universe_n, fingerprint = cached
+        universe = {k: list(v) for k, v in request.universe.items()}
+        sliver_guard(
+            store=self.audit,
+            key_id=who.id,
+            dataset=name,
+            universe=universe,
+            size=universe_n,
+            fingerprint=fingerprint,
+            rules=rules,
+            count=lambda a, b: self._count(s, intersect_universes(s.dataset.catalog, a, b)),
+        )
+        if table is None:
+            table = apply_small_cell_rule(s.builder.protect(request, plan, agg), rules)
+            self._store(cache_key, (table, universe_n, fingerprint))
+        self.audit.remember_universe(who.id, name, universe, universe_n, fingerprint)
+        return table
+
+    def _count(self, s: _Served, universe: Mapping[str, Sequence[Code]]) -> int:
+        cat = s.dataset.catalog
+        if any(len(v) == 0 for v in universe.values()):
+            return 0
+        first = cat.source_variables[0].name
+        plan = TableRequest((first,), universe=universe, statistic="count", margins="total").bind(
+            cat
+        )
+        agg = s.builder.engine.tabulate(s.dataset, plan)
+        return int(agg.n[-1])
+
+    def _cached(self, key: tuple[str, str]) -> _Entry | None:
+        with self._cache_lock:
+            table = self._cache.get(key)
+            if table is not None:
+                self._cache.move_to_end(key)
+            return table
+
+    def _store(self, key: tuple[str, str], table: _Entry) -> None:
+        size = self.site.server.cache_tables
+        if size <= 0:
+            return
+        with self._cache_lock:
+            self._cache[key] = table
+            while len(self._cache) > size:
+                self._cache.popitem(last=False)
+
+
+def _request_key(request: TableRequest) -> str:
+    return repr(
+        (
+            request.dimensions,
+            sorted((k, tuple(str(c) for c in v)) for k, v in request.universe.items()),
+            request.statistic,
+            request.margins,
+        )
+    )
