@@ -32,6 +32,7 @@ def _register() -> None:
         _postprocess,
         _ptable,
         _resample,
+        _server,
         _table,
     )
 

@@ -22,6 +22,8 @@ value.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Annotated, Any, Literal
 
@@ -161,7 +163,14 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
     service = service or TableService(site)
     auth = Authenticator(site.keys, site.server.rate_limit_per_minute)
     audit: AuditLog = service.audit
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        service.close()
+
     app = FastAPI(
+        lifespan=lifespan,
         title=site.server.title,
         version=_version(),
         description="Protected tables from confidential microdata (tablesafe).",
@@ -223,8 +232,6 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         auth.throttle(who)
         return who
 
-    Who = Annotated[Principal, Depends(principal)]
-
     def served(request: Request, name: str) -> str:
         request.state.dataset = name
         if name not in service.dataset_names():
@@ -239,7 +246,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         return {"status": "ok", "datasets": len(service.dataset_names())}
 
     @app.get("/api/datasets", tags=["datasets"])
-    def datasets(request: Request, who: Who) -> dict[str, Any]:
+    def datasets(request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
         """The datasets served."""
         out = {
             "datasets": [
@@ -250,7 +257,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         return out
 
     @app.get("/api/datasets/{name}", tags=["datasets"])
-    def dataset(request: Request, name: str, who: Who) -> dict[str, Any]:
+    def dataset(request: Request, name: str, who: Principal = Depends(principal)) -> dict[str, Any]:
         """A dataset's variables and categories with labels, its rules and protection."""
         served(request, name)
         out = service.describe(name)
@@ -262,7 +269,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         request: Request,
         name: str,
         body: TableBody,
-        who: Who,
+        who: Principal = Depends(principal),
         format: Annotated[Literal["json", "csv", "xlsx"], Query()] = "json",
     ) -> Response:
         """A protected table, as JSON (default), CSV or XLSX."""
@@ -289,7 +296,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
     @app.get("/api/admin/audit", tags=["admin"])
     def audit_log(
         request: Request,
-        who: Who,
+        who: Principal = Depends(principal),
         key_id: str | None = None,
         dataset: str | None = None,
         since: str | None = None,

@@ -39,13 +39,12 @@ __all__ = ["TableService", "make_mechanism"]
 
 def make_mechanism(settings: ProtectionSettings, site: SiteConfig) -> CellwiseMechanism | None:
     """The cell-wise mechanism named by a dataset's protection settings."""
-    from tablesafe import mechanisms
-    from tablesafe._ptable import PTable
-
     m = settings.method
-    mech: Any
     if m == "none":
         return None
+    from tablesafe import mechanisms
+
+    mech: Any
     if m == "dp":
         mech = mechanisms.dp_geometric(settings.epsilon, cap=settings.cap)  # type: ignore[attr-defined]
     elif m == "q":
@@ -57,6 +56,9 @@ def make_mechanism(settings: ProtectionSettings, site: SiteConfig) -> CellwiseMe
             settings.max_deviation, settings.variance, js=settings.js
         )
     else:
+        from tablesafe._ptable import PTable  # type: ignore[import-not-found]
+
+
         assert settings.ptable_file is not None
         mech = PTable.read_csv(site.resolve(settings.ptable_file))
     return mech  # type: ignore[no-any-return]
@@ -116,6 +118,14 @@ class TableService:
             self._served[ds.name] = _Served(
                 ds, dataset, builder, ds.title or dataset.catalog.title or ds.name
             )
+
+    def close(self) -> None:
+        """Close the engines' connections and the audit log."""
+        for s in self._served.values():
+            close = getattr(s.builder.engine, "close", None)
+            if close is not None:
+                close()
+        self.audit.close()
 
     def _engine(self, ds: DatasetSettings) -> Any:
         es = self.site.engine
