@@ -10,6 +10,7 @@ exact) and reduced modulo 2**32 in the query.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -107,18 +108,33 @@ class DuckDBEngine:
             return self._tables[key]
 
     def _run(
-        self, sql: str, params: Sequence[Any], *, timeout: float | None = None
-    ) -> duckdb.DuckDBPyConnection:
+        self,
+        sql: str,
+        params: Sequence[Any],
+        *,
+        timeout: float | None = None,
+        fetch: str = "all",
+    ) -> Any:
+        """Run one statement on a fresh cursor and fetch its result ("all", "one", "numpy").
+
+        Each call has its own cursor (so threads never share one) and closes
+        it, leaving no DuckDB object alive after the call.
+        """
         cur = self._con.cursor()
         timer = None
         if timeout is not None:
             # DuckDB has no statement timeout; interrupting the cursor from a
             # timer thread cancels the running query.
-            timer = threading.Timer(timeout, cur.interrupt)
+            timer = threading.Timer(timeout, _interrupt, args=(weakref.ref(cur),))
             timer.daemon = True
             timer.start()
         try:
-            return cur.execute(sql, list(params))
+            cur.execute(sql, list(params))
+            if fetch == "numpy":
+                return cur.fetchnumpy()
+            if fetch == "one":
+                return cur.fetchone()
+            return cur.fetchall()
         except duckdb.InterruptException:
             raise ComputationError(
                 f"the tabulation took longer than {timeout} s and was cancelled; ask for a "
@@ -155,7 +171,7 @@ class DuckDBEngine:
         """
         cat = dataset.catalog
         src = self._scan(dataset)
-        described = self._run(f"DESCRIBE SELECT * FROM {src}", []).fetchall()
+        described = self._run(f"DESCRIBE SELECT * FROM {src}", [])
         types = {row[0]: str(row[1]).upper() for row in described}
         missing = [c for c in cat.columns if c not in types]
         if missing:
@@ -202,7 +218,7 @@ class DuckDBEngine:
             exprs.append(f"COUNT(*) FILTER (WHERE {q} < 0)")
         for var in cat.source_variables:
             exprs.append(f"COUNT(*) - COUNT({_ident(var.column)})")
-        row = self._run(f"SELECT {', '.join(exprs)} FROM {src}", []).fetchone()
+        row = self._run(f"SELECT {', '.join(exprs)} FROM {src}", [], fetch="one")
         assert row is not None
         records, key_nulls, key_min, key_max = row[:4]
         if key_nulls:
@@ -236,7 +252,7 @@ class DuckDBEngine:
                 f"SELECT DISTINCT {col} FROM {src} WHERE {col} NOT IN "
                 f"(SELECT UNNEST(?::{_sql_type(var.code_type)}[])) LIMIT 10",
                 [known],
-            ).fetchall()
+            )
             if unknown:
                 shown = ", ".join(repr(u[0]) for u in unknown)
                 raise DataError(
@@ -255,8 +271,8 @@ class DuckDBEngine:
                 conds.append(f"{_ident(var.column)} IN ({', '.join('?' * len(source))})")
                 params.extend(source)
             row = self._run(
-                f"SELECT COUNT(*) FROM {src} WHERE {' AND '.join(conds)}", params
-            ).fetchone()
+                f"SELECT COUNT(*) FROM {src} WHERE {' AND '.join(conds)}", params, fetch="one"
+            )
             if row and row[0]:
                 names = ", ".join(zero.codes)
                 raise DataError(
@@ -313,7 +329,7 @@ class DuckDBEngine:
         """Run the plan's ``GROUPING SETS`` query and assemble the cell arrays."""
         self.ensure_valid(dataset)
         sql, params = self.build_query(dataset, plan)
-        res = self._run(sql, params, timeout=self._timeout).fetchnumpy()
+        res = self._run(sql, params, timeout=self._timeout, fetch="numpy")
         k = len(plan.dimensions)
         codes = [_values(res[d.column]) for d in plan.dimensions]
         reps = None
@@ -344,6 +360,14 @@ _INT_TYPES = (
 )
 
 
+def _interrupt(ref: weakref.ref[Any]) -> None:
+    # A weak reference: the timer must not keep the cursor (and DuckDB's
+    # memory) alive after the query has returned.
+    cur = ref()
+    if cur is not None:
+        cur.interrupt()
+
+
 def _sql_type(code_type: type) -> str:
     return "BIGINT" if code_type is int else "VARCHAR"
 
@@ -362,7 +386,9 @@ def _csv_types(cat: Catalog) -> str:
 def _values(a: Any, kind: type | None = None) -> np.ndarray:
     # fetchnumpy returns masked arrays where a column has NULLs (the
     # aggregated dimensions of a grouping set); their values are unused.
-    arr = np.asarray(np.ma.getdata(a))
+    # Copy: arrays fetched from DuckDB may share its memory, which must not
+    # outlive the query.
+    arr = np.array(np.ma.getdata(a), copy=True)
     if kind is int:
         return arr.astype(np.int64)
     if kind is float:

@@ -1,0 +1,147 @@
+"""The web page in a real headless Chromium (Debian's package), driven by Playwright."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import socket
+import threading
+import time
+
+import httpx
+import pandas as pd
+import pytest
+
+from tablesafe._settings import load_site_config
+from tablesafe.server import create_app
+
+pytestmark = pytest.mark.system
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def served(demo_dir, tmp_path_factory):
+    import uvicorn
+
+    base = tmp_path_factory.mktemp("site")
+    site = load_site_config(
+        data={
+            "base": str(base),
+            "datasets": [
+                {
+                    "name": "demo",
+                    "path": str(demo_dir),
+                    "protection": {"method": "none"},
+                    "rules": {"min_universe_size": 10, "sliver_min_difference": 0},
+                }
+            ],
+        }
+    )
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(site), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            if httpx.get(f"{url}/api/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    yield url
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None:
+        pytest.fail(
+            "Chromium is not installed: the browser tests need Debian's chromium package "
+            "(make test installs it with apt-get)"
+        )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        yield b
+        b.close()
+
+
+def test_build_a_table_and_download_csv(served, browser, tmp_path):
+    page = browser.new_page(accept_downloads=True)
+    page.goto(served)
+    page.wait_for_selector("#rows option[value='AGEGRP']", state="attached")
+    page.select_option("#rows", "AGEGRP")
+    page.select_option("#cols", "SEX")
+    page.select_option("#uvar", "REGION")
+    page.select_option("#ucats", ["1", "2"])
+    page.click("#add-condition")
+    assert "Region" in page.inner_text("#conditions")
+    page.check("input[name='statistic'][value='count']")
+    page.click("#build")
+    page.wait_for_selector("table.cross")
+    text = page.inner_text("#result")
+    assert "Unweighted counts" in text and "Female" in text and "Total" in text
+    with page.expect_download() as info:
+        page.click("#download-csv")
+    path = tmp_path / "table.csv"
+    info.value.save_as(path)
+    downloaded = pd.read_csv(path)
+    api = httpx.post(
+        f"{served}/api/datasets/demo/tables?format=csv",
+        json={"dimensions": ["AGEGRP", "SEX"], "universe": {"REGION": [1, 2]}, "statistic": "count"},
+    )
+    expected = pd.read_csv(io.StringIO(api.text))
+    pd.testing.assert_frame_equal(downloaded, expected)
+    # The page's numbers are the API's numbers.
+    total = expected.loc[(expected["AGEGRP"] == "_T") & (expected["SEX"] == "_T"), "n"].item()
+    assert f"{total:,}" in text
+    page.close()
+
+
+def test_errors_are_shown_to_the_user(served, browser):
+    page = browser.new_page()
+    page.goto(served)
+    page.wait_for_selector("#rows option[value='SEX']", state="attached")
+    page.select_option("#rows", "SEX")
+    page.select_option("#cols", "SEX")
+    page.click("#build")
+    page.wait_for_function("document.querySelector('#message').textContent.length > 0")
+    assert "given twice" in page.inner_text("#message")
+    page.close()
+
+
+def test_keyboard_only_use(served, browser):
+    page = browser.new_page()
+    page.goto(served)
+    page.wait_for_selector("#rows option[value='EDUC']", state="attached")
+    page.focus("#rows")
+    page.keyboard.type("Highest")  # select by typing, as a keyboard user would
+    page.focus("#build")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("table.cross")
+    labels = page.eval_on_selector_all("select", "els => els.map(e => e.labels.length)")
+    assert all(n >= 1 for n in labels)
+    page.close()
