@@ -7,8 +7,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO   := data/demo
 RECORDS ?= 200000
+HOST ?= 127.0.0.1
+PORT ?= 8000
 
-.PHONY: demo test install lint typecheck unit system bench clean
+.PHONY: demo test install lint typecheck unit system bench clean system-deps
 
 $(BIN)/activate:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tablesafe needs Python 3.11 or newer")'
@@ -24,9 +26,27 @@ install: $(VENV)/.installed
 $(DEMO)/catalog.toml: | $(VENV)/.installed
 	$(BIN)/tablesafe demo-data $(DEMO) --records $(RECORDS) --seed 2026
 
-demo: $(VENV)/.installed $(DEMO)/catalog.toml
-	$(BIN)/tablesafe table $(DEMO) --rows REGION --cols SEX
-	$(BIN)/tablesafe table $(DEMO) --rows AGEGRP --cols EDUC --where REGION=1,2 --statistic both
+data/demo-secret:
+	@mkdir -p data
+	$(BIN)/python -c 'import secrets; print(secrets.token_hex(32))' > $@
+
+demo: $(VENV)/.installed $(DEMO)/catalog.toml data/demo-secret
+	$(BIN)/tablesafe serve --config demo/site.toml --host $(HOST) --port $(PORT)
+
+# Browser tests drive Debian's Chromium, Spark tests need Java 17: install them when missing.
+system-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "the browser tests need Chromium: run 'sudo apt-get install chromium'"; exit 1; \
+	  fi; }
+	@command -v java >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
+	  else \
+	    echo "the Spark tests need Java 17: run 'sudo apt-get install openjdk-17-jre-headless'"; exit 1; \
+	  fi; }
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks
@@ -37,7 +57,7 @@ typecheck: install
 
 # pytest exits 5 when it collects no test; that is a failure here too,
 # but reported as such rather than as a crash.
-test: lint typecheck
+test: lint typecheck system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
