@@ -58,7 +58,6 @@ def make_mechanism(settings: ProtectionSettings, site: SiteConfig) -> CellwiseMe
     else:
         from tablesafe._ptable import PTable  # type: ignore[import-not-found]
 
-
         assert settings.ptable_file is not None
         mech = PTable.read_csv(site.resolve(settings.ptable_file))
     return mech  # type: ignore[no-any-return]
