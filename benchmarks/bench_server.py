@@ -1,0 +1,191 @@
+"""Load test of the served table builder (loopback only, bounded in time).
+
+Serves the demo survey (1,000,000 records by default) with the demo
+protection (cell-key method, dynamic seeds) in a separate process, then runs
+16 concurrent clients for 60 seconds, each asking for 2-way tables (random
+pairs of variables, universes: all records or one region), and reports
+throughput, p50/p99 latency and errors. The baseline, measured in this
+process first, is the same requests answered by the table service directly
+(no HTTP), uncached; the ratio shows what HTTP, JSON and concurrency add.
+
+Targets (issue 8): 0 errors, p99 under 500 ms, at least 50 tables per second
+on 2 cores.
+
+Usage: python benchmarks/bench_server.py [--records 1000000] [--clients 16] [--seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from tablesafe._demo import write_demo_data
+
+DATA = Path(__file__).parent / "_data"
+VARIABLES = ["REGION", "SEX", "AGEGRP", "MARSTAT", "HHSIZE", "EDUC", "EMPSTAT", "TENURE"]
+
+
+def requests_pool(seed: int = 1, size: int = 400) -> list[dict]:
+    rng = random.Random(seed)
+    pool = []
+    for _ in range(size):
+        a, b = rng.sample(VARIABLES, 2)
+        universe = {} if rng.random() < 0.5 else {"REGION": [rng.randint(1, 8)]}
+        if "REGION" in (a, b):
+            universe = {}
+        pool.append({"dimensions": [a, b], "universe": universe, "statistic": "both"})
+    return pool
+
+
+def site_file(folder: Path, data_dir: Path) -> Path:
+    secret = folder / "secret"
+    secret.write_text("0123456789abcdef" * 4)
+    path = folder / "site.toml"
+    path.write_text(
+        f"""
+[server]
+audit_db = "{folder / "audit.sqlite"}"
+rate_limit_per_minute = 1000000
+
+[[datasets]]
+name = "demo"
+path = "{data_dir}"
+
+[datasets.protection]
+method = "ckm"
+seeds = "dynamic"
+secret_file = "{secret}"
+
+[datasets.rules]
+min_cell_size = 3
+small_cell_action = "show_less_than"
+"""
+    )
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def baseline(config: Path, pool: list[dict]) -> float:
+    from tablesafe._settings import load_site_config
+    from tablesafe.server import TableBody, TableService
+    from tablesafe.server._auth import Principal
+
+    site = load_site_config(config)
+    service = TableService(
+        site.model_copy(update={"server": site.server.model_copy(update={"cache_tables": 0})})
+    )
+    who = Principal("bench", "user", 10**9)
+    for body in pool[:5]:
+        service.table(who, "demo", TableBody(**body).to_request())
+    t0 = time.perf_counter()
+    n = 0
+    for body in pool[:100]:
+        service.table(who, "demo", TableBody(**body).to_request()).to_json()
+        n += 1
+    service.close()
+    return (time.perf_counter() - t0) / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    args = parser.parse_args()
+
+    data_dir = DATA / f"demo_{args.records}"
+    if not (data_dir / "catalog.toml").exists():
+        write_demo_data(data_dir, args.records, seed=1, replicates=0)
+    pool = requests_pool()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = site_file(Path(tmp), data_dir.resolve())
+        direct = baseline(config, pool)
+        print(f"baseline: table service in process, uncached: {direct * 1000:.1f} ms per table")
+
+        port = free_port()
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tablesafe._cli",
+                "serve",
+                "--config",
+                str(config),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            stdout=subprocess.DEVNULL,
+            env={**os.environ},
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(300):
+                try:
+                    if httpx.get(f"{url}/api/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.2)
+            latencies: list[float] = []
+            errors: list[str] = []
+            lock = threading.Lock()
+            stop = time.monotonic() + args.seconds
+
+            def client(i: int) -> None:
+                rng = random.Random(i)
+                with httpx.Client(base_url=url, timeout=30) as c:
+                    while time.monotonic() < stop:
+                        body = rng.choice(pool)
+                        t0 = time.perf_counter()
+                        try:
+                            r = c.post("/api/datasets/demo/tables", json=body)
+                            ok = r.status_code == 200
+                            msg = f"{r.status_code}: {r.text[:120]}"
+                        except httpx.HTTPError as exc:
+                            ok, msg = False, repr(exc)
+                        dt = time.perf_counter() - t0
+                        with lock:
+                            latencies.append(dt)
+                            if not ok:
+                                errors.append(msg)
+
+            t_start = time.perf_counter()
+            threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wall = time.perf_counter() - t_start
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    lat = sorted(latencies)
+    p50 = statistics.median(lat)
+    p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+    print(f"records {args.records:,}, clients {args.clients}, {wall:.0f} s")
+    print(f"requests {len(lat)}, throughput {len(lat) / wall:.1f} tables/s, errors {len(errors)}")
+    print(f"latency p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms")
+    print(f"ratio p50 / in-process baseline: {p50 / direct:.2f}")
+    for e in errors[:5]:
+        print("error:", e)
+
+
+if __name__ == "__main__":
+    main()
