@@ -334,6 +334,14 @@ class TableBuilder:
         if np.any(counts[computed] < 0):
             raise InternalError("a protected count is negative")
 
+        se = None
+        design = self.dataset.catalog.replicates
+        if reps is not None and weighted is not None and design is not None:
+            from tablesafe._variance import replicate_se
+
+            se = np.where(computed, replicate_se(weighted, reps, design), 0.0)
+            meta["replicate_method"] = design.method
+            meta["replicate_coefficient"] = design.coefficient
         out_counts = None if request.statistic == "weighted" else np.where(computed, counts, 0)
         return ProtectedTable(
             request=request,
@@ -347,6 +355,7 @@ class TableBuilder:
             mechanism=prot.describe(),
             metadata=meta,
             replicate_weighted=reps,
+            se=se,
         )
 
 

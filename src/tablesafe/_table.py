@@ -49,6 +49,7 @@ class ProtectedTable:
             for variance estimation, or ``None``.
         suppressed: Cells hidden by the small-cell rule (their values are
             blank, or ``"<k"``, in every export), or ``None``.
+        se: Replicate standard errors of the protected weighted counts, or ``None``.
     """
 
     request: TableRequest
@@ -63,6 +64,7 @@ class ProtectedTable:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     replicate_weighted: npt.NDArray[np.float64] | None = None
     suppressed: npt.NDArray[np.bool_] | None = None
+    se: npt.NDArray[np.float64] | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -75,12 +77,22 @@ class ProtectedTable:
         return tuple(slice(0, d.size) for d in self.dimensions)
 
     def statistics(self) -> dict[str, np.ndarray]:
-        """Statistic name (``n``, ``weighted``) -> extended array."""
+        """Statistic name -> extended array.
+
+        ``n`` and ``weighted``, and, when the request asked for replicates,
+        ``se`` (replicate standard error of the weighted count) and the 95%
+        confidence interval ``ci_low``, ``ci_high``.
+        """
         out: dict[str, np.ndarray] = {}
         if self.counts is not None:
             out["n"] = self.counts
         if self.weighted is not None:
             out["weighted"] = self.weighted
+            if self.se is not None:
+                from tablesafe._variance import confidence_interval
+
+                out["se"] = self.se
+                out["ci_low"], out["ci_high"] = confidence_interval(self.weighted, self.se)
         return out
 
     def shown_statistics(self) -> dict[str, np.ndarray]:
