@@ -255,7 +255,7 @@ def test_exports(random_data, tmp_path):
 
 
 def test_replicate_standard_errors_equal_direct_numpy(random_data):
-    dataset, frame = random_data
+    dataset, _ = random_data
     table = builder(dataset, additivity="independent", mechanism=Shift()).build(
         TableRequest(("A", "B"), replicates=True)
     )

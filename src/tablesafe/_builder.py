@@ -46,6 +46,7 @@ from tablesafe._request import MAX_DIMENSIONS, TableRequest, TabulationPlan
 from tablesafe._seeds import SeedScheme, cell_key_uniforms, dynamic_uniforms
 from tablesafe._table import ProtectedTable
 from tablesafe._tabulation import Tabulation
+from tablesafe.mechanisms._records import DropAddRecords
 
 __all__ = [
     "CellwiseMechanism",
@@ -90,7 +91,8 @@ class Protection:
     """The data owner's protection profile.
 
     Args:
-        mechanism: The cell-wise mechanism (e.g. ``dp_geometric(2.0)``), or
+        mechanism: The cell-wise mechanism (e.g. ``dp_geometric(2.0)``), the
+            record-level :func:`~tablesafe.mechanisms.drop_add_records`, or
             ``None`` for no perturbation (the data owner's own use only).
         seeds: ``"cellkey"`` (ABS uniforms from cell keys) or ``"dynamic"``
             (Li & Krenzke keyed hashes; needs ``secret``).
@@ -102,7 +104,7 @@ class Protection:
         ParameterError: for an unknown option or a missing secret.
     """
 
-    mechanism: CellwiseMechanism | None
+    mechanism: CellwiseMechanism | DropAddRecords | None
     seeds: SeedScheme = "cellkey"
     secret: bytes | None = None
     weighting: Weighting = "overall_mean"
@@ -121,11 +123,22 @@ class Protection:
             raise ParameterError(
                 f"unknown additivity {self.additivity!r}; allowed: {', '.join(ADDITIVITY_OPTIONS)}"
             )
-        if self.mechanism is not None and not isinstance(self.mechanism, CellwiseMechanism):
+        if self.record_level:
+            if self.seeds != "dynamic":
+                raise ParameterError(
+                    "record-level drop/add-up-to-q draws its two seeds from keyed hashes: use "
+                    "seeds='dynamic' with a secret"
+                )
+        elif self.mechanism is not None and not isinstance(self.mechanism, CellwiseMechanism):
             raise ParameterError(
                 "mechanism must be a cell-wise mechanism such as a PTable "
-                "(with perturbation() and describe())"
+                "(with perturbation() and describe()) or drop_add_records()"
             )
+
+    @property
+    def record_level(self) -> bool:
+        """Whether the mechanism works on records (drop/add-up-to-q) rather than cells."""
+        return bool(getattr(self.mechanism, "record_level", False))
 
     def __repr__(self) -> str:
         # The secret never appears in a repr, a log line or an error message.
@@ -248,6 +261,8 @@ class TableBuilder:
     ) -> ProtectedTable:
         """Protect aggregates computed for every grouping set of ``plan``'s dimensions."""
         prot = self.protection
+        if prot.record_level:
+            return self._protect_records(request, plan, agg)
         sets = plan.grouping_sets
         shape = agg.shape
         computed = np.zeros(shape, dtype=bool)
@@ -259,13 +274,14 @@ class TableBuilder:
         # Which cells draw their own perturbation.
         target = is_inner & ~sz if prot.additivity == "aggregate" else computed & ~sz
         v = np.zeros(shape, dtype=np.int64)
-        if prot.mechanism is not None and target.any():
+        mech = prot.mechanism
+        if mech is not None and not isinstance(mech, DropAddRecords) and target.any():
             if prot.seeds == "cellkey":
                 u = cell_key_uniforms(agg.cell_key)
             else:
                 assert prot.secret is not None
                 u = dynamic_uniforms(agg.cell_key, prot.secret)
-            drawn = prot.mechanism.perturbation(
+            drawn = mech.perturbation(
                 agg.n[target], u[target], agg.cell_key[target] if prot.seeds == "cellkey" else None
             )
             v[target] = np.asarray(drawn, dtype=np.int64)
@@ -357,6 +373,115 @@ class TableBuilder:
             replicate_weighted=reps,
             se=se,
         )
+
+    def _protect_records(
+        self, request: TableRequest, plan: TabulationPlan, agg: CellAggregates
+    ) -> ProtectedTable:
+        """Record-level drop/add-up-to-q (Li & Krenzke 2016); see :mod:`.mechanisms._records`."""
+        prot = self.protection
+        mech = prot.mechanism
+        assert isinstance(mech, DropAddRecords) and prot.secret is not None
+        sets = plan.grouping_sets
+        shape = agg.shape
+        inner = agg.inner
+        computed = np.zeros(shape, dtype=bool)
+        for gs in sets:
+            computed[_index(shape, gs)] = True
+        sz = structural_zero_mask(self.dataset.catalog, plan)
+
+        n = agg.n[inner]
+        q = mech.q(n)
+        u_count = dynamic_uniforms(agg.cell_key, prot.secret, salt=b"count")[inner]
+        u_order = dynamic_uniforms(agg.cell_key, prot.secret, salt=b"order")[inner]
+        d = np.floor(u_count * (2 * q + 1)).astype(np.int64) - q
+        d = np.where(sz[inner], 0, d)
+        order_seed = np.floor(u_order * 2.0**32).astype(np.int64)
+        want_w = request.statistic != "count" and agg.weight_sum is not None
+        sel_plan = replace(
+            plan,
+            weight=plan.weight if want_w else None,
+            replicates=plan.replicates if want_w else (),
+        )
+        chosen = self.engine.select(self.dataset, sel_plan, order_seed, np.abs(d))
+        if np.any(chosen.n != np.abs(d)):
+            raise InternalError("the engine chose a different number of records than asked")
+
+        full_counts = np.zeros(shape, dtype=np.int64)
+        full_counts[inner] = n + d
+        counts = aggregate_margins(full_counts, sets)
+        perturbed = np.zeros(shape, dtype=bool)
+        perturbed[inner] = d != 0
+        perturbed = np.where(computed & ~agg.is_inner(), counts != agg.n, perturbed)
+        meta: dict[str, Any] = {
+            "dataset": self.dataset.name,
+            "additivity": "aggregate (record level)",
+        }
+        weighted = reps = se = None
+        if want_w:
+            assert agg.weight_sum is not None and chosen.weight_sum is not None
+            total = tuple(s - 1 for s in shape)
+            weighted = _drop_add_weights(
+                agg.weight_sum, chosen.weight_sum, n, d, inner, sets, agg.weight_sum[total]
+            )
+            meta["calibrated_to"] = "universe weighted total"
+            if agg.replicate_sums is not None and chosen.replicate_sums is not None:
+                reps = np.stack(
+                    [
+                        _drop_add_weights(
+                            agg.replicate_sums[r],
+                            chosen.replicate_sums[r],
+                            n,
+                            d,
+                            inner,
+                            sets,
+                            agg.replicate_sums[r][total],
+                        )
+                        for r in range(agg.replicate_sums.shape[0])
+                    ]
+                )
+                design = self.dataset.catalog.replicates
+                if design is not None:
+                    from tablesafe._variance import replicate_se
+
+                    se = np.where(computed, replicate_se(weighted, reps, design), 0.0)
+                    meta["replicate_method"] = design.method
+                    meta["replicate_coefficient"] = design.coefficient
+        return ProtectedTable(
+            request=request,
+            dimensions=plan.dimensions,
+            computed=computed,
+            counts=None if request.statistic == "weighted" else np.where(computed, counts, 0),
+            weighted=None if weighted is None else np.where(computed, weighted, 0.0),
+            perturbed=perturbed & computed,
+            adjusted=np.zeros(shape, dtype=bool),
+            structural_zero=sz & computed,
+            mechanism=prot.describe(),
+            metadata=meta,
+            replicate_weighted=reps,
+            se=se,
+        )
+
+
+def _drop_add_weights(
+    w: np.ndarray,
+    chosen: np.ndarray,
+    n: np.ndarray,
+    d: np.ndarray,
+    inner: tuple[slice, ...],
+    sets: tuple[tuple[int, ...], ...],
+    universe_total: float,
+) -> np.ndarray:
+    """Weighted counts after drop/add, the n/(n+d) adjustment and calibration."""
+    cell = w[inner]
+    kept = np.where(d < 0, cell - chosen, np.where(d > 0, cell + chosen, cell))
+    factor = np.divide(n, n + d, out=np.zeros(n.shape), where=(n + d) > 0)
+    adjusted = kept * factor
+    s = adjusted.sum()
+    if s > 0:
+        adjusted = adjusted * (universe_total / s)
+    full = np.zeros(w.shape)
+    full[inner] = adjusted
+    return np.asarray(aggregate_margins(full, sets), dtype=np.float64)
 
 
 def _index(shape: tuple[int, ...], gs: tuple[int, ...]) -> tuple[slice, ...]:

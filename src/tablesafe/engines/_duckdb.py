@@ -9,6 +9,7 @@ exact) and reduced modulo 2**32 in the query.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from tablesafe._catalog import Catalog
 from tablesafe._dataset import Dataset
 from tablesafe._errors import ComputationError, DataError, FormatError
 from tablesafe._request import TabulationPlan
+from tablesafe._selection import SelectedSums, mix32_sql
 from tablesafe.engines._base import DatasetSummary, assemble_grouped
 
 __all__ = ["DuckDBEngine"]
@@ -324,6 +326,92 @@ class DuckDBEngine:
             f"GROUP BY GROUPING SETS ({sets})"
         )
         return sql, params
+
+    def select(
+        self,
+        dataset: Dataset,
+        plan: TabulationPlan,
+        seed: np.ndarray,
+        k: np.ndarray,
+    ) -> SelectedSums:
+        """Sum the weights of the first ``k`` records of each inner cell in mix order.
+
+        Records of each inner cell are ordered by :func:`mix32` of their key
+        with the cell's ``seed`` (ties by key) in a window function, inside
+        the database; only per-cell sums come back.
+
+        Args:
+            dataset: The dataset.
+            plan: The tabulation plan (dimensions, universe, weight, replicates).
+            seed: Per inner cell, the selection seed (0 .. 2**32 - 1).
+            k: Per inner cell, how many records to choose (0 for none).
+        """
+        import pandas as pd
+
+        self.ensure_valid(dataset)
+        src = self._scan(dataset)
+        dims = plan.dimensions
+        shape = tuple(d.size for d in dims)
+        cells = np.flatnonzero(np.asarray(k).reshape(-1) > 0)
+        out_n = np.zeros(int(np.prod(shape)), dtype=np.int64)
+        w = np.zeros(out_n.size) if plan.weight else None
+        reps = np.zeros((len(plan.replicates), out_n.size)) if plan.replicates else None
+        if cells.size:
+            # One row per combination of raw codes of a chosen cell: the join
+            # maps records to their (possibly grouped) cell.
+            rows: dict[str, list[Any]] = {f"c{i}": [] for i in range(len(dims))}
+            rows.update(cell=[], seed=[], k=[])
+            idx = np.unravel_index(cells, shape)
+            flat_seed = np.asarray(seed).reshape(-1)
+            flat_k = np.asarray(k).reshape(-1)
+            for j, cell in enumerate(cells):
+                members = [dims[i].members[int(idx[i][j])] for i in range(len(dims))]
+                for combo in itertools.product(*members):
+                    for i, code in enumerate(combo):
+                        rows[f"c{i}"].append(code)
+                    rows["cell"].append(int(cell))
+                    rows["seed"].append(int(flat_seed[cell]))
+                    rows["k"].append(int(flat_k[cell]))
+            sel = pd.DataFrame(rows)
+            key = _ident(plan.record_key)
+            on = " AND ".join(f"t.{_ident(d.column)} = s.c{i}" for i, d in enumerate(dims))
+            values = [f"t.{_ident(plan.weight)}::DOUBLE AS ts_w"] if plan.weight else []
+            values += [f"t.{_ident(r)}::DOUBLE AS ts_r{i}" for i, r in enumerate(plan.replicates)]
+            where: list[str] = ["s.k > 0"]
+            params: list[Any] = []
+            for column, codes in plan.universe:
+                where.append(f"t.{_ident(column)} IN ({', '.join('?' * len(codes))})")
+                params.extend(codes)
+            mix = mix32_sql(f"t.{key}", "s.seed")
+            ranked = (
+                f"SELECT s.cell, s.k, {', '.join([*values, '1 AS ts_one'])}, "
+                f"ROW_NUMBER() OVER (PARTITION BY s.cell ORDER BY {mix}, t.{key}) AS ts_rank "
+                f"FROM {src} AS t JOIN ts_sel AS s ON {on} WHERE {' AND '.join(where)}"
+            )
+            sums = ["COUNT(*) AS ts_n"]
+            if plan.weight:
+                sums.append("SUM(ts_w) AS ts_w")
+            sums += [f"SUM(ts_r{i}) AS ts_r{i}" for i in range(len(plan.replicates))]
+            sql = f"SELECT cell, {', '.join(sums)} FROM ({ranked}) WHERE ts_rank <= k GROUP BY cell"
+            cur = self._con.cursor()
+            try:
+                cur.register("ts_sel", sel)
+                cur.execute(sql, params)
+                res = cur.fetchnumpy()
+            finally:
+                cur.close()
+            at = _values(res["cell"], int)
+            out_n[at] = _values(res["ts_n"], int)
+            if w is not None:
+                w[at] = _values(res["ts_w"], float)
+            if reps is not None:
+                for i in range(len(plan.replicates)):
+                    reps[i, at] = _values(res[f"ts_r{i}"], float)
+        return SelectedSums(
+            n=out_n.reshape(shape),
+            weight_sum=None if w is None else w.reshape(shape),
+            replicate_sums=None if reps is None else reps.reshape((-1, *shape)),
+        )
 
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """Run the plan's ``GROUPING SETS`` query and assemble the cell arrays."""

@@ -20,6 +20,7 @@ from tablesafe._dataset import Dataset
 from tablesafe._errors import DataError, FormatError
 from tablesafe._keys import KEY_MODULUS
 from tablesafe._request import TabulationPlan
+from tablesafe._selection import SelectedSums, mix32
 from tablesafe.engines._base import DatasetSummary
 
 __all__ = ["MemoryEngine"]
@@ -97,6 +98,63 @@ class MemoryEngine:
                     f"for {var.name}"
                 )
         return DatasetSummary(records=len(df), columns=len(df.columns))
+
+    def select(
+        self,
+        dataset: Dataset,
+        plan: TabulationPlan,
+        seed: np.ndarray,
+        k: np.ndarray,
+    ) -> SelectedSums:
+        """Sum the weights of the first ``k`` records of each inner cell in mix order."""
+        self.ensure_valid(dataset)
+        sub, flat, shape = self._cells(dataset, plan)
+        size = int(np.prod(shape))
+        keys = sub[plan.record_key].to_numpy().astype(np.int64)
+        seeds = np.asarray(seed, dtype=np.int64).reshape(-1)[flat]
+        order = np.lexsort((keys, mix32(keys, seeds), flat))
+        # Rank of each record within its cell, in mix order.
+        sorted_cells = flat[order]
+        starts = np.searchsorted(sorted_cells, sorted_cells, side="left")
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order)) - starts
+        chosen = rank < np.asarray(k, dtype=np.int64).reshape(-1)[flat]
+        n = np.bincount(flat[chosen], minlength=size).astype(np.int64).reshape(shape)
+        w = reps = None
+        if plan.weight:
+            wv = sub[plan.weight].to_numpy(dtype=np.float64)[chosen]
+            w = _sum(flat[chosen], wv, size, np.float64).reshape(shape)
+        if plan.replicates:
+            reps = np.stack(
+                [
+                    _sum(
+                        flat[chosen], sub[r].to_numpy(dtype=np.float64)[chosen], size, np.float64
+                    ).reshape(shape)
+                    for r in plan.replicates
+                ]
+            )
+        return SelectedSums(n=n, weight_sum=w, replicate_sums=reps)
+
+    def _cells(
+        self, dataset: Dataset, plan: TabulationPlan
+    ) -> tuple[pd.DataFrame, np.ndarray, tuple[int, ...]]:
+        df = self._frame(dataset)
+        mask = np.ones(len(df), dtype=bool)
+        for column, codes in plan.universe:
+            mask &= df[column].isin(list(codes)).to_numpy()
+        sub = df.loc[mask]
+        shape = tuple(d.size for d in plan.dimensions)
+        index = []
+        for d in plan.dimensions:
+            lookup = {c: j for j, members in enumerate(d.members) for c in members}
+            idx = sub[d.column].map(lookup)
+            if idx.isna().any():
+                raise DataError(f"column {d.column} holds codes the catalog does not list")
+            index.append(idx.to_numpy(dtype=np.int64))
+        flat = (
+            np.ravel_multi_index(tuple(index), shape) if len(sub) else np.zeros(0, dtype=np.int64)
+        )
+        return sub, flat, shape
 
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """Aggregate the inner cells with numpy and add up the margins."""

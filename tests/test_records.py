@@ -1,0 +1,143 @@
+"""Record-level drop/add-up-to-q with dynamic seeds (Li & Krenzke 2016)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tablesafe._builder import Protection, TableBuilder
+from tablesafe._errors import ParameterError
+from tablesafe._request import TableRequest
+from tablesafe._selection import mix32
+from tablesafe.engines import DuckDBEngine, MemoryEngine
+from tablesafe.mechanisms import drop_add_records
+
+SECRET = b"record-level-secret-0123456789ab"
+
+
+def builder(dataset, engine=None, **kwargs):
+    return TableBuilder(
+        dataset,
+        Protection(drop_add_records(**kwargs), seeds="dynamic", secret=SECRET),
+        engine=engine or DuckDBEngine(),
+    )
+
+
+def test_parameters_are_validated():
+    with pytest.raises(ParameterError, match="rate"):
+        drop_add_records(rate=0)
+    with pytest.raises(ParameterError, match="cap"):
+        drop_add_records(cap=0)
+    with pytest.raises(ParameterError, match="seeds='dynamic'"):
+        Protection(drop_add_records(), seeds="cellkey")
+
+
+def test_q_is_ceil_of_rate_times_n():
+    mech = drop_add_records(rate=0.01)
+    assert mech.q(np.array([0, 1, 99, 100, 101, 198, 300])).tolist() == [0, 1, 1, 1, 2, 2, 3]
+    assert drop_add_records(rate=0.5, cap=3).q(np.array([2, 10])).tolist() == [1, 3]
+
+
+def test_mix_in_sql_equals_numpy():
+    import duckdb
+
+    from tablesafe._selection import mix32_sql
+
+    rng = np.random.default_rng(1)
+    keys = rng.integers(0, 2**32, 200)
+    seeds = rng.integers(0, 2**32, 200)
+    con = duckdb.connect()
+    sql = "SELECT " + mix32_sql("k", "s") + " FROM (SELECT UNNEST(?) AS k, UNNEST(?) AS s)"
+    got = [r[0] for r in con.execute(sql, [keys.tolist(), seeds.tolist()]).fetchall()]
+    assert got == mix32(keys, seeds).tolist()
+    assert ((mix32(keys, seeds) >= 0) & (mix32(keys, seeds) < 2**32)).all()
+
+
+def test_engines_choose_the_same_records(random_data):
+    dataset, frame = random_data
+    plan = TableRequest(("A", "CG"), universe={"D": [1]}, replicates=True).bind(dataset.catalog)
+    shape = tuple(d.size for d in plan.dimensions)
+    rng = np.random.default_rng(2)
+    seed = rng.integers(0, 2**32, shape)
+    k = rng.integers(0, 6, shape)
+    a = DuckDBEngine().select(dataset, plan, seed, k)
+    b = MemoryEngine().select(dataset, plan, seed, k)
+    np.testing.assert_array_equal(a.n, b.n)
+    np.testing.assert_allclose(a.weight_sum, b.weight_sum, rtol=1e-12)
+    np.testing.assert_allclose(a.replicate_sums, b.replicate_sums, rtol=1e-12)
+    # Brute force for one cell: the k records of the cell with the smallest mix.
+    sub = frame[(frame["D"] == 1) & (frame["A"] == 1) & frame["C"].isin([4, 5, 6])]
+    keys = sub["RKEY"].to_numpy().astype(np.int64)
+    order = np.lexsort((keys, mix32(keys, np.full(len(keys), seed[0, 1]))))
+    chosen = sub.iloc[order[: k[0, 1]]]
+    assert a.weight_sum[0, 1] == pytest.approx(chosen["W"].sum(), rel=1e-12)
+    assert a.n[0, 1] == min(k[0, 1], len(sub))
+
+
+def test_counts_change_by_at_most_q_and_margins_add_up(random_data):
+    dataset, _ = random_data
+    b = builder(dataset, rate=0.05)
+    req = TableRequest(("A", "B"))
+    table = b.build(req)
+    truth = b.tabulate(req).aggregates
+    d = table.counts[:-1, :-1] - truth.n[:-1, :-1]
+    q = drop_add_records(rate=0.05).q(truth.n[:-1, :-1])
+    assert (np.abs(d) <= q).all() and (d != 0).any()
+    np.testing.assert_array_equal(table.counts[-1, :-1], table.counts[:-1, :-1].sum(axis=0))
+    # Weighted counts are calibrated to the universe's weighted total.
+    assert table.weighted[-1, -1] == pytest.approx(truth.weight_sum[-1, -1], rel=1e-12)
+
+
+def test_deterministic_and_independent_of_row_order(random_data, make_dataset):
+    dataset, frame = random_data
+    shuffled = make_dataset(frame.sample(frac=1.0, random_state=np.random.RandomState(7)))
+    req = TableRequest(("A", "CG"), universe={"B": ["x", "y", "z"]}, replicates=True)
+    a = builder(dataset, rate=0.05).build(req)
+    again = builder(dataset, rate=0.05).build(req)
+    b = builder(shuffled, rate=0.05, engine=MemoryEngine()).build(req)
+    for other in (again, b):
+        np.testing.assert_array_equal(a.counts, other.counts)
+        np.testing.assert_allclose(a.weighted, other.weighted, rtol=1e-9)
+        np.testing.assert_allclose(a.se, other.se, rtol=1e-9)
+
+
+def test_one_record_less_changes_every_seed(random_data, make_dataset):
+    dataset, frame = random_data
+    smaller = make_dataset(frame.iloc[1:])
+    req = TableRequest(("A", "B"), statistic="count")
+    a = builder(dataset, rate=0.1).build(req)
+    b = builder(smaller, rate=0.1).build(req)
+    ta = builder(dataset).tabulate(req).aggregates.n
+    tb = builder(smaller).tabulate(req).aggregates.n
+    # The perturbations differ in most cells although only one record moved.
+    changed = (a.counts - ta)[:-1, :-1] != (b.counts - tb)[:-1, :-1]
+    assert changed.mean() > 0.5
+
+
+def test_weighted_estimates_are_unbiased_over_many_universes(random_data):
+    dataset, frame = random_data
+    b = builder(dataset, rate=0.2)
+    rel = []
+    codes = sorted(frame["C"].unique())
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        chosen = sorted(rng.choice(codes, size=6, replace=False).tolist())
+        req = TableRequest(("A", "B"), universe={"C": chosen}, statistic="weighted")
+        table = b.build(req)
+        truth = b.tabulate(req).aggregates
+        inner = truth.n[:-1, :-1] > 20
+        rel.append((table.weighted[:-1, :-1][inner] / truth.weight_sum[:-1, :-1][inner]) - 1)
+    rel = np.concatenate(rel)
+    # Mean relative difference near 0: |mean| within 3 standard errors, and small.
+    assert abs(rel.mean()) < 3 * rel.std() / np.sqrt(len(rel)) + 1e-3
+    assert abs(rel.mean()) < 0.01
+
+
+def test_replicate_standard_errors(random_data):
+    dataset, _ = random_data
+    table = builder(dataset, rate=0.05).build(TableRequest(("A",), replicates=True))
+    reps = table.replicate_weighted
+    direct = np.sqrt(0.75 * ((reps - table.weighted[None]) ** 2).sum(axis=0))
+    np.testing.assert_allclose(table.se, direct, rtol=1e-12)
+    # Replicate totals are calibrated to their own universe totals.
+    assert np.all(reps[:, -1] > 0)
