@@ -111,7 +111,11 @@ def test_build_a_table_and_download_csv(served, browser, tmp_path):
     downloaded = pd.read_csv(path)
     api = httpx.post(
         f"{served}/api/datasets/demo/tables?format=csv",
-        json={"dimensions": ["AGEGRP", "SEX"], "universe": {"REGION": [1, 2]}, "statistic": "count"},
+        json={
+            "dimensions": ["AGEGRP", "SEX"],
+            "universe": {"REGION": [1, 2]},
+            "statistic": "count",
+        },
     )
     expected = pd.read_csv(io.StringIO(api.text))
     pd.testing.assert_frame_equal(downloaded, expected)
