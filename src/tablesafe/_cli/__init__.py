@@ -27,6 +27,7 @@ def _register() -> None:
     # Imported for their side effect of adding commands to ``app``; kept in a
     # function so that importing this module stays cheap and cycle-free.
     from tablesafe._cli import (  # noqa: F401
+        _attack,
         _cyclic,
         _data,
         _postprocess,
