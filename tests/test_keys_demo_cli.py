@@ -126,11 +126,33 @@ def test_cli_demo_data_and_table(tmp_path):
     result = invoke("demo-data", out, "--records", "2000", "--replicates", "0", "--seed", "1")
     assert result.exit_code == 0, result.output
     Catalog.from_toml(out / "catalog.toml")
-    text = invoke("table", out, "--rows", "AGEGRP", "--cols", "SEX", "--where", "REGION=1,2")
+    text = invoke(
+        "table",
+        out,
+        "--rows",
+        "AGEGRP",
+        "--cols",
+        "SEX",
+        "--where",
+        "REGION=1,2",
+        "--method",
+        "none",
+    )
     assert text.exit_code == 0, text.output
     assert "UNPROTECTED" in text.output and "Female" in text.output and "Total" in text.output
 
-    csv = invoke("table", out, "--rows", "SEX", "--statistic", "count", "--format", "csv")
+    csv = invoke(
+        "table",
+        out,
+        "--rows",
+        "SEX",
+        "--statistic",
+        "count",
+        "--format",
+        "csv",
+        "--method",
+        "none",
+    )
     assert csv.exit_code == 0
     lines = csv.output.strip().splitlines()
     assert lines[0].startswith("#") and lines[1] == "SEX,n"
@@ -150,6 +172,8 @@ def test_cli_demo_data_and_table(tmp_path):
         "json",
         "--statistic",
         "both",
+        "--method",
+        "none",
     )
     assert js.exit_code == 0
     doc = json.loads(js.output)
@@ -197,6 +221,48 @@ def test_cli_bad_requests_exit_2_with_message(demo_dir, args, message, capsys):
         sys.argv = old
     assert info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_cli_protected_table(demo_dir, monkeypatch):
+    monkeypatch.setenv("TABLESAFE_SECRET", "a-long-enough-secret-for-tests")
+    result = invoke(
+        "table",
+        demo_dir,
+        "--rows",
+        "SEX",
+        "--cols",
+        "TENURE",
+        "--method",
+        "q-records",
+        "--se",
+        "--format",
+        "json",
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["meta"]["protected"] is True
+    assert doc["meta"]["mechanism"]["name"].startswith("drop/add")
+    assert {"se", "ci_low", "ci_high"} <= set(doc["cells"][0])
+    assert "perturbed" not in doc["cells"][0]
+    owner = invoke(
+        "table",
+        demo_dir,
+        "--rows",
+        "SEX",
+        "--method",
+        "q-records",
+        "--format",
+        "csv",
+        "--owner-flags",
+    )
+    assert "perturbed" in owner.output.splitlines()[0]
+
+
+def test_cli_dynamic_seeds_need_a_secret(demo_dir, monkeypatch):
+    monkeypatch.delenv("TABLESAFE_SECRET", raising=False)
+    result = invoke("table", demo_dir, "--rows", "SEX", "--method", "q-records")
+    assert result.exit_code != 0
+    assert "TABLESAFE_SECRET" in str(result.exception) + result.output
 
 
 def test_python_api_tabulate(demo_dir):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from tablesafe._cli import app
-from tablesafe._errors import RequestError
+from tablesafe._errors import ConfigError, RequestError
 
 
 def parse_where(items: list[str]) -> dict[str, tuple[str, ...]]:
@@ -27,6 +27,23 @@ def parse_where(items: list[str]) -> dict[str, tuple[str, ...]]:
     return {k: tuple(v) for k, v in universe.items()}
 
 
+def _engine(name: str, spark_master: str) -> Any:
+    from tablesafe.engines import DuckDBEngine, MemoryEngine
+
+    if name == "duckdb":
+        return DuckDBEngine()
+    if name == "memory":
+        return MemoryEngine()
+    if name == "spark":
+        from tablesafe import engines
+
+        spark = getattr(engines, "SparkEngine", None)
+        if spark is None:
+            raise ConfigError("the Spark engine is not available in this installation")
+        return spark(master=spark_master)
+    raise RequestError(f"unknown engine {name!r}; allowed: duckdb, memory, spark")
+
+
 @app.command("table")
 def table(
     data_dir: Annotated[Path, typer.Argument(help="Dataset folder (with catalog.toml).")],
@@ -40,14 +57,45 @@ def table(
     ] = None,
     statistic: Annotated[str, typer.Option(help="count, weighted or both.")] = "both",
     margins: Annotated[str, typer.Option(help="all, none or total.")] = "all",
+    replicates: Annotated[
+        bool, typer.Option("--se", help="Add replicate standard errors and 95% intervals.")
+    ] = False,
     fmt: Annotated[str, typer.Option("--format", help="text, csv or json.")] = "text",
-    engine: Annotated[str, typer.Option(help="duckdb or memory.")] = "duckdb",
+    method: Annotated[
+        str,
+        typer.Option(
+            help="Protection: ckm, dp, pram, q, q-records, ptable:FILE, or none (unprotected)."
+        ),
+    ] = "ckm",
+    epsilon: Annotated[float, typer.Option(help="dp: epsilon.")] = 1.0,
+    cap: Annotated[int, typer.Option(help="dp, q: cap.")] = 7,
+    rate: Annotated[float, typer.Option(help="q, q-records: rate.")] = 0.01,
+    max_deviation: Annotated[int, typer.Option(help="ckm: maximum deviation D.")] = 3,
+    variance: Annotated[float, typer.Option(help="ckm: variance V.")] = 1.0,
+    seeds: Annotated[str, typer.Option(help="cellkey or dynamic.")] = "cellkey",
+    secret_env: Annotated[
+        str | None, typer.Option(help="Environment variable with the secret (dynamic seeds).")
+    ] = None,
+    weighting: Annotated[str, typer.Option(help="overall_mean or cell_mean.")] = "overall_mean",
+    additivity: Annotated[str, typer.Option(help="aggregate, independent or ipf.")] = "aggregate",
+    config: Annotated[
+        Path | None,
+        typer.Option(help="Site configuration: use the protection it fixes for this dataset."),
+    ] = None,
+    owner_flags: Annotated[
+        bool,
+        typer.Option(
+            "--owner-flags", help="Add the perturbed/adjusted flags (never for publication)."
+        ),
+    ] = False,
+    engine: Annotated[str, typer.Option(help="duckdb, memory or spark.")] = "duckdb",
+    spark_master: Annotated[str, typer.Option(help="Spark master URL.")] = "local[*]",
 ) -> None:
-    """Build a table: rows by columns (by layers) inside a universe."""
+    """Build a protected table: rows by columns (by layers) inside a universe."""
+    from tablesafe._builder import TableBuilder
+    from tablesafe._cli._methods import protection_from_options
     from tablesafe._dataset import Dataset
     from tablesafe._request import TableRequest
-    from tablesafe._tabulation import tabulate
-    from tablesafe.engines import DuckDBEngine, MemoryEngine
 
     if fmt not in ("text", "csv", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, csv, json")
@@ -57,13 +105,55 @@ def table(
         universe=parse_where(where or []),
         statistic=statistic,  # type: ignore[arg-type]
         margins=margins,  # type: ignore[arg-type]
+        replicates=replicates,
     )
     dataset = Dataset.open(data_dir)
-    if engine == "duckdb":
-        eng: DuckDBEngine | MemoryEngine = DuckDBEngine()
-    elif engine == "memory":
-        eng = MemoryEngine()
+    # Bad requests are refused before anything else happens.
+    request.bind(dataset.catalog)
+    eng = _engine(engine, spark_master)
+    if config is not None:
+        from tablesafe._settings import load_site_config
+        from tablesafe.server import make_mechanism
+
+        site = load_site_config(config)
+        target = Path(data_dir).resolve()
+        match = [d for d in site.datasets if site.resolve(d.path).resolve() == target]
+        if not match:
+            raise ConfigError(f"the site configuration {config} serves no dataset at {data_dir}")
+        from tablesafe._builder import Protection
+
+        ds = match[0]
+        protection = Protection(
+            make_mechanism(ds.protection, site),
+            seeds=ds.protection.seeds,
+            secret=site.secret(ds),
+            weighting=ds.protection.weighting,
+            additivity=ds.protection.additivity,
+        )
+    elif method == "none":
+        from tablesafe._tabulation import tabulate
+
+        typer.echo(tabulate(dataset, request, engine=eng).render(fmt), nl=False)
+        return
     else:
-        raise RequestError(f"unknown engine {engine!r}; allowed: duckdb, memory")
-    result = tabulate(dataset, request, engine=eng)
+        protection = protection_from_options(
+            method,
+            epsilon=epsilon,
+            cap=cap,
+            rate=rate,
+            max_deviation=max_deviation,
+            variance=variance,
+            seeds=seeds,
+            secret_env=secret_env,
+            weighting=weighting,
+            additivity=additivity,
+        )
+    result = TableBuilder(dataset, protection, engine=eng).build(request)
+    if owner_flags and fmt in ("csv", "json"):
+        from tablesafe._render import to_csv, to_json
+
+        frame = result.to_frame(owner=True)
+        text = to_csv(frame) if fmt == "csv" else to_json(frame, result.public_metadata()) + "\n"
+        typer.echo(text, nl=False)
+        return
     typer.echo(result.render(fmt), nl=False)
