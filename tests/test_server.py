@@ -346,3 +346,41 @@ def test_site_configuration_needs_the_secret(demo_dir, tmp_path, monkeypatch):
     )
     with pytest.raises(ConfigError, match="TS_TEST_SECRET"):
         create_app(cfg)
+
+
+def test_record_level_protection_from_the_site(demo_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("TS_SITE_SECRET", "site-secret-0123456789abcdef")
+    cfg = site(
+        demo_dir,
+        tmp_path,
+        protection={
+            "method": "q-records",
+            "seeds": "dynamic",
+            "secret_env": "TS_SITE_SECRET",
+            "rate": 0.05,
+        },
+    )
+    with TestClient(create_app(cfg)) as c:
+        c.headers["x-api-key"] = USER_KEY
+        doc = c.post("/api/datasets/demo/tables", json={"dimensions": ["AGEGRP", "SEX"]}).json()
+        assert doc["meta"]["mechanism"]["name"].startswith("drop/add")
+        assert "secret" not in json.dumps(doc).lower()
+        assert "site-secret" not in json.dumps(doc)
+        # The answer differs from the truth somewhere, and no response or log holds the truth.
+        truth = create_app(site(demo_dir, tmp_path / "plain"))
+        with TestClient(truth) as t:
+            t.headers["x-api-key"] = USER_KEY
+            plain = t.post(
+                "/api/datasets/demo/tables", json={"dimensions": ["AGEGRP", "SEX"]}
+            ).json()
+        changed = [
+            (p["n"], q["n"])
+            for p, q in zip(plain["cells"], doc["cells"], strict=True)
+            if p["n"] != q["n"]
+        ]
+        assert changed
+        rows = c.get("/api/admin/audit", headers={"x-api-key": ADMIN_KEY}).json()
+        logged = json.dumps(rows)
+        for true_n, _ in changed:
+            assert f'"n": {true_n}' not in json.dumps(doc)
+        assert '"cells"' not in logged

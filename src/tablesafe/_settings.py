@@ -103,11 +103,12 @@ class ProtectionSettings(BaseModel):
 
     model_config = _STRICT
 
-    method: Literal["ckm", "dp", "pram", "q", "ptable", "none"] = Field(
+    method: Literal["ckm", "dp", "pram", "q", "q-records", "ptable", "none"] = Field(
         "ckm",
         description="Cell-wise mechanism: ckm (Destatis maximum-entropy ptable with "
         "max_deviation and variance), dp (discretised Laplace with epsilon and cap), "
         "pram (Shlomo & Young matrices), q (drop/add-up-to-q with rate and cap), "
+        "q-records (record-level drop/add-up-to-q with rate; needs dynamic seeds), "
         "ptable (a ptable file), none (no protection: never for public use).",
     )
     epsilon: float = Field(1.0, gt=0, description="dp: privacy parameter epsilon.")
@@ -146,6 +147,8 @@ class ProtectionSettings(BaseModel):
     def _check(self) -> ProtectionSettings:
         if self.method == "ptable" and not self.ptable_file:
             raise ValueError("method 'ptable' needs ptable_file")
+        if self.method == "q-records" and self.seeds != "dynamic":
+            raise ValueError("method 'q-records' needs seeds = 'dynamic' (and a secret)")
         if self.seeds == "dynamic" and not (self.secret_env or self.secret_file):
             raise ValueError("dynamic seeds need secret_env or secret_file")
         if self.secret_env and self.secret_file:

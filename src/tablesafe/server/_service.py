@@ -31,20 +31,25 @@ from tablesafe._rules import (
 )
 from tablesafe._settings import DatasetSettings, ProtectionSettings, SiteConfig
 from tablesafe._table import ProtectedTable
+from tablesafe.mechanisms._records import DropAddRecords
 from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Principal
 
 __all__ = ["TableService", "make_mechanism"]
 
 
-def make_mechanism(settings: ProtectionSettings, site: SiteConfig) -> CellwiseMechanism | None:
-    """The cell-wise mechanism named by a dataset's protection settings."""
+def make_mechanism(
+    settings: ProtectionSettings, site: SiteConfig
+) -> CellwiseMechanism | DropAddRecords | None:
+    """The mechanism named by a dataset's protection settings."""
     m = settings.method
     if m == "none":
         return None
     from tablesafe import mechanisms
 
     mech: Any
+    if m == "q-records":
+        return mechanisms.drop_add_records(rate=settings.rate)
     if m == "dp":
         mech = mechanisms.dp_geometric(settings.epsilon, cap=settings.cap)  # type: ignore[attr-defined]
     elif m == "q":
