@@ -35,6 +35,9 @@ EXPECTED = {
     "draw_record_keys",
     "tabulate",
     "write_demo_data",
+    "ProtectedTable",
+    "Protection",
+    "TableBuilder",
 }
 
 

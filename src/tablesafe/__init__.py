@@ -9,6 +9,7 @@ their own: :mod:`tablesafe.engines`, :mod:`tablesafe.mechanisms`,
 from __future__ import annotations
 
 from tablesafe._aggregates import CellAggregates
+from tablesafe._builder import Protection, TableBuilder
 from tablesafe._catalog import Catalog, Category, ReplicateDesign, StructuralZero, Variable
 from tablesafe._dataset import Dataset
 from tablesafe._demo import write_demo_data
@@ -27,6 +28,7 @@ from tablesafe._errors import (
 )
 from tablesafe._keys import add_record_keys, cell_key_uniform, cell_keys, draw_record_keys
 from tablesafe._request import DimensionPlan, TableRequest, TabulationPlan
+from tablesafe._table import ProtectedTable
 from tablesafe._tabulation import Tabulation, tabulate
 
 __version__ = "0.1.0"
@@ -44,10 +46,13 @@ __all__ = [
     "FormatError",
     "InternalError",
     "ParameterError",
+    "ProtectedTable",
+    "Protection",
     "RefusedError",
     "ReplicateDesign",
     "RequestError",
     "StructuralZero",
+    "TableBuilder",
     "TableRequest",
     "TablesafeError",
     "Tabulation",
