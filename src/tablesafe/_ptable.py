@@ -437,7 +437,7 @@ class PTable:
             uniq, counts = np.unique(vals, return_counts=True)
             rows.append((uniq.tolist(), (counts / keys).tolist()))
         # ONS convention: counts above 750 loop onto rows 501-750.
-        loop = n > 751
+        loop = n >= 751
         base = cls.from_rows(
             name,
             rows,
