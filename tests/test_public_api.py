@@ -38,6 +38,8 @@ EXPECTED = {
     "ProtectedTable",
     "Protection",
     "TableBuilder",
+    "PTable",
+    "PrivacyFigures",
 }
 
 

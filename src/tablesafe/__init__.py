@@ -27,6 +27,7 @@ from tablesafe._errors import (
     UserError,
 )
 from tablesafe._keys import add_record_keys, cell_key_uniform, cell_keys, draw_record_keys
+from tablesafe._ptable import PrivacyFigures, PTable
 from tablesafe._request import DimensionPlan, TableRequest, TabulationPlan
 from tablesafe._table import ProtectedTable
 from tablesafe._tabulation import Tabulation, tabulate
@@ -45,7 +46,9 @@ __all__ = [
     "DimensionPlan",
     "FormatError",
     "InternalError",
+    "PTable",
     "ParameterError",
+    "PrivacyFigures",
     "ProtectedTable",
     "Protection",
     "RefusedError",

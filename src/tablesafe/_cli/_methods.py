@@ -49,15 +49,15 @@ def protection_from_options(
     elif method == "q-records":
         mech = mechanisms.drop_add_records(rate=rate)
     elif method == "dp":
-        mech = mechanisms.dp_geometric(epsilon, cap=cap)  # type: ignore[attr-defined]
+        mech = mechanisms.dp_geometric(epsilon, cap=cap)
     elif method == "q":
-        mech = mechanisms.drop_add_q(rate=rate, cap=cap)  # type: ignore[attr-defined]
+        mech = mechanisms.drop_add_q(rate=rate, cap=cap)
     elif method == "pram":
-        mech = mechanisms.pram_shlomo_young()  # type: ignore[attr-defined]
+        mech = mechanisms.pram_shlomo_young()
     elif method == "ckm":
-        mech = mechanisms.destatis(max_deviation, variance)  # type: ignore[attr-defined]
+        mech = mechanisms.destatis(max_deviation, variance)
     elif method.startswith("ptable:"):
-        from tablesafe._ptable import PTable  # type: ignore[import-not-found]
+        from tablesafe._ptable import PTable
 
         mech = PTable.read_csv(Path(method.split(":", 1)[1]))
     else:

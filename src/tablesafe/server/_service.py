@@ -51,17 +51,15 @@ def make_mechanism(
     if m == "q-records":
         return mechanisms.drop_add_records(rate=settings.rate)
     if m == "dp":
-        mech = mechanisms.dp_geometric(settings.epsilon, cap=settings.cap)  # type: ignore[attr-defined]
+        mech = mechanisms.dp_geometric(settings.epsilon, cap=settings.cap)
     elif m == "q":
-        mech = mechanisms.drop_add_q(rate=settings.rate, cap=settings.cap)  # type: ignore[attr-defined]
+        mech = mechanisms.drop_add_q(rate=settings.rate, cap=settings.cap)
     elif m == "pram":
-        mech = mechanisms.pram_shlomo_young()  # type: ignore[attr-defined]
+        mech = mechanisms.pram_shlomo_young()
     elif m == "ckm":
-        mech = mechanisms.destatis(  # type: ignore[attr-defined]
-            settings.max_deviation, settings.variance, js=settings.js
-        )
+        mech = mechanisms.destatis(settings.max_deviation, settings.variance, js=settings.js)
     else:
-        from tablesafe._ptable import PTable  # type: ignore[import-not-found]
+        from tablesafe._ptable import PTable
 
         assert settings.ptable_file is not None
         mech = PTable.read_csv(site.resolve(settings.ptable_file))
