@@ -251,6 +251,7 @@ class TableBuilder:
     def build(self, request: TableRequest) -> ProtectedTable:
         """Build the protected table answering ``request``."""
         cat = self.dataset.catalog
+        request = request.coerced(cat)
         plan = request.bind(cat, max_dimensions=self.max_dimensions)
         full_plan = replace(plan, grouping_sets=replace(request, margins="all").grouping_sets())
         agg = self.engine.tabulate(self.dataset, full_plan)

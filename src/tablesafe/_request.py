@@ -157,6 +157,18 @@ class TableRequest:
         universe.update({k: tuple(v) for k, v in conditions.items()})
         return replace(self, universe=universe)
 
+    def coerced(self, catalog: Catalog) -> TableRequest:
+        """The same request with universe codes converted to the catalog's types.
+
+        Raises:
+            RequestError: for an unknown variable or category.
+        """
+        universe = {
+            name: tuple(dict.fromkeys(catalog.variable(name).coerce(c) for c in codes))
+            for name, codes in self.universe.items()
+        }
+        return replace(self, universe=universe)
+
     def grouping_sets(self) -> tuple[tuple[int, ...], ...]:
         """The grouping sets of the table as tuples of dimension positions.
 

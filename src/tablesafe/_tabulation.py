@@ -97,6 +97,7 @@ def tabulate(dataset: Dataset, request: TableRequest, *, engine: Any = None) -> 
         engine: An :class:`~tablesafe.engines.Engine`; a new
             :class:`~tablesafe.engines.DuckDBEngine` by default.
     """
+    request = request.coerced(dataset.catalog)
     plan = request.bind(dataset.catalog)
     if engine is None:
         from tablesafe.engines import DuckDBEngine

@@ -203,6 +203,7 @@ class TableService:
         s = self._served[name]
         rules = s.settings.rules
         check_request_limits(request, s.dataset.catalog, rules)
+        request = request.coerced(s.dataset.catalog)
         cache_key = (name, _request_key(request))
         cached = self._cached(cache_key)
         if cached is None:
