@@ -258,3 +258,41 @@ def test_share_changed_and_variance():
     assert table.share_changed()[-1] == pytest.approx(1 - 0.761594, abs=1e-6)
     v, p = table.rows[-1]
     assert table.variance()[-1] == pytest.approx(float((v * v * p).sum()))
+
+
+def test_cli_ptable_write_and_show(tmp_path):
+    from typer.testing import CliRunner
+
+    from tablesafe._cli import get_app
+
+    runner = CliRunner()
+    out = tmp_path / "dp.csv"
+    result = runner.invoke(get_app(), ["ptable", "dp", "--epsilon", "2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "delta 6.33e-07" in result.output
+    again = PTable.read_csv(out)
+    assert again.distribution(20) == pytest.approx(dp_geometric(2).distribution(20))
+    shown = runner.invoke(get_app(), ["ptable", "show", str(out)])
+    assert shown.exit_code == 0 and "P(v != 0)" in shown.output
+    abs_out = tmp_path / "abs.csv"
+    assert (
+        runner.invoke(
+            get_app(),
+            [
+                "ptable",
+                "destatis",
+                "--D",
+                "3",
+                "--V",
+                "1",
+                "--layout",
+                "abs",
+                "--out",
+                str(abs_out),
+            ],
+        ).exit_code
+        == 0
+    )
+    assert abs_out.read_text().splitlines()[0] == "pcv,ckey,pvalue"
+    bad = runner.invoke(get_app(), ["ptable", "dp", "--epsilon", "-1", "--out", str(out)])
+    assert bad.exit_code != 0
