@@ -338,11 +338,12 @@ class PTable:
                 raise ParameterError("ABS ptables have 256 or 4096 cell keys per count")
             if self.selector == "residue":
                 raise ParameterError("PRAM's residue rows have no ABS layout; use destatis")
+            # The ONS layout: counts 0..750, larger counts loop onto 501..750.
             w.writerow(["pcv", "ckey", "pvalue"])
             u = (np.arange(keys) + 0.5) / keys
-            for i in range(len(self.rows)):
+            for i in range(751):
                 if self.sampled is not None and self.sampled.shape[1] == keys:
-                    v = self.sampled[i]
+                    v = self.sampled[int(self.row_index(np.array([i]))[0])]
                 else:
                     v = self.perturbation(np.full(keys, i), u)
                 for k, vi in enumerate(v.tolist()):
@@ -424,9 +425,12 @@ class PTable:
         for rec in records:
             table.setdefault(int(rec["pcv"]), {})[int(rec["ckey"])] = int(rec["pvalue"])
         n = max(table) + 1
-        keys = len(table[0]) if 0 in table else 0
+        keys = len(next(iter(table.values())))
         if keys not in (256, 4096):
             raise FormatError(f"{source}: an ABS ptable has 256 or 4096 cell keys per count")
+        # The ONS package ships ptables without a row for 0 (empty cells are
+        # never perturbed there); an absent row 0 means exactly that.
+        table.setdefault(0, dict.fromkeys(range(keys), 0))
         rows = []
         sampled = np.zeros((n, keys), dtype=np.int64)
         for i in range(n):
