@@ -344,3 +344,11 @@ def test_cell_key_tables_equal_the_ons_package(tmp_path, make_dataset):
     assert (theirs["pvalue"] != 0).any()
     for key, value in merged.items():
         assert frame_ours.loc[key] == value, key
+
+
+def test_headerless_tau_argus_export_loads():
+    table = destatis(3, 1.0)
+    lines = [" ".join(r.split(",")[:6]) for r in table.to_csv().splitlines()[1:]]
+    again = PTable.from_csv_text("\n".join(lines) + "\n")
+    for count in (0, 1, 2, 3, 17):
+        assert again.distribution(count) == pytest.approx(table.distribution(count))

@@ -48,6 +48,14 @@ __all__ = ["PTable", "PrivacyFigures"]
 _TOL = 1e-6
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text.strip('"'))
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class PrivacyFigures:
     """Privacy figures of a ptable between neighbouring counts.
@@ -374,7 +382,22 @@ class PTable:
 
     @classmethod
     def from_csv_text(cls, text: str, *, name: str = "ptable", source: str = "ptable") -> PTable:
-        """Parse ptable CSV text (see :meth:`read_csv`)."""
+        """Parse ptable CSV text (see :meth:`read_csv`).
+
+        Besides the two CSV layouts with headers, headerless files of six
+        numeric columns ``i j p v p_int_lb p_int_ub`` (the R package's
+        export for Tau-Argus, separated by spaces, semicolons or commas)
+        are read as the Destatis layout.
+        """
+        first = text.lstrip().splitlines()[0] if text.strip() else ""
+        fields = [f for f in first.replace(";", " ").replace(",", " ").split() if f]
+        if len(fields) >= 6 and all(_is_number(f) for f in fields):
+            rows = [
+                line.replace(";", " ").replace(",", " ").split()
+                for line in text.splitlines()
+                if line.strip()
+            ]
+            text = "i,j,p,v,p_int_lb,p_int_ub\n" + "\n".join(",".join(r[:6]) for r in rows)
         reader = csv.DictReader(io.StringIO(text))
         cols = {c.strip() for c in reader.fieldnames or []}
         try:
