@@ -141,3 +141,29 @@ def test_replicate_standard_errors(random_data):
     np.testing.assert_allclose(table.se, direct, rtol=1e-12)
     # Replicate totals are calibrated to their own universe totals.
     assert np.all(reps[:, -1] > 0)
+
+
+def test_ci_overlap_formula():
+    from tablesafe._variance import ci_overlap
+
+    # Identical intervals overlap fully; disjoint ones not at all.
+    assert ci_overlap([0], [10], [0], [10]).tolist() == [1.0]
+    assert ci_overlap([0], [10], [20], [30]).tolist() == [0.0]
+    # [0, 10] and [5, 25]: overlap 5 -> (5/10 + 5/20) / 2 = 0.375
+    assert ci_overlap([0], [10], [5], [25]).tolist() == [0.375]
+
+
+def test_ci_overlap_of_record_level_protection_is_high(random_data):
+    from tablesafe._variance import ci_overlap
+
+    dataset, _ = random_data
+    b = builder(dataset, rate=0.01)
+    req = TableRequest(("A", "B"), replicates=True)
+    prot = b.build(req)
+    plain = TableBuilder(dataset, Protection(None)).build(req)
+    inner = (slice(0, 3), slice(0, 4))
+    f_p, f_o = prot.statistics(), plain.statistics()
+    j = ci_overlap(
+        f_o["ci_low"][inner], f_o["ci_high"][inner], f_p["ci_low"][inner], f_p["ci_high"][inner]
+    )
+    assert np.median(j) > 0.8

@@ -18,7 +18,7 @@ from scipy import stats
 from tablesafe._catalog import ReplicateDesign
 from tablesafe._errors import ParameterError
 
-__all__ = ["confidence_interval", "replicate_se"]
+__all__ = ["ci_overlap", "confidence_interval", "replicate_se"]
 
 
 def replicate_se(
@@ -50,3 +50,27 @@ def confidence_interval(
         raise ParameterError(f"confidence level must lie in (0, 1), not {level}")
     z = float(stats.norm.ppf(0.5 + level / 2))
     return estimate - z * se, estimate + z * se
+
+
+def ci_overlap(
+    original_low: npt.ArrayLike,
+    original_high: npt.ArrayLike,
+    perturbed_low: npt.ArrayLike,
+    perturbed_high: npt.ArrayLike,
+) -> npt.NDArray[np.float64]:
+    """Confidence-interval overlap of Karr et al. (2006), as used in seed 004 Section 3.
+
+    ``J = 1/2 (overlap / original length + overlap / perturbed length)``,
+    where the overlap is the length of the intersection of the two
+    intervals (0 if they are disjoint). 1 means identical intervals; cells
+    with an interval of length 0 get 1 if both are the same point, else 0.
+    """
+    lo1, hi1 = np.asarray(original_low, float), np.asarray(original_high, float)
+    lo2, hi2 = np.asarray(perturbed_low, float), np.asarray(perturbed_high, float)
+    overlap = np.maximum(np.minimum(hi1, hi2) - np.maximum(lo1, lo2), 0.0)
+    len1, len2 = hi1 - lo1, hi2 - lo2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        j = 0.5 * (overlap / len1 + overlap / len2)
+    same_point = (len1 == 0) & (len2 == 0)
+    j = np.where(same_point, np.where(lo1 == lo2, 1.0, 0.0), j)
+    return np.asarray(np.nan_to_num(j, nan=0.0), dtype=np.float64)
