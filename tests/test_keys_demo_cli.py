@@ -271,3 +271,17 @@ def test_python_api_tabulate(demo_dir):
     frame = table.to_frame(labels=True)
     assert set(frame.columns) >= {"AGEGRP", "MARSTAT", "n", "weighted", "AGEGRP_label"}
     assert frame.loc[(frame["AGEGRP"] == 1) & (frame["MARSTAT"] == 2), "n"].item() == 0
+
+
+def test_cli_table_uses_the_site_protection(demo_dir, tmp_path):
+    site = tmp_path / "site.toml"
+    site.write_text(
+        f'[[datasets]]\nname = "demo"\npath = "{demo_dir}"\n'
+        '[datasets.protection]\nmethod = "dp"\nepsilon = 0.5\ncap = 3\n'
+    )
+    result = invoke("table", demo_dir, "--rows", "SEX", "--config", site, "--format", "json")
+    assert result.exit_code == 0, result.output
+    mech = json.loads(result.output)["meta"]["mechanism"]
+    assert mech["name"] == "dp" and mech["epsilon"] == 0.5 and mech["cap"] == 3
+    other = invoke("table", tmp_path, "--rows", "SEX", "--config", site)
+    assert other.exit_code != 0

@@ -113,23 +113,14 @@ def table(
     eng = _engine(engine, spark_master)
     if config is not None:
         from tablesafe._settings import load_site_config
-        from tablesafe.server import make_mechanism
+        from tablesafe.server._service import protection_from_settings
 
         site = load_site_config(config)
         target = Path(data_dir).resolve()
         match = [d for d in site.datasets if site.resolve(d.path).resolve() == target]
         if not match:
             raise ConfigError(f"the site configuration {config} serves no dataset at {data_dir}")
-        from tablesafe._builder import Protection
-
-        ds = match[0]
-        protection = Protection(
-            make_mechanism(ds.protection, site),
-            seeds=ds.protection.seeds,
-            secret=site.secret(ds),
-            weighting=ds.protection.weighting,
-            additivity=ds.protection.additivity,
-        )
+        protection = protection_from_settings(match[0], site)
     elif method == "none":
         from tablesafe._tabulation import tabulate
 

@@ -22,7 +22,7 @@ from tablesafe._dataset import Dataset
 from tablesafe._errors import DataError
 from tablesafe._request import TabulationPlan
 
-__all__ = ["DatasetSummary", "Engine", "assemble_grouped"]
+__all__ = ["DatasetSummary", "Engine", "ValidationCache", "assemble_grouped"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,25 @@ class Engine(Protocol):
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """Compute the exact aggregates of every cell of ``plan``."""
         ...
+
+
+class ValidationCache:
+    """Mixin for engines: validate each dataset once per file version."""
+
+    def validate(self, dataset: Dataset) -> DatasetSummary:
+        """Check the microdata against its catalog (implemented by each engine)."""
+        raise NotImplementedError
+
+    def ensure_valid(self, dataset: Dataset) -> DatasetSummary:
+        """Validate ``dataset`` once per file version (path, size, modification time)."""
+        cache: dict[tuple[str, int, int], DatasetSummary] = self.__dict__.setdefault(
+            "_validated", {}
+        )
+        st = dataset.path.stat()
+        key = (str(dataset.path.resolve()), st.st_size, st.st_mtime_ns)
+        if key not in cache:
+            cache[key] = self.validate(dataset)
+        return cache[key]
 
 
 def assemble_grouped(

@@ -25,7 +25,7 @@ from tablesafe._dataset import Dataset
 from tablesafe._errors import ComputationError, DataError, FormatError
 from tablesafe._request import TabulationPlan
 from tablesafe._selection import SelectedSums, mix32_sql
-from tablesafe.engines._base import DatasetSummary, assemble_grouped
+from tablesafe.engines._base import DatasetSummary, ValidationCache, assemble_grouped
 
 __all__ = ["DuckDBEngine"]
 
@@ -44,7 +44,7 @@ def _literal(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-class DuckDBEngine:
+class DuckDBEngine(ValidationCache):
     """Tabulate with an embedded DuckDB database.
 
     Args:
@@ -76,7 +76,6 @@ class DuckDBEngine:
         self._materialize = materialize
         self._timeout = timeout
         self._tables: dict[tuple[str, str], str] = {}
-        self._validated: dict[tuple[str, int, int], DatasetSummary] = {}
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -156,14 +155,6 @@ class DuckDBEngine:
             ) from None
 
     # -- validation --------------------------------------------------------------
-
-    def ensure_valid(self, dataset: Dataset) -> DatasetSummary:
-        """Validate ``dataset`` once per file version (path, size, modification time)."""
-        st = dataset.path.stat()
-        key = (str(dataset.path.resolve()), st.st_size, st.st_mtime_ns)
-        if key not in self._validated:
-            self._validated[key] = self.validate(dataset)
-        return self._validated[key]
 
     def validate(self, dataset: Dataset) -> DatasetSummary:
         """Check the microdata against its catalog in a few scans.

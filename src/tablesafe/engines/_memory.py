@@ -21,12 +21,12 @@ from tablesafe._errors import DataError, FormatError
 from tablesafe._keys import KEY_MODULUS
 from tablesafe._request import TabulationPlan
 from tablesafe._selection import SelectedSums, mix32
-from tablesafe.engines._base import DatasetSummary
+from tablesafe.engines._base import DatasetSummary, ValidationCache
 
 __all__ = ["MemoryEngine"]
 
 
-class MemoryEngine:
+class MemoryEngine(ValidationCache):
     """Tabulate microdata held in memory as a pandas DataFrame.
 
     Args:
@@ -38,7 +38,6 @@ class MemoryEngine:
 
     def __init__(self, frames: Mapping[str, pd.DataFrame] | None = None) -> None:
         self._frames: dict[str, pd.DataFrame] = dict(frames or {})
-        self._validated: dict[tuple[str, int, int], DatasetSummary] = {}
 
     def _frame(self, dataset: Dataset) -> pd.DataFrame:
         key = str(dataset.path)
@@ -52,14 +51,6 @@ class MemoryEngine:
                 raise FormatError(f"cannot read {dataset.path}: {exc}") from None
             self._frames[key] = table.to_pandas()
         return self._frames[key]
-
-    def ensure_valid(self, dataset: Dataset) -> DatasetSummary:
-        """Validate ``dataset`` once per file version (path, size, modification time)."""
-        st = dataset.path.stat()
-        key = (str(dataset.path.resolve()), st.st_size, st.st_mtime_ns)
-        if key not in self._validated:
-            self._validated[key] = self.validate(dataset)
-        return self._validated[key]
 
     def validate(self, dataset: Dataset) -> DatasetSummary:
         """Check the microdata against its catalog.
@@ -159,22 +150,7 @@ class MemoryEngine:
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """Aggregate the inner cells with numpy and add up the margins."""
         self.ensure_valid(dataset)
-        df = self._frame(dataset)
-        mask = np.ones(len(df), dtype=bool)
-        for column, codes in plan.universe:
-            mask &= df[column].isin(list(codes)).to_numpy()
-        sub = df.loc[mask]
-        shape = tuple(d.size for d in plan.dimensions)
-        index = []
-        for d in plan.dimensions:
-            lookup = {c: j for j, members in enumerate(d.members) for c in members}
-            idx = sub[d.column].map(lookup)
-            if idx.isna().any():
-                raise DataError(f"column {d.column} holds codes the catalog does not list")
-            index.append(idx.to_numpy(dtype=np.int64))
-        flat = (
-            np.ravel_multi_index(tuple(index), shape) if len(sub) else np.zeros(0, dtype=np.int64)
-        )
+        sub, flat, shape = self._cells(dataset, plan)
         size = int(np.prod(shape))
 
         n = np.bincount(flat, minlength=size).astype(np.int64).reshape(shape)

@@ -35,7 +35,7 @@ from tablesafe.mechanisms._records import DropAddRecords
 from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Principal
 
-__all__ = ["TableService", "make_mechanism"]
+__all__ = ["TableService", "make_mechanism", "protection_from_settings"]
 
 
 def make_mechanism(
@@ -64,6 +64,23 @@ def make_mechanism(
         assert settings.ptable_file is not None
         mech = PTable.read_csv(site.resolve(settings.ptable_file))
     return mech  # type: ignore[no-any-return]
+
+
+def protection_from_settings(dataset: DatasetSettings, site: SiteConfig) -> Protection:
+    """The Protection a site configuration fixes for one of its datasets.
+
+    Raises:
+        ConfigError: if the secret cannot be read.
+        ParameterError: for impossible mechanism parameters.
+    """
+    prot = dataset.protection
+    return Protection(
+        make_mechanism(prot, site),
+        seeds=prot.seeds,
+        secret=site.secret(dataset),
+        weighting=prot.weighting,
+        additivity=prot.additivity,
+    )
 
 
 # A cached answer: the protected table, its universe's size and fingerprint.
@@ -98,13 +115,7 @@ class TableService:
         for ds in site.datasets:
             try:
                 dataset = Dataset.open(site.resolve(ds.path), name=ds.name)
-                protection = Protection(
-                    make_mechanism(ds.protection, site),
-                    seeds=ds.protection.seeds,
-                    secret=site.secret(ds),
-                    weighting=ds.protection.weighting,
-                    additivity=ds.protection.additivity,
-                )
+                protection = protection_from_settings(ds, site)
             except ConfigError:
                 raise
             except TablesafeError as exc:
