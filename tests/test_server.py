@@ -384,3 +384,34 @@ def test_record_level_protection_from_the_site(demo_dir, tmp_path, monkeypatch):
         for true_n, _ in changed:
             assert f'"n": {true_n}' not in json.dumps(doc)
         assert '"cells"' not in logged
+
+
+def test_audit_and_api_key_commands(demo_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from tablesafe._cli import get_app
+
+    runner = CliRunner()
+    made = runner.invoke(get_app(), ["api-key", "new", "analyst", "--role", "admin"])
+    assert made.exit_code == 0
+    key = made.output.split("user): ")[1].split()[0]
+    assert f'hash = "{hash_key(key)}"' in made.output
+    cfg_path = tmp_path / "site.toml"
+    cfg_path.write_text(
+        f'[server]\naudit_db = "audit.sqlite"\n[[datasets]]\nname = "demo"\npath = "{demo_dir}"\n'
+        '[datasets.protection]\nmethod = "none"\n[datasets.rules]\nmin_universe_size = 1\n'
+        + made.output.split("\n", 1)[1]
+    )
+    with TestClient(create_app(load_site_config(cfg_path))) as c:
+        assert (
+            c.post(
+                "/api/datasets/demo/tables",
+                json={"dimensions": ["SEX"]},
+                headers={"x-api-key": key},
+            ).status_code
+            == 200
+        )
+    out = runner.invoke(get_app(), ["audit", "--config", str(cfg_path), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    assert rows[0]["key_id"] == "analyst" and rows[0]["request"]["dimensions"] == ["SEX"]
