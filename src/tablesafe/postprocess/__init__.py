@@ -1,5 +1,41 @@
-"""Post-processing of protected tables into releasable inner cells (Langsrud 2019)."""
+"""Post-processing protected tables into releasable inner cells (Langsrud 2019).
+
+Design matrices (z = X^T y), Methods A, B and C, least absolute deviation,
+the log-linear refit, Laplace noise on margins, suppressed cells as
+decimals, and whole numbers / synthetic microdata.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from tablesafe.postprocess._design import DesignMatrix, all_margins, design_matrix
+from tablesafe.postprocess._loglinear import laplace_margins, loglinear_refit
+from tablesafe.postprocess._methods import (
+    least_absolute_deviation,
+    method_a,
+    method_b,
+    method_c,
+)
+from tablesafe.postprocess._rounding import (
+    multinomial_round,
+    multinomial_sample,
+    stochastic_round,
+    synthetic_microdata,
+)
+from tablesafe.postprocess._suppressed import estimate_suppressed
+
+__all__ = [
+    "DesignMatrix",
+    "all_margins",
+    "design_matrix",
+    "estimate_suppressed",
+    "laplace_margins",
+    "least_absolute_deviation",
+    "loglinear_refit",
+    "method_a",
+    "method_b",
+    "method_c",
+    "multinomial_round",
+    "multinomial_sample",
+    "stochastic_round",
+    "synthetic_microdata",
+]

@@ -1,5 +1,0 @@
-"""Placeholder: filled by its issue."""
-
-from __future__ import annotations
-
-__all__: list[str] = []
