@@ -181,3 +181,28 @@ def test_bad_input():
         method_c(design(), np.ones(7), np.zeros(7))
     with pytest.raises(ParameterError):
         stochastic_round([-1.0])
+
+
+def test_cli_fit_from_a_long_csv(tmp_path):
+    from typer.testing import CliRunner
+
+    from tablesafe._cli import get_app
+
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "R,C,n\n1,a,3\n1,_T,11\n2,_T,13\n3,_T,45\n_T,a,11\n_T,b,18\n_T,c,38\n_T,_T,61\n1,b,6\n2,a,1\n"
+        "3,b,8\n1,c,2\n2,b,4\n2,c,7\n3,a,5\n3,c,27\n"
+    )
+    result = CliRunner().invoke(get_app(), ["postprocess", "fit", str(path), "--method", "B"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0] == "R,C,n"
+    values = {tuple(line.split(",")[:2]): float(line.split(",")[2]) for line in lines[1:]}
+    assert values[("3", "a")] == pytest.approx(9.933, abs=5e-4)
+    rounded = CliRunner().invoke(
+        get_app(), ["postprocess", "fit", str(path), "--round", "multinomial", "--seed", "1"]
+    )
+    total = sum(int(line.split(",")[2]) for line in rounded.output.strip().splitlines()[1:])
+    assert total == round(63.8)
+    bad = CliRunner().invoke(get_app(), ["postprocess", "fit", str(path), "--value", "x"])
+    assert bad.exit_code != 0
