@@ -81,3 +81,24 @@ def test_engines_satisfy_the_protocol():
 
     assert isinstance(DuckDBEngine(), Engine)
     assert isinstance(MemoryEngine(), Engine)
+
+
+def test_postprocess_all_is_pinned():
+    import tablesafe.postprocess as pp
+
+    assert set(pp.__all__) == {
+        "DesignMatrix",
+        "all_margins",
+        "design_matrix",
+        "estimate_suppressed",
+        "laplace_margins",
+        "least_absolute_deviation",
+        "loglinear_refit",
+        "method_a",
+        "method_b",
+        "method_c",
+        "multinomial_round",
+        "multinomial_sample",
+        "stochastic_round",
+        "synthetic_microdata",
+    }
