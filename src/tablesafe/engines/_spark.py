@@ -1,0 +1,383 @@
+"""The Spark engine: the same tables from microdata that outgrow one machine.
+
+PySpark is an optional extra (``pip install tablesafe[spark]``) and needs
+Java 17 or newer. The scan and aggregation run on the cluster (or in local
+mode); everything after :class:`~tablesafe.CellAggregates` runs on the
+driver. The queries are those of the DuckDB engine in Spark SQL: one
+``GROUP BY GROUPING SETS`` over the inner cells that a common table
+expression aggregates from the records; category codes are bound as named
+parameters. Record keys are summed as 64-bit integers and reduced modulo
+2**32 (exact below 2**31 records per cell), so integer aggregates and cell
+keys equal DuckDB's bit for bit; record selection for drop/add-up-to-q uses
+the same integer mix (:mod:`tablesafe._selection`) in a window function.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import threading
+from typing import Any
+
+import numpy as np
+
+from tablesafe._aggregates import KEY_MODULUS, CellAggregates
+from tablesafe._catalog import Catalog
+from tablesafe._dataset import Dataset
+from tablesafe._errors import ConfigError, DataError
+from tablesafe._request import TabulationPlan
+from tablesafe._selection import MIX_MULTIPLIER, SelectedSums
+from tablesafe.engines._base import DatasetSummary, ValidationCache, assemble_grouped
+
+__all__ = ["SparkEngine"]
+
+_M32 = 2**32
+
+
+def _ident(name: str) -> str:
+    if not name.replace("_", "").isalnum():
+        raise DataError(f"{name!r} is not a valid column name")
+    return f"`{name}`"
+
+
+def mix32_spark(key: str, seed: str) -> str:
+    """The keyed integer mix of :func:`tablesafe._selection.mix32` in Spark SQL."""
+    x0 = f"(CAST({key} AS BIGINT) ^ CAST({seed} AS BIGINT))"
+    x1 = f"pmod((shiftright({x0}, 16) ^ {x0}) * {MIX_MULTIPLIER}, {_M32})"
+    x2 = f"pmod((shiftright({x1}, 16) ^ {x1}) * {MIX_MULTIPLIER}, {_M32})"
+    return f"(shiftright({x2}, 16) ^ {x2})"
+
+
+class SparkEngine(ValidationCache):
+    """Tabulate with Apache Spark.
+
+    Args:
+        spark_session: An existing SparkSession (default: one is created).
+        master: The master URL when creating one: ``local[*]``, ``spark://host:7077``,
+            ``yarn``, ``k8s://...``.
+        app_name: The application's name.
+        config: Further Spark settings for the session created.
+
+    Raises:
+        ConfigError: if PySpark or Java is missing.
+    """
+
+    name = "spark"
+
+    def __init__(
+        self,
+        spark_session: Any = None,
+        *,
+        master: str = "local[*]",
+        app_name: str = "tablesafe",
+        config: dict[str, str] | None = None,
+    ) -> None:
+        try:
+            from pyspark.sql import SparkSession
+        except ImportError:
+            raise ConfigError(
+                "the Spark engine needs PySpark: pip install 'tablesafe[spark]'"
+            ) from None
+        if spark_session is None:
+            if shutil.which("java") is None:
+                raise ConfigError(
+                    "the Spark engine needs Java 17 or newer on the PATH (e.g. Debian's "
+                    "openjdk-17-jre-headless)"
+                )
+            builder = (
+                SparkSession.builder.master(master)
+                .appName(app_name)
+                .config("spark.ui.enabled", "false")
+                .config("spark.ui.showConsoleProgress", "false")
+                .config("spark.sql.shuffle.partitions", "4")
+            )
+            for k, v in (config or {}).items():
+                builder = builder.config(k, v)
+            spark_session = builder.getOrCreate()
+            spark_session.sparkContext.setLogLevel("ERROR")
+        self.spark = spark_session
+        self._views: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Stop the SparkSession."""
+        self.spark.stop()
+
+    # -- sources --------------------------------------------------------------------
+
+    def _view(self, dataset: Dataset) -> str:
+        key = (str(dataset.path.resolve()), dataset.format)
+        with self._lock:
+            if key not in self._views:
+                reader = self.spark.read
+                if dataset.format == "parquet":
+                    frame = reader.parquet(str(dataset.path.resolve()))
+                else:
+                    # Every CSV column is read as text, then the catalog's columns are
+                    # cast: text codes such as "01" stay text, as in the DuckDB engine.
+                    frame = reader.csv(str(dataset.path.resolve()), header=True)
+                    types = _csv_types(dataset.catalog)
+                    frame = frame.selectExpr(
+                        *[
+                            f"CAST({_ident(c)} AS {types[c]}) AS {_ident(c)}"
+                            if c in types
+                            else _ident(c)
+                            for c in frame.columns
+                        ]
+                    )
+                view = f"ts_data_{len(self._views)}"
+                frame.createOrReplaceTempView(view)
+                self._views[key] = view
+            return self._views[key]
+
+    def _run(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+        try:
+            return list(self.spark.sql(sql, args=params or None).collect())
+        except Exception as exc:  # Spark raises its own exception classes
+            name = type(exc).__name__
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else name
+            raise DataError(f"Spark could not run the query ({name}): {first}") from None
+
+    # -- validation --------------------------------------------------------------------
+
+    def validate(self, dataset: Dataset) -> DatasetSummary:
+        """Check the microdata against its catalog (as the DuckDB engine does).
+
+        Raises:
+            DataError: naming the first problem found.
+        """
+        cat = dataset.catalog
+        view = self._view(dataset)
+        schema = {f.name: f.dataType.simpleString() for f in self.spark.table(view).schema.fields}
+        missing = [c for c in cat.columns if c not in schema]
+        if missing:
+            raise DataError(
+                f"microdata file {dataset.path.name} lacks column(s) {', '.join(missing)} "
+                f"named by the catalog; it has: {', '.join(schema)}"
+            )
+        ints = ("tinyint", "smallint", "int", "bigint")
+        for var in cat.source_variables:
+            t = schema[var.column]
+            if var.code_type is int and t not in ints:
+                raise DataError(
+                    f"column {var.column} holds {t} values but the catalog gives {var.name} "
+                    "integer codes"
+                )
+            if var.code_type is str and t != "string":
+                raise DataError(
+                    f"column {var.column} holds {t} values but the catalog gives {var.name} "
+                    "text codes"
+                )
+        k = _ident(cat.record_key)
+        weights = [cat.weight] if cat.weight else []
+        weights += list(cat.replicates.columns) if cat.replicates else []
+        exprs = ["COUNT(*)", f"COUNT(*) - COUNT({k})", f"MIN({k})", f"MAX({k})"]
+        for w in weights:
+            q = _ident(w)
+            exprs.append(
+                f"SUM(CASE WHEN {q} IS NULL OR isnan(CAST({q} AS DOUBLE)) OR "
+                f"abs(CAST({q} AS DOUBLE)) = double('infinity') THEN 1 ELSE 0 END)"
+            )
+            exprs.append(f"SUM(CASE WHEN {q} < 0 THEN 1 ELSE 0 END)")
+        exprs += [f"COUNT(*) - COUNT({_ident(v.column)})" for v in cat.source_variables]
+        row = self._run(f"SELECT {', '.join(exprs)} FROM {view}")[0]
+        records, key_nulls, key_min, key_max = row[0], row[1], row[2], row[3]
+        if key_nulls:
+            raise DataError(f"record-key column {cat.record_key} has {key_nulls} missing values")
+        if records and (key_min < 0 or key_max >= KEY_MODULUS):
+            raise DataError(
+                f"record keys in {cat.record_key} must lie in 0 .. 2**32 - 1; use "
+                "`tablesafe keys add` to assign them"
+            )
+        pos = 4
+        for w in weights:
+            bad, neg = row[pos] or 0, row[pos + 1] or 0
+            pos += 2
+            if bad:
+                raise DataError(f"weight column {w} has {bad} missing, NaN or infinite values")
+            if neg and w == cat.weight:
+                raise DataError(
+                    f"weight column {w} has {neg} negative values; weights must be >= 0"
+                )
+        for var in cat.source_variables:
+            if row[pos]:
+                raise DataError(f"column {var.column} ({var.name}) has {row[pos]} missing values")
+            pos += 1
+        # One pass for the distinct codes of every variable.
+        sets = self._run(
+            "SELECT "
+            + ", ".join(f"collect_set({_ident(v.column)})" for v in cat.source_variables)
+            + f" FROM {view}"
+        )[0]
+        for var, found in zip(cat.source_variables, sets, strict=True):
+            unknown = sorted(set(found) - set(var.codes), key=str)[:10]
+            if unknown:
+                shown = ", ".join(repr(u) for u in unknown)
+                raise DataError(
+                    f"column {var.column} holds code(s) {shown} that the catalog does not list "
+                    f"for {var.name}"
+                )
+        for i, zero in enumerate(cat.structural_zeros):
+            conds: list[str] = []
+            params: dict[str, Any] = {}
+            for name, codes in zero.codes.items():
+                var = cat.variable(name)
+                source = [s for c in codes for s in var.source_codes(c)]
+                names = [f"z{i}_{len(params) + j}" for j in range(len(source))]
+                params.update(dict(zip(names, source, strict=True)))
+                conds.append(f"{_ident(var.column)} IN ({', '.join(':' + n for n in names)})")
+            n = self._run(f"SELECT COUNT(*) FROM {view} WHERE {' AND '.join(conds)}", params)[0][0]
+            if n:
+                raise DataError(
+                    f"{n} records fall in structural zero {i + 1} ({', '.join(zero.codes)}), "
+                    "which the catalog declares impossible"
+                )
+        return DatasetSummary(records=int(records), columns=len(schema))
+
+    # -- tabulation --------------------------------------------------------------------
+
+    def _where(self, plan: TabulationPlan, prefix: str = "") -> tuple[list[str], dict[str, Any]]:
+        where: list[str] = []
+        params: dict[str, Any] = {}
+        for column, codes in plan.universe:
+            names = [f"u{len(params) + j}" for j in range(len(codes))]
+            params.update(dict(zip(names, codes, strict=True)))
+            where.append(f"{prefix}{_ident(column)} IN ({', '.join(':' + n for n in names)})")
+        return where, params
+
+    def build_query(self, dataset: Dataset, plan: TabulationPlan) -> tuple[str, dict[str, Any]]:
+        """The Spark SQL text and named parameters of the tabulation of ``plan``."""
+        view = self._view(dataset)
+        dims = [_ident(d.column) for d in plan.dimensions]
+        dim_list = ", ".join(dims)
+        inner = [
+            *dims,
+            "COUNT(*) AS ts_n",
+            f"SUM(CAST({_ident(plan.record_key)} AS BIGINT)) AS ts_key",
+        ]
+        outer = [
+            f"grouping_id({dim_list}) AS ts_grouping",
+            *dims,
+            "SUM(ts_n) AS ts_n",
+            f"pmod(SUM(ts_key), {KEY_MODULUS}) AS ts_key",
+        ]
+        if plan.weight is not None:
+            w = _ident(plan.weight)
+            inner += [
+                f"SUM(CAST({w} AS DOUBLE)) AS ts_w",
+                f"SUM(CAST({w} AS DOUBLE) * CAST({w} AS DOUBLE)) AS ts_w2",
+            ]
+            outer += ["SUM(ts_w) AS ts_w", "SUM(ts_w2) AS ts_w2"]
+        for i, r in enumerate(plan.replicates):
+            inner.append(f"SUM(CAST({_ident(r)} AS DOUBLE)) AS ts_r{i}")
+            outer.append(f"SUM(ts_r{i}) AS ts_r{i}")
+        where, params = self._where(plan)
+        sets = ", ".join("(" + ", ".join(dims[i] for i in gs) + ")" for gs in plan.grouping_sets)
+        cte = f"SELECT {', '.join(inner)} FROM {view}"
+        if where:
+            cte += " WHERE " + " AND ".join(where)
+        cte += f" GROUP BY {dim_list}"
+        sql = (
+            f"WITH ts_cells AS ({cte}) SELECT {', '.join(outer)} FROM ts_cells "
+            f"GROUP BY GROUPING SETS ({sets})"
+        )
+        return sql, params
+
+    def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
+        """Run the plan's ``GROUPING SETS`` query and assemble the cell arrays."""
+        self.ensure_valid(dataset)
+        sql, params = self.build_query(dataset, plan)
+        rows = self._run(sql, params)
+        k = len(plan.dimensions)
+        width = 1 + k + 2 + (2 if plan.weight is not None else 0) + len(plan.replicates)
+        cols: list[tuple[Any, ...]] = (
+            list(zip(*rows, strict=True)) if rows else [() for _ in range(width)]
+        )
+        g = np.array(cols[0], dtype=np.int64)
+        codes = [np.array(cols[1 + i], dtype=object) for i in range(k)]
+        pos = 1 + k
+        n = np.array(cols[pos], dtype=np.int64)
+        keys = np.array(cols[pos + 1], dtype=np.int64)
+        pos += 2
+        w = w2 = None
+        if plan.weight is not None:
+            w = np.array(cols[pos], dtype=np.float64)
+            w2 = np.array(cols[pos + 1], dtype=np.float64)
+            pos += 2
+        reps = None
+        if plan.replicates:
+            reps = np.array([cols[pos + i] for i in range(len(plan.replicates))], dtype=np.float64)
+        return assemble_grouped(plan, g, codes, n, keys, w, w2, reps)
+
+    def select(
+        self, dataset: Dataset, plan: TabulationPlan, seed: np.ndarray, k: np.ndarray
+    ) -> SelectedSums:
+        """Sum the weights of the first ``k`` records of each inner cell in mix order."""
+        self.ensure_valid(dataset)
+        view = self._view(dataset)
+        dims = plan.dimensions
+        shape = tuple(d.size for d in dims)
+        cells = np.flatnonzero(np.asarray(k).reshape(-1) > 0)
+        out_n = np.zeros(int(np.prod(shape)), dtype=np.int64)
+        w = np.zeros(out_n.size) if plan.weight else None
+        reps = np.zeros((len(plan.replicates), out_n.size)) if plan.replicates else None
+        if cells.size:
+            idx = np.unravel_index(cells, shape)
+            flat_seed = np.asarray(seed).reshape(-1)
+            flat_k = np.asarray(k).reshape(-1)
+            rows = []
+            for j, cell in enumerate(cells):
+                members = [dims[i].members[int(idx[i][j])] for i in range(len(dims))]
+                for combo in itertools.product(*members):
+                    rows.append((*combo, int(cell), int(flat_seed[cell]), int(flat_k[cell])))
+            names = [f"c{i}" for i in range(len(dims))]
+            sel = self.spark.createDataFrame(rows, schema=[*names, "cell", "seed", "k"])
+            sel_view = f"ts_sel_{threading.get_ident()}"
+            sel.createOrReplaceTempView(sel_view)
+            key = _ident(plan.record_key)
+            on = " AND ".join(f"t.{_ident(d.column)} = s.c{i}" for i, d in enumerate(dims))
+            values = [f"CAST(t.{_ident(plan.weight)} AS DOUBLE) AS ts_w"] if plan.weight else []
+            values += [
+                f"CAST(t.{_ident(r)} AS DOUBLE) AS ts_r{i}" for i, r in enumerate(plan.replicates)
+            ]
+            where, params = self._where(plan, prefix="t.")
+            where.insert(0, "s.k > 0")
+            mix = mix32_spark(f"t.{key}", "s.seed")
+            ranked = (
+                f"SELECT s.cell, s.k, {', '.join([*values, '1 AS ts_one'])}, "
+                f"ROW_NUMBER() OVER (PARTITION BY s.cell ORDER BY {mix}, t.{key}) AS ts_rank "
+                f"FROM {view} AS t JOIN {sel_view} AS s ON {on} WHERE {' AND '.join(where)}"
+            )
+            sums = ["COUNT(*) AS ts_n"]
+            if plan.weight:
+                sums.append("SUM(ts_w) AS ts_w")
+            sums += [f"SUM(ts_r{i}) AS ts_r{i}" for i in range(len(plan.replicates))]
+            result = self._run(
+                f"SELECT cell, {', '.join(sums)} FROM ({ranked}) WHERE ts_rank <= k GROUP BY cell",
+                params,
+            )
+            for r in result:
+                c = int(r[0])
+                out_n[c] = int(r[1])
+                pos = 2
+                if w is not None:
+                    w[c] = float(r[pos])
+                    pos += 1
+                if reps is not None:
+                    for i in range(len(plan.replicates)):
+                        reps[i, c] = float(r[pos + i])
+        return SelectedSums(
+            n=out_n.reshape(shape),
+            weight_sum=None if w is None else w.reshape(shape),
+            replicate_sums=None if reps is None else reps.reshape((-1, *shape)),
+        )
+
+
+def _csv_types(cat: Catalog) -> dict[str, str]:
+    types = {v.column: "BIGINT" if v.code_type is int else "STRING" for v in cat.source_variables}
+    types[cat.record_key] = "BIGINT"
+    if cat.weight:
+        types[cat.weight] = "DOUBLE"
+    if cat.replicates:
+        types.update(dict.fromkeys(cat.replicates.columns, "DOUBLE"))
+    return types
