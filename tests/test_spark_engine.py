@@ -1,0 +1,99 @@
+"""The Spark engine gives the DuckDB engine's tables bit for bit (Spark local mode)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from tablesafe._builder import Protection, TableBuilder
+from tablesafe._errors import DataError
+from tablesafe._request import TableRequest
+from tablesafe.engines import DuckDBEngine
+from tablesafe.mechanisms import drop_add_records
+from test_builder import SECRET, Shift
+from test_tabulate import REQUESTS
+from tsdata import random_frame
+
+pytestmark = pytest.mark.system
+
+
+@pytest.fixture(scope="module")
+def spark():
+    if shutil.which("java") is None:
+        pytest.fail("the Spark tests need Java 17 (make test installs openjdk-17-jre-headless)")
+    from tablesafe.engines import SparkEngine
+
+    engine = SparkEngine(master="local[2]")
+    yield engine
+    engine.close()
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: "x".join(r.dimensions))
+def test_spark_equals_duckdb(spark, random_data, request_):
+    dataset, _ = random_data
+    req = TableRequest(
+        request_.dimensions, universe=request_.universe, margins=request_.margins, replicates=True
+    )
+    plan = req.bind(dataset.catalog)
+    a = spark.tabulate(dataset, plan)
+    b = DuckDBEngine().tabulate(dataset, plan)
+    np.testing.assert_array_equal(a.computed, b.computed)
+    np.testing.assert_array_equal(a.n, b.n)
+    np.testing.assert_array_equal(a.cell_key, b.cell_key)
+    np.testing.assert_allclose(a.weight_sum, b.weight_sum, rtol=1e-9)
+    np.testing.assert_allclose(a.weight_sq_sum, b.weight_sq_sum, rtol=1e-9)
+    np.testing.assert_allclose(a.replicate_sums, b.replicate_sums, rtol=1e-9)
+
+
+def test_spark_reads_csv(spark, random_data, make_dataset):
+    dataset, frame = random_data
+    csv = make_dataset(frame, fmt="csv")
+    plan = TableRequest(("B", "CG"), universe={"A": [1, 3]}).bind(csv.catalog)
+    a = spark.tabulate(csv, plan)
+    b = DuckDBEngine().tabulate(dataset, plan)
+    np.testing.assert_array_equal(a.n, b.n)
+    np.testing.assert_array_equal(a.cell_key, b.cell_key)
+
+
+def test_spark_refuses_bad_microdata(spark, make_dataset):
+    frame = random_frame(100, seed=2)
+    bad = make_dataset(frame.assign(A=frame["A"].where(frame.index != 3, 9)))
+    with pytest.raises(DataError, match="code"):
+        spark.validate(bad)
+    neg = make_dataset(frame.assign(W=frame["W"].where(frame.index != 4, -1.0)))
+    with pytest.raises(DataError, match="negative"):
+        spark.validate(neg)
+
+
+def test_spark_chooses_the_same_records(spark, random_data):
+    dataset, _ = random_data
+    plan = TableRequest(("A", "CG"), universe={"D": [1]}, replicates=True).bind(dataset.catalog)
+    rng = np.random.default_rng(2)
+    seed = rng.integers(0, 2**32, (4, 3))
+    k = rng.integers(0, 6, (4, 3))
+    a = spark.select(dataset, plan, seed, k)
+    b = DuckDBEngine().select(dataset, plan, seed, k)
+    np.testing.assert_array_equal(a.n, b.n)
+    np.testing.assert_allclose(a.weight_sum, b.weight_sum, rtol=1e-12)
+    np.testing.assert_allclose(a.replicate_sums, b.replicate_sums, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "protection",
+    [
+        Protection(Shift(), additivity="independent"),
+        Protection(Shift(), additivity="ipf", seeds="dynamic", secret=SECRET),
+        Protection(drop_add_records(rate=0.05), seeds="dynamic", secret=SECRET),
+    ],
+    ids=["independent", "ipf-dynamic", "records"],
+)
+def test_same_protected_table_from_both_engines(spark, random_data, protection):
+    dataset, _ = random_data
+    req = TableRequest(("A", "B"), universe={"E": [10, 20]}, replicates=True)
+    a = TableBuilder(dataset, protection, engine=spark).build(req)
+    b = TableBuilder(dataset, protection, engine=DuckDBEngine()).build(req)
+    np.testing.assert_array_equal(a.counts, b.counts)
+    np.testing.assert_allclose(a.weighted, b.weighted, rtol=1e-9)
+    np.testing.assert_allclose(a.se, b.se, rtol=1e-6)
