@@ -97,3 +97,40 @@ def test_same_protected_table_from_both_engines(spark, random_data, protection):
     np.testing.assert_array_equal(a.counts, b.counts)
     np.testing.assert_allclose(a.weighted, b.weighted, rtol=1e-9)
     np.testing.assert_allclose(a.se, b.se, rtol=1e-6)
+
+
+def test_missing_java_is_a_clear_error(monkeypatch):
+    from tablesafe._errors import ConfigError
+    from tablesafe.engines import _spark
+
+    monkeypatch.setattr(_spark.shutil, "which", lambda name: None)
+    with pytest.raises(ConfigError, match="Java 17"):
+        _spark.SparkEngine(master="local[1]")
+
+
+def test_cli_engine_spark(spark, demo_dir):
+    from typer.testing import CliRunner
+
+    from tablesafe._cli import get_app
+
+    result = CliRunner().invoke(
+        get_app(),
+        [
+            "table",
+            str(demo_dir),
+            "--rows",
+            "SEX",
+            "--method",
+            "none",
+            "--engine",
+            "spark",
+            "--spark-master",
+            "local[1]",
+            "--format",
+            "csv",
+            "--statistic",
+            "count",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "_T" in result.output
