@@ -55,6 +55,7 @@ def test_engines_all_is_pinned():
         "DuckDBEngine",
         "Engine",
         "MemoryEngine",
+        "SparkEngine",
     }
 
 
