@@ -188,3 +188,19 @@ def test_universe_with_no_records_gives_zero_table(random_data):
     agg = DuckDBEngine().tabulate(dataset, plan)
     assert (agg.n == 0).all()
     assert agg.computed.all()
+
+
+@pytest.mark.system
+def test_query_timeout_cancels_the_tabulation(make_dataset):
+    from tablesafe._errors import ComputationError
+    from tsdata import random_frame
+
+    # Large enough that the query runs for a few hundred milliseconds.
+    big = make_dataset(random_frame(2_000_000, seed=9))
+    engine = DuckDBEngine(timeout=0.005, threads=1)
+    engine.ensure_valid(big)
+    plan = TableRequest(("A", "B", "C", "E"), replicates=True).bind(big.catalog)
+    with pytest.raises(ComputationError, match="took longer than"):
+        engine.tabulate(big, plan)
+    # Without the limit the same query answers.
+    assert DuckDBEngine().tabulate(big, plan).n[-1, -1, -1, -1] == 2_000_000
