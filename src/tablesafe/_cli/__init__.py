@@ -32,6 +32,7 @@ def _register() -> None:
         _data,
         _postprocess,
         _ptable,
+        _reproduce,
         _resample,
         _server,
         _table,
