@@ -59,3 +59,35 @@ def test_cli_reproduce_json():
     doc = json.loads(result.output)
     assert doc["table4"]["paper"]["DP"]["pp_ind"] == 23.8
     assert set(doc["table4"]["ours"]) == {"DP", "PRAM", "Q"}
+
+
+def test_evaluate_on_a_dataset(demo_dir, tmp_path):
+    result = CliRunner().invoke(
+        get_app(),
+        [
+            "evaluate",
+            str(demo_dir),
+            "--table",
+            "AGEGRP*SEX",
+            "--methods",
+            "dp,q",
+            "--epsilon",
+            "0.5,2",
+            "--cap",
+            "7",
+            "--format",
+            "json",
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["method"] for r in rows] == ["dp eps=0.5 cap=7", "dp eps=2.0 cap=7", "q cap=7"]
+    by = {r["method"]: r for r in rows}
+    # A smaller epsilon perturbs at least as much, with lower utility.
+    assert (
+        by["dp eps=0.5 cap=7"]["percent_perturbed"] >= by["dp eps=2.0 cap=7"]["percent_perturbed"]
+    )
+    assert by["dp eps=0.5 cap=7"]["epsilon"] == 0.5
+    assert (tmp_path / "report.html").exists() and (tmp_path / "risk_utility.png").exists()

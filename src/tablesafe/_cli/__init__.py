@@ -30,6 +30,7 @@ def _register() -> None:
         _attack,
         _cyclic,
         _data,
+        _evaluate,
         _postprocess,
         _ptable,
         _reproduce,
