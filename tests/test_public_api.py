@@ -103,3 +103,29 @@ def test_postprocess_all_is_pinned():
         "stochastic_round",
         "synthetic_microdata",
     }
+
+
+def test_subpackage_apis_are_pinned():
+    import tablesafe.attacks
+    import tablesafe.experiments
+    import tablesafe.metrics
+
+    assert set(tablesafe.attacks.__all__) == {"SliverResult", "sliver_attack"}
+    assert set(tablesafe.experiments.__all__) == {
+        "PAPER_TABLE_4",
+        "PAPER_TABLE_5",
+        "Shlomo2019",
+        "run_shlomo2019",
+    }
+    assert set(tablesafe.metrics.__all__) == {
+        "chi_square_independence",
+        "ci_overlap",
+        "entropy_risk",
+        "exact_disclosure_probability",
+        "hellinger_distance",
+        "hellinger_utility",
+        "mean_absolute_deviation",
+        "modified_hellinger_distance",
+        "percent_perturbed",
+        "relative_absolute_difference",
+    }
