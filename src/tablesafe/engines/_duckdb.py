@@ -26,6 +26,7 @@ from tablesafe._errors import ComputationError, DataError, FormatError
 from tablesafe._request import TabulationPlan
 from tablesafe._selection import SelectedSums, mix32_sql
 from tablesafe.engines._base import DatasetSummary, ValidationCache, assemble_grouped
+from tablesafe.engines._sql import Dialect, tabulation_sql, universe_sql
 
 __all__ = ["DuckDBEngine"]
 
@@ -285,38 +286,7 @@ class DuckDBEngine(ValidationCache):
         exactly for the integers; the records are scanned and grouped once
         instead of once per grouping set.
         """
-        src = self._scan(dataset)
-        dims = [_ident(d.column) for d in plan.dimensions]
-        dim_list = ", ".join(dims)
-        inner = [*dims, "COUNT(*) AS ts_n", f"SUM({_ident(plan.record_key)}) AS ts_key"]
-        outer = [
-            f"GROUPING({dim_list}) AS ts_grouping",
-            *dims,
-            "SUM(ts_n) AS ts_n",
-            f"CAST(SUM(ts_key) % {KEY_MODULUS} AS BIGINT) AS ts_key",
-        ]
-        if plan.weight is not None:
-            w = _ident(plan.weight)
-            inner += [f"SUM({w}::DOUBLE) AS ts_w", f"SUM({w}::DOUBLE * {w}::DOUBLE) AS ts_w2"]
-            outer += ["SUM(ts_w) AS ts_w", "SUM(ts_w2) AS ts_w2"]
-        for i, r in enumerate(plan.replicates):
-            inner.append(f"SUM({_ident(r)}::DOUBLE) AS ts_r{i}")
-            outer.append(f"SUM(ts_r{i}) AS ts_r{i}")
-        where: list[str] = []
-        params: list[Any] = []
-        for column, codes in plan.universe:
-            where.append(f"{_ident(column)} IN ({', '.join('?' * len(codes))})")
-            params.extend(codes)
-        sets = ", ".join("(" + ", ".join(dims[i] for i in gs) + ")" for gs in plan.grouping_sets)
-        cte = f"SELECT {', '.join(inner)} FROM {src}"
-        if where:
-            cte += " WHERE " + " AND ".join(where)
-        cte += f" GROUP BY {dim_list}"
-        sql = (
-            f"WITH ts_cells AS ({cte}) SELECT {', '.join(outer)} FROM ts_cells "
-            f"GROUP BY GROUPING SETS ({sets})"
-        )
-        return sql, params
+        return tabulation_sql(plan, self._scan(dataset), _DIALECT)
 
     def select(
         self,
@@ -368,11 +338,8 @@ class DuckDBEngine(ValidationCache):
             on = " AND ".join(f"t.{_ident(d.column)} = s.c{i}" for i, d in enumerate(dims))
             values = [f"t.{_ident(plan.weight)}::DOUBLE AS ts_w"] if plan.weight else []
             values += [f"t.{_ident(r)}::DOUBLE AS ts_r{i}" for i, r in enumerate(plan.replicates)]
-            where: list[str] = ["s.k > 0"]
             params: list[Any] = []
-            for column, codes in plan.universe:
-                where.append(f"t.{_ident(column)} IN ({', '.join('?' * len(codes))})")
-                params.extend(codes)
+            where = ["s.k > 0", *universe_sql(plan, _DIALECT, params, prefix="t.")]
             mix = mix32_sql(f"t.{key}", "s.seed")
             ranked = (
                 f"SELECT s.cell, s.k, {', '.join([*values, '1 AS ts_one'])}, "
@@ -436,6 +403,13 @@ _INT_TYPES = (
     "USMALLINT",
     "UINTEGER",
     "UBIGINT",
+)
+
+
+_DIALECT = Dialect(
+    ident=_ident,
+    grouping="GROUPING",
+    modulo=lambda expr, m: f"CAST({expr} % {m} AS BIGINT)",
 )
 
 

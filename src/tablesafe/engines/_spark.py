@@ -28,6 +28,7 @@ from tablesafe._errors import ConfigError, DataError
 from tablesafe._request import TabulationPlan
 from tablesafe._selection import MIX_MULTIPLIER, SelectedSums
 from tablesafe.engines._base import DatasetSummary, ValidationCache, assemble_grouped
+from tablesafe.engines._sql import Dialect, tabulation_sql, universe_sql
 
 __all__ = ["SparkEngine"]
 
@@ -38,6 +39,14 @@ def _ident(name: str) -> str:
     if not name.replace("_", "").isalnum():
         raise DataError(f"{name!r} is not a valid column name")
     return f"`{name}`"
+
+
+_DIALECT = Dialect(
+    ident=_ident,
+    grouping="grouping_id",
+    modulo=lambda expr, m: f"pmod({expr}, {m})",
+    named=True,
+)
 
 
 def mix32_spark(key: str, seed: str) -> str:
@@ -236,52 +245,10 @@ class SparkEngine(ValidationCache):
 
     # -- tabulation --------------------------------------------------------------------
 
-    def _where(self, plan: TabulationPlan, prefix: str = "") -> tuple[list[str], dict[str, Any]]:
-        where: list[str] = []
-        params: dict[str, Any] = {}
-        for column, codes in plan.universe:
-            names = [f"u{len(params) + j}" for j in range(len(codes))]
-            params.update(dict(zip(names, codes, strict=True)))
-            where.append(f"{prefix}{_ident(column)} IN ({', '.join(':' + n for n in names)})")
-        return where, params
-
     def build_query(self, dataset: Dataset, plan: TabulationPlan) -> tuple[str, dict[str, Any]]:
         """The Spark SQL text and named parameters of the tabulation of ``plan``."""
-        view = self._view(dataset)
-        dims = [_ident(d.column) for d in plan.dimensions]
-        dim_list = ", ".join(dims)
-        inner = [
-            *dims,
-            "COUNT(*) AS ts_n",
-            f"SUM(CAST({_ident(plan.record_key)} AS BIGINT)) AS ts_key",
-        ]
-        outer = [
-            f"grouping_id({dim_list}) AS ts_grouping",
-            *dims,
-            "SUM(ts_n) AS ts_n",
-            f"pmod(SUM(ts_key), {KEY_MODULUS}) AS ts_key",
-        ]
-        if plan.weight is not None:
-            w = _ident(plan.weight)
-            inner += [
-                f"SUM(CAST({w} AS DOUBLE)) AS ts_w",
-                f"SUM(CAST({w} AS DOUBLE) * CAST({w} AS DOUBLE)) AS ts_w2",
-            ]
-            outer += ["SUM(ts_w) AS ts_w", "SUM(ts_w2) AS ts_w2"]
-        for i, r in enumerate(plan.replicates):
-            inner.append(f"SUM(CAST({_ident(r)} AS DOUBLE)) AS ts_r{i}")
-            outer.append(f"SUM(ts_r{i}) AS ts_r{i}")
-        where, params = self._where(plan)
-        sets = ", ".join("(" + ", ".join(dims[i] for i in gs) + ")" for gs in plan.grouping_sets)
-        cte = f"SELECT {', '.join(inner)} FROM {view}"
-        if where:
-            cte += " WHERE " + " AND ".join(where)
-        cte += f" GROUP BY {dim_list}"
-        sql = (
-            f"WITH ts_cells AS ({cte}) SELECT {', '.join(outer)} FROM ts_cells "
-            f"GROUP BY GROUPING SETS ({sets})"
-        )
-        return sql, params
+        sql, params = tabulation_sql(plan, self._view(dataset), _DIALECT)
+        return sql, dict(params)
 
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """Run the plan's ``GROUPING SETS`` query and assemble the cell arrays."""
@@ -340,8 +307,8 @@ class SparkEngine(ValidationCache):
             values += [
                 f"CAST(t.{_ident(r)} AS DOUBLE) AS ts_r{i}" for i, r in enumerate(plan.replicates)
             ]
-            where, params = self._where(plan, prefix="t.")
-            where.insert(0, "s.k > 0")
+            params: dict[str, Any] = {}
+            where = ["s.k > 0", *universe_sql(plan, _DIALECT, params, prefix="t.")]
             mix = mix32_spark(f"t.{key}", "s.seed")
             ranked = (
                 f"SELECT s.cell, s.k, {', '.join([*values, '1 AS ts_one'])}, "

@@ -1,0 +1,95 @@
+"""The tabulation query, written once for every SQL engine.
+
+One statement: a common table expression groups the records of the
+universe into inner cells (counts, record-key sums, weight sums), and one
+``GROUP BY GROUPING SETS`` over those cells gives the inner cells and every
+requested margin. Engines differ only in small points of dialect, which a
+:class:`Dialect` names: how identifiers are quoted, the name of the
+grouping function, how a sum is reduced modulo 2**32, and how parameters
+are marked (positional ``?`` or named ``:p0``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tablesafe._aggregates import KEY_MODULUS
+from tablesafe._request import TabulationPlan
+
+__all__ = ["Dialect", "tabulation_sql"]
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """The points where SQL engines differ.
+
+    Attributes:
+        ident: Quotes a (validated) identifier.
+        grouping: The grouping function: ``GROUPING`` (DuckDB) or ``grouping_id`` (Spark).
+        modulo: Formats ``expr mod m`` as a BIGINT expression.
+        named: Named parameters (``:p0``, a dict) instead of positional ``?`` (a list).
+    """
+
+    ident: Callable[[str], str]
+    grouping: str
+    modulo: Callable[[str, int], str]
+    named: bool = False
+
+
+def _markers(dialect: Dialect, values: list[Any], params: Any) -> str:
+    out = []
+    for v in values:
+        if dialect.named:
+            name = f"p{len(params)}"
+            params[name] = v
+            out.append(f":{name}")
+        else:
+            params.append(v)
+            out.append("?")
+    return ", ".join(out)
+
+
+def universe_sql(
+    plan: TabulationPlan, dialect: Dialect, params: Any, prefix: str = ""
+) -> list[str]:
+    """The universe's conditions, with their codes bound as parameters."""
+    return [
+        f"{prefix}{dialect.ident(column)} IN ({_markers(dialect, list(codes), params)})"
+        for column, codes in plan.universe
+    ]
+
+
+def tabulation_sql(plan: TabulationPlan, source: str, dialect: Dialect) -> tuple[str, Any]:
+    """The tabulation query of ``plan`` over the relation ``source``, and its parameters."""
+    q = dialect.ident
+    dims = [q(d.column) for d in plan.dimensions]
+    dim_list = ", ".join(dims)
+    key = q(plan.record_key)
+    inner = [*dims, "COUNT(*) AS ts_n", f"SUM(CAST({key} AS BIGINT)) AS ts_key"]
+    outer = [
+        f"{dialect.grouping}({dim_list}) AS ts_grouping",
+        *dims,
+        "SUM(ts_n) AS ts_n",
+        f"{dialect.modulo('SUM(ts_key)', KEY_MODULUS)} AS ts_key",
+    ]
+    if plan.weight is not None:
+        w = f"CAST({q(plan.weight)} AS DOUBLE)"
+        inner += [f"SUM({w}) AS ts_w", f"SUM({w} * {w}) AS ts_w2"]
+        outer += ["SUM(ts_w) AS ts_w", "SUM(ts_w2) AS ts_w2"]
+    for i, r in enumerate(plan.replicates):
+        inner.append(f"SUM(CAST({q(r)} AS DOUBLE)) AS ts_r{i}")
+        outer.append(f"SUM(ts_r{i}) AS ts_r{i}")
+    params: Any = {} if dialect.named else []
+    where = universe_sql(plan, dialect, params)
+    sets = ", ".join("(" + ", ".join(dims[i] for i in gs) + ")" for gs in plan.grouping_sets)
+    cte = f"SELECT {', '.join(inner)} FROM {source}"
+    if where:
+        cte += " WHERE " + " AND ".join(where)
+    cte += f" GROUP BY {dim_list}"
+    sql = (
+        f"WITH ts_cells AS ({cte}) SELECT {', '.join(outer)} FROM ts_cells "
+        f"GROUP BY GROUPING SETS ({sets})"
+    )
+    return sql, params
