@@ -352,3 +352,16 @@ def test_headerless_tau_argus_export_loads():
     again = PTable.from_csv_text("\n".join(lines) + "\n")
     for count in (0, 1, 2, 3, 17):
         assert again.distribution(count) == pytest.approx(table.distribution(count))
+
+
+def test_a_ptable_written_by_the_ons_package_loads(tmp_path):
+    from cell_key_perturbation.utils.generate_test_ptable import generate_ptable_10_5_rule
+
+    path = tmp_path / "ons_10_5.csv"
+    generate_ptable_10_5_rule().to_csv(path, index=False)
+    table = PTable.read_csv(path)
+    # The 10-5 rule: counts below 10 become 0, others are rounded to base 5.
+    keys = np.arange(4, dtype=np.uint32)
+    assert (table.perturbation(np.full(4, 7), np.full(4, 0.5), cell_key=keys) == -7).all()
+    assert (table.perturbation(np.full(4, 23), np.full(4, 0.5), cell_key=keys) == 2).all()
+    assert table.distribution(0) == {0: 1.0}
