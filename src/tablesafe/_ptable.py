@@ -4,35 +4,48 @@ A :class:`PTable` is a family of discrete distributions ``p(v | i)`` of the
 perturbation ``v`` given a cell's original sample count ``i``. Rows are
 selected by the count:
 
-* **by value**: rows ``0 .. L``; the last row stands for every larger count
-  (the convention of the Destatis R package ``ptable``);
-* **by residue** (PRAM's large cells, seed 000 Table 3): counts from ``L``
-  on use row ``count mod M`` of a second block of rows;
-* **looped** (ABS/ONS sampled ptables): counts above ``L`` reuse the rows
-  ``start .. L`` cyclically (ONS: counts above 750 loop onto rows 501-750).
+* **by value** (``selector="value"``): rows ``0 .. L``; the last row stands
+  for every larger count (the convention of the Destatis R package
+  ``ptable``);
+* **by residue** (``"residue"``, PRAM's large cells, seed 000 Table 3):
+  counts ``0 .. S-1`` use rows by value, counts from ``S`` on use row
+  ``count mod M`` of a second block of ``M`` rows;
+* **looped** (``"loop"``, ABS/ONS sampled ptables): rows ``0 .. L``; counts
+  above ``L`` reuse the rows ``start .. L`` cyclically (ONS: rows 0-750,
+  counts above 750 loop onto rows 501-750).
 
-Each row holds its perturbations ``v`` and probabilities ``p``; the
-cumulative intervals ``[p_int_lb, p_int_ub)`` turn a uniform ``u`` into a
-perturbation by inverse-CDF lookup: ``v`` is the value whose interval holds
-``u``. Application to any number of cells is one vectorised ``searchsorted``
-over all rows at once (each row's cumulative probabilities are offset by
-its row number, so one sorted array serves every row).
+Each row holds perturbations ``v`` and their probabilities ``p`` *in lookup
+order*: the cumulative intervals ``[p_int_lb, p_int_ub)`` follow that order
+and a uniform ``u`` in [0, 1) picks the ``v`` whose interval holds it
+(inverse-CDF lookup). The order is usually ascending ``v`` (-D .. D), but a
+file may rearrange or split intervals (the R package's
+``modify_cnt_ptable``), so it is kept as given and a ``v`` may appear twice.
 
-Privacy figures: for neighbouring counts ``i`` and ``i + 1`` (a record added
-to a cell), ``epsilon`` is the largest ``|log p(j | i) / p(j | i+1)|`` over
-outputs ``j`` (perturbed counts) where both are positive, and ``delta`` the
-largest hockey-stick divergence at that ``epsilon``,
-``max(sum_j max(0, p(j|i) - e^eps p(j|i')), ...)`` over both orders, i.e.
-the smallest ``delta`` for which the pair satisfies (epsilon, delta)
-indistinguishability. For the discretised Laplace mechanism with a cap
-this is the mass at the cap (seed 000 Section 3.1).
+Privacy figures (see ``docs/ptable.md``). For neighbouring counts ``i`` and
+``i + 1`` (one record more in the cell) with distributions ``P_i(j)`` of the
+published count ``j``:
+
+* the *largest log-ratio* is ``max_j |log P_i(j) / P_{i+1}(j)|`` over the
+  outputs ``j`` that both counts can produce;
+* the *unbounded mass* is the largest probability, in either order, of the
+  outputs that one count can produce and the other cannot (their ratio is
+  unbounded);
+* ``delta(epsilon)`` is the hockey-stick divergence
+  ``max over both orders of sum_j max(0, P_a(j) - e^epsilon P_b(j))``: the
+  smallest ``delta`` for which the pair satisfies
+  ``P_a(S) <= e^epsilon P_b(S) + delta`` for every set of outputs ``S``.
+
+A ptable's ``epsilon`` is its design epsilon where it has one (DP), else
+the largest log-ratio over all neighbouring pairs; its ``delta`` is the
+largest ``delta(epsilon)`` over all pairs. For the capped discretised
+Laplace mechanism this is the probability at the cap (seed 000,
+Section 3.1).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -41,19 +54,24 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import FormatError, ParameterError
+from tablesafe._errors import ParameterError
 
-__all__ = ["PTable", "PrivacyFigures"]
+__all__ = ["Layout", "PTable", "PrivacyFigures", "Selector"]
 
+#: How a count selects its row.
+Selector = Literal["value", "residue", "loop"]
+#: CSV layouts: the Destatis probability layout and the ABS/ONS sampled layout.
+Layout = Literal["destatis", "abs"]
+
+#: Rows must sum to 1 within this tolerance (files round to 8 digits).
 _TOL = 1e-6
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text.strip('"'))
-    except ValueError:
-        return False
-    return True
+#: Bins of the guide table that resolves most lookups without a search.
+_GUIDE_BINS = 4096
+#: Counts below this are mapped to rows through a cached table, not arithmetic.
+_COUNT_TABLE_MAX = 1 << 20
+#: The ONS convention for sampled ptables: rows 0..750, counts above loop onto 501..750.
+ONS_LAST_ROW = 750
+ONS_LOOP_START = 501
 
 
 @dataclass(frozen=True)
@@ -61,30 +79,51 @@ class PrivacyFigures:
     """Privacy figures of a ptable between neighbouring counts.
 
     Attributes:
-        epsilon: Largest finite |log-ratio| of output probabilities.
-        delta: Smallest delta at that epsilon (hockey-stick divergence), worst pair.
-        worst_count: The count ``i`` of the worst pair ``(i, i + 1)`` for delta.
+        epsilon: The epsilon at which ``delta`` is given: the design epsilon
+            of the mechanism where it has one, else ``max_log_ratio``.
+        delta: The smallest delta at that epsilon (hockey-stick divergence),
+            over every pair of neighbouring counts, in both orders.
+        worst_count: The count ``i`` of the pair ``(i, i + 1)`` that sets ``delta``.
+        max_log_ratio: The largest finite ``|log P_i(j) / P_{i+1}(j)|``.
+        unbounded_mass: The largest probability of outputs that only one of
+            two neighbouring counts can produce (``delta`` at epsilon = inf).
     """
 
     epsilon: float
     delta: float
     worst_count: int
+    max_log_ratio: float = 0.0
+    unbounded_mass: float = 0.0
 
 
-def _row(values: npt.ArrayLike, probs: npt.ArrayLike, where: str) -> tuple[np.ndarray, np.ndarray]:
-    v = np.asarray(values, dtype=np.int64)
-    p = np.asarray(probs, dtype=np.float64)
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_row(values: npt.ArrayLike, probs: npt.ArrayLike, where: str) -> tuple[Any, Any]:
+    """Validate one row; keep its lookup order, drop zero-probability entries."""
+    try:
+        v = np.asarray(values, dtype=np.float64)
+        p = np.asarray(probs, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterError(f"{where}: perturbations and probabilities must be numbers") from None
     if v.shape != p.shape or v.ndim != 1 or v.size == 0:
-        raise ParameterError(f"{where}: perturbations and probabilities must be equal-length lists")
-    if np.any(p < 0) or not np.all(np.isfinite(p)):
+        raise ParameterError(
+            f"{where}: perturbations and probabilities must be non-empty lists of equal length"
+        )
+    if not np.all(np.isfinite(v)) or np.any(v != np.round(v)):
+        raise ParameterError(f"{where}: perturbations must be integers")
+    if not np.all(np.isfinite(p)) or np.any(p < 0):
         raise ParameterError(f"{where}: probabilities must be finite and non-negative")
-    if abs(p.sum() - 1.0) > _TOL:
-        raise ParameterError(f"{where}: probabilities sum to {p.sum():.8f}, not 1")
-    if len(set(v.tolist())) != v.size:
-        raise ParameterError(f"{where}: a perturbation value appears twice")
-    order = np.argsort(v, kind="stable")
-    keep = p[order] > 0
-    return v[order][keep], p[order][keep] / p[order][keep].sum()
+    total = float(p.sum())
+    if abs(total - 1.0) > _TOL:
+        raise ParameterError(f"{where}: probabilities sum to {total:.8f}, not 1 (within {_TOL})")
+    keep = p > 0
+    vi = v[keep].astype(np.int64)
+    pk = p[keep] / p[keep].sum()
+    vi.setflags(write=False)
+    pk.setflags(write=False)
+    return vi, pk
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,25 +132,33 @@ class PTable:
 
     Build one with a constructor (:func:`tablesafe.mechanisms.dp_geometric`,
     ``pram_shlomo_young``, ``drop_add_q``, ``destatis``), :meth:`from_rows`
-    or :meth:`read_csv`.
+    or :meth:`read_csv`. Instances are immutable; rows are validated and
+    normalised on construction.
 
     Attributes:
-        name: Short name of the mechanism.
-        rows: Per row, the perturbations ``v`` (sorted) and their probabilities.
-        selector: ``"value"``, ``"residue"`` or ``"loop"``.
-        residue_rows: For ``"residue"``: the rows of the residue classes.
+        name: Short name of the mechanism (``dp``, ``pram``, ``q``, ``ckm``, ...).
+        rows: Per row, the perturbations ``v`` and their probabilities, in
+            lookup order (the order of the cumulative intervals).
+        selector: ``"value"``, ``"residue"`` or ``"loop"`` (module docstring).
+        residue_rows: For ``"residue"``: the ``modulus`` rows of the residue classes.
         modulus: For ``"residue"``: the modulus M.
         loop_start: For ``"loop"``: the first row of the loop.
-        parameters: The constructor's parameters (public).
+        parameters: The constructor's parameters (public; go into table metadata).
         paper: The source of the mechanism.
-        sampled: For a sampled (ABS/ONS) ptable, the perturbation of each
-            row and integer cell key, shape ``(rows, 256 or 4096)``; cells
-            are then looked up by ``cell_key mod K`` exactly as those tools do.
+        sampled: For a sampled (ABS/ONS) ptable, the perturbation for each
+            row and integer cell key, shape ``(len(rows), K)`` with K a power
+            of two (256 or 4096 in practice); cells are then looked up by
+            ``cell_key mod K`` exactly as those tools do.
+
+    Raises:
+        ParameterError: for rows that do not sum to 1, negative
+            probabilities, non-integer perturbations, a row that would make
+            its count negative, or an inconsistent selector.
     """
 
     name: str
     rows: tuple[tuple[np.ndarray, np.ndarray], ...]
-    selector: Literal["value", "residue", "loop"] = "value"
+    selector: Selector = "value"
     residue_rows: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
     modulus: int = 0
     loop_start: int = 0
@@ -122,75 +169,152 @@ class PTable:
     def __post_init__(self) -> None:
         if not self.rows:
             raise ParameterError("a ptable needs at least one row")
-        if self.selector == "residue" and (
-            self.modulus < 1 or len(self.residue_rows) != self.modulus
+        rows = tuple(_check_row(v, p, f"row {i}") for i, (v, p) in enumerate(self.rows))
+        residues = tuple(
+            _check_row(v, p, f"residue row {m}") for m, (v, p) in enumerate(self.residue_rows)
+        )
+        object.__setattr__(self, "rows", rows)
+        object.__setattr__(self, "residue_rows", residues)
+        object.__setattr__(self, "parameters", dict(self.parameters))
+        if self.selector not in ("value", "residue", "loop"):
+            raise ParameterError(
+                f"unknown selector {self.selector!r}; allowed: value, residue, loop"
+            )
+        if self.selector == "residue":
+            if not _is_int(self.modulus) or self.modulus < 1 or len(residues) != self.modulus:
+                raise ParameterError(
+                    "a residue selector needs a modulus M >= 1 and exactly M residue rows"
+                )
+        elif residues:
+            raise ParameterError("residue rows need selector='residue'")
+        if self.selector == "loop" and not (
+            _is_int(self.loop_start) and 0 <= self.loop_start < len(rows)
         ):
-            raise ParameterError("a residue selector needs one row per residue class")
-        if self.selector == "loop" and not 0 <= self.loop_start < len(self.rows):
-            raise ParameterError("the loop must start at one of the ptable's rows")
+            raise ParameterError(
+                f"the loop must start at one of the ptable's rows 0 .. {len(rows) - 1}"
+            )
+        # No row may make its count negative: a value row i serves counts >= i.
+        for i, (v, _) in enumerate(rows):
+            if v.min() < -i:
+                raise ParameterError(
+                    f"row {i}: perturbation {v.min()} would make the count {i} negative"
+                )
+        for m, (v, _) in enumerate(residues):
+            first = len(rows) + (m - len(rows)) % self.modulus
+            if v.min() < -first:
+                raise ParameterError(
+                    f"residue row {m}: perturbation {v.min()} would make the count {first} negative"
+                )
+        if self.sampled is not None:
+            s = np.asarray(self.sampled, dtype=np.int64)
+            k = s.shape[1] if s.ndim == 2 else 0
+            if s.ndim != 2 or s.shape[0] != len(rows) or k < 1 or k & (k - 1) or k > 2**32:
+                raise ParameterError(
+                    "sampled must have one row per ptable row and a power-of-two number of "
+                    "cell keys (256 or 4096)"
+                )
+            s.setflags(write=False)
+            object.__setattr__(self, "sampled", s)
+        self._build_lookup()
+
+    def _build_lookup(self) -> None:
+        # Identical rows share one entry of the lookup arrays (drop/add-up-to-q has
+        # 602 rows but 8 distinct ones); fewer rows make every search faster.
         all_rows = list(self.rows) + list(self.residue_rows)
-        width = max(len(v) for v, _ in all_rows)
-        n = len(all_rows)
+        uid: dict[tuple[bytes, bytes], int] = {}
+        row_uid = np.empty(len(all_rows), dtype=np.int64)
+        distinct: list[tuple[np.ndarray, np.ndarray]] = []
+        for r, (v, p) in enumerate(all_rows):
+            key = (v.tobytes(), p.tobytes())
+            if key not in uid:
+                uid[key] = len(distinct)
+                distinct.append((v, p))
+            row_uid[r] = uid[key]
+        width = max(len(v) for v, _ in distinct)
+        n = len(distinct)
         values = np.zeros((n, width), dtype=np.int64)
         cum = np.ones((n, width), dtype=np.float64)
-        for r, (v, p) in enumerate(all_rows):
+        for r, (v, p) in enumerate(distinct):
             values[r, : len(v)] = v
             values[r, len(v) :] = v[-1]
             c = np.cumsum(p)
-            c[-1] = 1.0
+            c[-1] = 1.0  # the last interval always closes at 1
             cum[r, : len(c)] = c
+        object.__setattr__(self, "_row_uid", row_uid)
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_cum", cum)
-        # One sorted array for every row: row r's cumulative bounds shifted by r.
+        # One sorted array for every distinct row: row r's bounds shifted by r, so a
+        # single searchsorted of (r + u) finds the column in row r.
         object.__setattr__(self, "_flat", (cum + np.arange(n)[:, None]).ravel())
+        object.__setattr__(self, "_guide", None)
+        object.__setattr__(self, "_count_table", None)
+        object.__setattr__(self, "_figures", None)
 
-    # -- construction ------------------------------------------------------------
+    # -- construction ---------------------------------------------------------------
 
     @classmethod
     def from_rows(
         cls,
         name: str,
-        rows: Sequence[tuple[Sequence[int], Sequence[float]]],
+        rows: Sequence[tuple[npt.ArrayLike, npt.ArrayLike]],
         *,
-        residue_rows: Sequence[tuple[Sequence[int], Sequence[float]]] = (),
+        residue_rows: Sequence[tuple[npt.ArrayLike, npt.ArrayLike]] = (),
         modulus: int = 0,
-        selector: Literal["value", "residue", "loop"] | None = None,
+        selector: Selector | None = None,
         loop_start: int = 0,
         parameters: Mapping[str, Any] | None = None,
         paper: str = "",
     ) -> PTable:
-        """Build a ptable from rows of (perturbations, probabilities).
+        """Build a ptable from rows of (perturbations, probabilities) in lookup order.
+
+        Args:
+            name: Short name of the mechanism.
+            rows: Row ``i``: the perturbations and their probabilities.
+            residue_rows: Rows by residue class (PRAM's large cells).
+            modulus: The modulus of the residue classes.
+            selector: Default: ``"residue"`` with residue rows, else ``"value"``.
+            loop_start: For ``selector="loop"``: the first row of the loop.
+            parameters: Public parameters of the mechanism.
+            paper: The source of the mechanism.
 
         Raises:
-            ParameterError: if a row's probabilities do not sum to 1, are
-                negative, or a row would make a count negative.
+            ParameterError: see :class:`PTable`.
         """
-        checked = tuple(_row(v, p, f"row {i}") for i, (v, p) in enumerate(rows))
-        for i, (v, _) in enumerate(checked):
-            if i < len(checked) - 1 and v.min() < -i:
-                raise ParameterError(
-                    f"row {i}: perturbation {v.min()} would make the count negative"
-                )
-        residues = tuple(_row(v, p, f"residue row {m}") for m, (v, p) in enumerate(residue_rows))
-        sel = selector or ("residue" if residues else "value")
+        sel: Selector = selector or ("residue" if residue_rows else "value")
         return cls(
             name=name,
-            rows=checked,
+            rows=tuple((np.asarray(v), np.asarray(p)) for v, p in rows),
             selector=sel,
-            residue_rows=residues,
+            residue_rows=tuple((np.asarray(v), np.asarray(p)) for v, p in residue_rows),
             modulus=modulus,
             loop_start=loop_start,
             parameters=dict(parameters or {}),
             paper=paper,
         )
 
-    # -- selection and application -------------------------------------------------
+    # -- row selection --------------------------------------------------------------
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows, residue rows included."""
+        return len(self.rows) + len(self.residue_rows)
+
+    def row_labels(self) -> list[str]:
+        """A label per row: ``"3"`` for a value row, ``"mod 15 = 4"`` for a residue row."""
+        last = len(self.rows) - 1
+        labels = [str(i) for i in range(len(self.rows))]
+        if self.selector == "value":
+            labels[last] = f">={last}" if last > 0 else "all"
+        labels += [f"mod {self.modulus} = {m}" for m in range(len(self.residue_rows))]
+        return labels
 
     def row_index(self, counts: npt.ArrayLike) -> npt.NDArray[np.int64]:
-        """The row used for each count."""
-        c = np.asarray(counts, dtype=np.int64)
-        if c.size and c.min() < 0:
-            raise ParameterError("counts must be non-negative")
+        """The row used for each count (residue rows numbered after the value rows).
+
+        Raises:
+            ParameterError: for negative or non-integer counts.
+        """
+        c = _counts(counts)
         last = len(self.rows) - 1
         if self.selector == "residue":
             return np.where(c < len(self.rows), c, len(self.rows) + c % self.modulus)
@@ -199,57 +323,190 @@ class PTable:
             return np.where(c <= last, c, self.loop_start + (c - self.loop_start) % span)
         return np.minimum(c, last)
 
+    def _distinct_rows(self, c: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The distinct-row id of each count (index into the lookup arrays)."""
+        if c.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        row_uid: np.ndarray = self._row_uid  # type: ignore[attr-defined]
+        if self.selector == "value":
+            return np.asarray(row_uid[np.minimum(c, len(self.rows) - 1)])
+        hi = int(c.max())
+        if hi < _COUNT_TABLE_MAX:
+            # A table indexed by the count beats a modulo over every cell.
+            table: np.ndarray | None = self._count_table  # type: ignore[attr-defined]
+            if table is None or table.size <= hi:
+                size = max(hi + 1, 2 * (table.size if table is not None else 0), 1024)
+                size = min(size, _COUNT_TABLE_MAX)
+                table = row_uid[self.row_index(np.arange(size))]
+                object.__setattr__(self, "_count_table", table)
+            return np.asarray(table[c])
+        return np.asarray(row_uid[self.row_index(c)])
+
+    # -- application ----------------------------------------------------------------
+
     def perturbation(
         self,
-        counts: npt.NDArray[np.int64],
-        u: npt.NDArray[np.float64],
-        cell_key: npt.NDArray[np.uint32] | None = None,
+        counts: npt.ArrayLike,
+        u: npt.ArrayLike,
+        cell_key: npt.ArrayLike | None = None,
     ) -> npt.NDArray[np.int64]:
-        """The perturbation of each cell by inverse-CDF lookup of its uniform ``u``.
+        """The perturbation ``v`` of each cell by inverse-CDF lookup of its uniform.
 
         Args:
-            counts: Original sample counts.
-            u: Uniforms in [0, 1), one per cell.
-            cell_key: The cells' keys. A sampled ptable looks cells up by
-                ``cell_key mod K`` (exact, since K divides 2**32), as the ABS
-                method and the ONS package do; without keys (dynamic seeds)
-                it uses ``floor(u * K)``.
+            counts: Original sample counts (non-negative integers).
+            u: Uniforms in [0, 1), one per cell (for cell keys:
+                ``(cell_key + 0.5) / 2**32``).
+            cell_key: The cells' integer keys (uint32 sums mod 2**32). A
+                sampled ptable looks cells up by ``cell_key mod K`` (exact,
+                since K divides 2**32), as the ABS method and the ONS package
+                do; without keys (dynamic seeds) it uses column ``floor(u * K)``.
+                Ignored by probability ptables, which use ``u``.
+
+        Returns:
+            ``v`` with ``counts + v >= 0``, as int64, in the shape of ``counts``.
+
+        Raises:
+            ParameterError: for negative counts, uniforms outside [0, 1) or
+                arrays of different shapes.
         """
-        rows = self.row_index(counts)
+        c = _counts(counts)
+        uu = np.asarray(u, dtype=np.float64)
+        if uu.shape != c.shape:
+            raise ParameterError(
+                f"counts and uniforms must have the same shape, not {c.shape} and {uu.shape}"
+            )
+        if uu.size:
+            lo, hi = float(uu.min()), float(uu.max())
+            if not (lo >= 0.0 and hi < 1.0):  # also rejects NaN
+                raise ParameterError("uniforms must lie in [0, 1)")
+        flat_c = c.ravel()
         if self.sampled is not None:
+            rows = self.row_index(flat_c)
             k = self.sampled.shape[1]
             if cell_key is not None:
-                ckey = np.asarray(cell_key, dtype=np.uint64) % np.uint64(k)
+                ck = np.asarray(cell_key)
+                if ck.shape != c.shape:
+                    raise ParameterError("cell keys must have the same shape as the counts")
+                col = (ck.ravel().astype(np.uint64) % np.uint64(k)).astype(np.int64)
             else:
-                ckey = np.minimum(np.floor(np.asarray(u) * k), k - 1)
-            return np.asarray(self.sampled[rows, ckey.astype(np.int64)], dtype=np.int64)
-        uu = np.asarray(u, dtype=np.float64)
-        if uu.shape != rows.shape:
-            raise ParameterError("counts and uniforms must have the same shape")
-        if uu.size and (uu.min() < 0 or uu.max() >= 1):
-            raise ParameterError("uniforms must lie in [0, 1)")
-        flat = self._flat  # type: ignore[attr-defined]
-        width = self._values.shape[1]  # type: ignore[attr-defined]
-        pos = np.searchsorted(flat, rows + uu, side="right")
-        col = np.minimum(pos - rows * width, width - 1)
-        return np.asarray(self._values[rows, col], dtype=np.int64)  # type: ignore[attr-defined]
+                col = np.minimum((uu.ravel() * k).astype(np.int64), k - 1)
+            return np.asarray(self.sampled[rows, col], dtype=np.int64).reshape(c.shape)
+        rid = self._distinct_rows(flat_c)
+        return self._lookup(rid, uu.ravel()).reshape(c.shape)
 
-    def apply(self, counts: npt.NDArray[np.int64], u: npt.NDArray[np.float64]) -> np.ndarray:
-        """Perturbed counts ``max(count + v, 0)``."""
-        c = np.asarray(counts, dtype=np.int64)
-        return np.asarray(np.maximum(c + self.perturbation(c, u), 0))
+    def apply(
+        self,
+        counts: npt.ArrayLike,
+        u: npt.ArrayLike,
+        cell_key: npt.ArrayLike | None = None,
+    ) -> npt.NDArray[np.int64]:
+        """Perturbed counts ``counts + v`` (see :meth:`perturbation`; never negative)."""
+        c = _counts(counts)
+        return np.asarray(np.maximum(c + self.perturbation(c, u, cell_key), 0), dtype=np.int64)
 
-    # -- figures ------------------------------------------------------------------------
+    def _guide_table(self) -> np.ndarray:
+        # Guide table (Chen & Asau): bin b = floor(u * G) of row r holds the answer
+        # when no interval bound falls strictly inside [b/G, (b+1)/G), else a
+        # sentinel. G is a power of two, so u * G and b / G are exact in floating
+        # point and the guide gives exactly what the full search gives.
+        guide: np.ndarray | None = self._guide  # type: ignore[attr-defined]
+        if guide is not None:
+            return guide
+        cum: np.ndarray = self._cum  # type: ignore[attr-defined]
+        values: np.ndarray = self._values  # type: ignore[attr-defined]
+        g = _GUIDE_BINS
+        edges = np.arange(g + 1, dtype=np.float64) / g
+        out = np.empty((cum.shape[0], g), dtype=np.int64)
+        for r in range(cum.shape[0]):
+            low = np.searchsorted(cum[r], edges[:-1], side="right")
+            high = np.searchsorted(cum[r], edges[1:], side="left")
+            out[r] = np.where(low == high, values[r, np.minimum(low, cum.shape[1] - 1)], _SENTINEL)
+        guide = out.ravel()
+        object.__setattr__(self, "_guide", guide)
+        return guide
+
+    def _lookup(self, rid: npt.NDArray[np.int64], u: npt.NDArray[np.float64]) -> np.ndarray:
+        guide = self._guide_table()
+        key = rid * _GUIDE_BINS
+        key += (u * _GUIDE_BINS).astype(np.int64)
+        out = guide[key]
+        unresolved = np.flatnonzero(out == _SENTINEL)
+        if unresolved.size:
+            out[unresolved] = self._search(rid[unresolved], u[unresolved])
+        return out
+
+    def _search(self, rid: npt.NDArray[np.int64], u: npt.NDArray[np.float64]) -> np.ndarray:
+        flat: np.ndarray = self._flat  # type: ignore[attr-defined]
+        values: np.ndarray = self._values  # type: ignore[attr-defined]
+        width = values.shape[1]
+        pos = np.searchsorted(flat, rid + u, side="right")
+        col = np.minimum(pos - rid * width, width - 1)
+        return np.asarray(values[rid, col], dtype=np.int64)
+
+    # -- distributions and figures ----------------------------------------------------
+
+    def _row(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        return (list(self.rows) + list(self.residue_rows))[r]
 
     def distribution(self, count: int) -> dict[int, float]:
-        """``{perturbed count j: probability}`` for an original count (negatives set to 0)."""
+        """``{published count j: probability}`` for an original count (negatives set to 0).
+
+        Raises:
+            ParameterError: for a negative count.
+        """
         r = int(self.row_index(np.array([count]))[0])
-        v, p = (list(self.rows) + list(self.residue_rows))[r]
+        v, p = self._row(r)
         out: dict[int, float] = {}
         for vi, pi in zip(v.tolist(), p.tolist(), strict=True):
-            j = max(count + vi, 0)
+            j = max(int(count) + vi, 0)
             out[j] = out.get(j, 0.0) + pi
         return out
+
+    def transition_matrix(self, size: int) -> npt.NDArray[np.float64]:
+        """The matrix ``M[i, j] = P(published j | original i)`` for counts 0 .. size-1.
+
+        Published counts of ``size - 1`` or more are gathered in the last
+        column, so every row sums to 1 (the form :func:`invariant_matrix` needs).
+
+        Raises:
+            ParameterError: for size < 1.
+        """
+        if not _is_int(size) or size < 1:
+            raise ParameterError(f"size must be an integer >= 1, not {size!r}")
+        m = np.zeros((size, size), dtype=np.float64)
+        for i in range(size):
+            for j, p in self.distribution(i).items():
+                m[i, min(j, size - 1)] += p
+        return m
+
+    def _examined_counts(self) -> int:
+        # Pairs (i, i+1) for i < hi cover every pair of distinct rows: beyond the
+        # value rows, residue classes repeat with period M and loops with their span.
+        hi = len(self.rows) + 1
+        if self.selector == "residue":
+            hi += self.modulus + 1
+        return hi
+
+    def pair_privacy(self, count: int, epsilon: float | None = None) -> PrivacyFigures:
+        """Privacy figures of one pair of neighbouring counts ``(count, count + 1)``.
+
+        Args:
+            count: The smaller count ``i`` of the pair.
+            epsilon: The epsilon for delta (default: the pair's largest log-ratio).
+
+        Raises:
+            ParameterError: for a negative count or epsilon.
+        """
+        a, b = self.distribution(count), self.distribution(count + 1)
+        ratio, unbounded = _log_ratio_and_unbounded(a, b)
+        eps = ratio if epsilon is None else _nonneg(epsilon)
+        return PrivacyFigures(
+            epsilon=eps,
+            delta=_hockey_stick(a, b, eps),
+            worst_count=int(count),
+            max_log_ratio=ratio,
+            unbounded_mass=unbounded,
+        )
 
     def privacy(
         self, max_count: int | None = None, *, epsilon: float | None = None
@@ -257,41 +514,43 @@ class PTable:
         """Epsilon and delta between neighbouring counts (see the module docstring).
 
         Args:
-            max_count: Largest count examined (default: enough to cover every
-                row and residue class).
+            max_count: Examine pairs ``(i, i + 1)`` for ``i < max_count``
+                (default: enough to cover every pair of rows).
             epsilon: The epsilon at which delta is computed. Default: the
                 mechanism's design epsilon where it has one (DP), else the
                 largest finite log-ratio over neighbouring counts.
         """
-        hi = max_count if max_count is not None else len(self.rows) + max(self.modulus, 1) + 2
-        if self.selector == "loop":
-            hi = max(hi, len(self.rows) + 2)
-        eps = 0.0
-        pairs = []
-        for i in range(hi):
-            a, b = self.distribution(i), self.distribution(i + 1)
-            pairs.append((i, a, b))
-            for j in set(a) & set(b):
-                eps = max(eps, abs(math.log(a[j] / b[j])))
+        if max_count is None and epsilon is None:
+            cached: PrivacyFigures | None = self._figures  # type: ignore[attr-defined]
+            if cached is not None:
+                return cached
+        hi = self._examined_counts() if max_count is None else int(max_count)
+        pairs = [(i, self.distribution(i), self.distribution(i + 1)) for i in range(hi)]
+        ratio, unbounded = 0.0, 0.0
+        for _, a, b in pairs:
+            r, m = _log_ratio_and_unbounded(a, b)
+            ratio, unbounded = max(ratio, r), max(unbounded, m)
         if epsilon is None:
             design = self.parameters.get("epsilon")
-            epsilon = float(design) if isinstance(design, int | float) else eps
-        eps = float(epsilon)
+            eps = float(design) if isinstance(design, int | float) else ratio
+        else:
+            eps = _nonneg(epsilon)
         delta, worst = 0.0, 0
-        factor = math.exp(eps)
         for i, a, b in pairs:
-            for x, y in ((a, b), (b, a)):
-                d = sum(max(0.0, px - factor * y.get(j, 0.0)) for j, px in x.items())
-                if d > delta + 1e-15:
-                    delta, worst = d, i
-        return PrivacyFigures(epsilon=eps, delta=delta, worst_count=worst)
+            d = _hockey_stick(a, b, eps)
+            if d > delta + 1e-15:
+                delta, worst = d, i
+        fig = PrivacyFigures(eps, delta, worst, ratio, unbounded)
+        if max_count is None and epsilon is None:
+            object.__setattr__(self, "_figures", fig)
+        return fig
 
     def share_changed(self) -> list[float]:
-        """Per row, the probability that a count changes (``v != 0``)."""
+        """Per row (:meth:`row_labels`), the probability that a count changes (``v != 0``)."""
         return [float(p[v != 0].sum()) for v, p in list(self.rows) + list(self.residue_rows)]
 
     def variance(self) -> list[float]:
-        """Per row, the variance of ``v``."""
+        """Per row (:meth:`row_labels`), the variance of ``v``."""
         out = []
         for v, p in list(self.rows) + list(self.residue_rows):
             mean = float((v * p).sum())
@@ -299,7 +558,7 @@ class PTable:
         return out
 
     def describe(self) -> dict[str, Any]:
-        """The public description: name, parameters and privacy figures."""
+        """The public description for table metadata: name, parameters, privacy figures."""
         fig = self.privacy()
         return {
             "name": self.name,
@@ -313,163 +572,169 @@ class PTable:
         params = ", ".join(f"{k}={v!r}" for k, v in self.parameters.items())
         return f"PTable({self.name}: {params}; {len(self.rows)} rows, {self.selector})"
 
-    # -- files ----------------------------------------------------------------------------
+    # -- conversion and files ---------------------------------------------------------
 
-    def to_csv(self, layout: Literal["destatis", "abs"] = "destatis", *, keys: int = 256) -> str:
-        """The ptable as CSV text.
+    def to_sampled(self, keys: int = 256) -> PTable:
+        """The sampled (ABS/ONS) form: rows 0..750, an integer perturbation per cell key.
 
-        ``destatis``: columns ``i, j, p, v, p_int_lb, p_int_ub, type`` (the
-        layout of the R package ptable; the last ``i`` stands for all larger
-        counts; residue rows, a tablesafe extension, have type ``mod<M>`` and
-        ``i`` the residue). ``abs``: columns ``pcv, ckey, pvalue`` with
-        ``keys`` cell keys per count (256 or 4096), ``pvalue`` the
-        perturbation whose interval holds ``(ckey + 0.5) / keys``.
+        Column ``k`` of row ``i`` is the perturbation whose interval holds
+        ``(k + 0.5) / keys`` (the midpoint of the cell key's share of [0, 1)).
+        Counts above 750 loop onto rows 501..750 as in the ONS package.
+
+        Raises:
+            ParameterError: for ``keys`` not a power of two, PRAM's residue
+                rows, or a ptable whose counts above 750 would not get the
+                distribution they have here (rows still changing above 501).
         """
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
+        if not _is_int(keys) or keys < 2 or keys & (keys - 1) or keys > 2**32:
+            raise ParameterError(f"keys must be a power of two such as 256 or 4096, not {keys!r}")
+        if self.sampled is not None and self.sampled.shape[1] == keys:
+            return self
+        if self.selector == "residue":
+            raise ParameterError(
+                "PRAM's residue rows have no ABS/ONS layout (it loops counts above 750 onto "
+                "rows 501-750); write the destatis layout instead"
+            )
+        if not self._loops_like_ons():
+            raise ParameterError(
+                "this ptable's rows still change above count 501, so the ABS/ONS rule (counts "
+                "above 750 reuse rows 501-750) would give some counts another distribution; "
+                "write the destatis layout instead"
+            )
+        u = (np.arange(keys) + 0.5) / keys
+        counts = np.arange(ONS_LAST_ROW + 1)
+        table = self.perturbation(np.repeat(counts, keys), np.tile(u, counts.size)).reshape(
+            counts.size, keys
+        )
+        rows = []
+        for i in range(counts.size):
+            vals, n = np.unique(table[i], return_counts=True)
+            rows.append((vals, n / keys))
+        params = dict(self.parameters)
+        params["cell_keys"] = keys
+        base = PTable.from_rows(
+            self.name,
+            rows,
+            selector="loop",
+            loop_start=ONS_LOOP_START,
+            parameters=params,
+            paper=self.paper,
+        )
+        return replace(base, sampled=table)
+
+    def _loops_like_ons(self) -> bool:
+        """Whether counts above 750 get the same distribution under the ONS loop."""
+        last = len(self.rows) - 1
+        if self.selector == "value":
+            return last <= ONS_LOOP_START
+        # loop: compare the row of each count with the ONS row for it, over one full period.
+        span_here = last - self.loop_start + 1
+        span_ons = ONS_LAST_ROW - ONS_LOOP_START + 1
+        top = ONS_LAST_ROW + 1 + span_here * span_ons
+        c = np.arange(ONS_LAST_ROW + 1, top)
+        ons = ONS_LOOP_START + (c - ONS_LOOP_START) % span_ons
+        uid: np.ndarray = self._row_uid  # type: ignore[attr-defined]
+        return bool(np.all(uid[self.row_index(c)] == uid[self.row_index(ons)]))
+
+    def to_csv(self, layout: Layout = "destatis", *, keys: int = 256) -> str:
+        """The ptable as CSV text in the Destatis or the ABS/ONS layout.
+
+        ``destatis``: columns ``i, j, p, v, p_int_lb, p_int_ub, type`` as the R
+        package ``ptable`` writes them (the last ``i`` stands for all larger
+        counts; PRAM's residue rows, a tablesafe extension, have type
+        ``mod<M>``, ``i`` the residue m and ``j = m - v``). ``abs``: columns
+        ``pcv, ckey, pvalue`` for counts 0..750 and ``keys`` cell keys
+        (see :meth:`to_sampled`).
+
+        Raises:
+            ParameterError: for an unknown layout or a ptable the layout
+                cannot hold exactly.
+        """
+        from tablesafe._ptable_io import to_abs_csv, to_destatis_csv
+
         if layout == "destatis":
-            w.writerow(["i", "j", "p", "v", "p_int_lb", "p_int_ub", "type"])
-            blocks = [(self.rows, "all")]
-            if self.residue_rows:
-                blocks.append((self.residue_rows, f"mod{self.modulus}"))
-            for rows, kind in blocks:
-                for i, (v, p) in enumerate(rows):
-                    lb = 0.0
-                    for vi, pi in zip(v.tolist(), p.tolist(), strict=True):
-                        ub = lb + pi
-                        j = i + vi if kind == "all" else i - vi
-                        w.writerow([i, j, repr(pi), vi, repr(lb), repr(min(ub, 1.0)), kind])
-                        lb = ub
-            return buf.getvalue()
+            return to_destatis_csv(self)
         if layout == "abs":
-            if keys not in (256, 4096):
-                raise ParameterError("ABS ptables have 256 or 4096 cell keys per count")
-            if self.selector == "residue":
-                raise ParameterError("PRAM's residue rows have no ABS layout; use destatis")
-            # The ONS layout: counts 0..750, larger counts loop onto 501..750.
-            w.writerow(["pcv", "ckey", "pvalue"])
-            u = (np.arange(keys) + 0.5) / keys
-            for i in range(751):
-                if self.sampled is not None and self.sampled.shape[1] == keys:
-                    v = self.sampled[int(self.row_index(np.array([i]))[0])]
-                else:
-                    v = self.perturbation(np.full(keys, i), u)
-                for k, vi in enumerate(v.tolist()):
-                    w.writerow([i, k, vi])
-            return buf.getvalue()
+            return to_abs_csv(self.to_sampled(keys))
         raise ParameterError(f"unknown layout {layout!r}; allowed: destatis, abs")
 
-    def write_csv(self, path: str | Path, layout: Literal["destatis", "abs"] = "destatis") -> Path:
-        """Write :meth:`to_csv` to ``path``."""
+    def write_csv(self, path: str | Path, layout: Layout = "destatis", *, keys: int = 256) -> Path:
+        """Write :meth:`to_csv` to ``path`` (nothing is written if conversion fails)."""
+        text = self.to_csv(layout, keys=keys)
         path = Path(path)
-        path.write_text(self.to_csv(layout))
+        path.write_text(text)
         return path
 
     @classmethod
     def read_csv(cls, path: str | Path, *, name: str | None = None) -> PTable:
-        """Read a ptable in the Destatis (``i,j,p,v,...``) or ABS (``pcv,ckey,pvalue``) layout.
+        """Read a ptable file in the Destatis or the ABS/ONS layout.
+
+        See :meth:`from_csv_text` for the variants accepted.
 
         Raises:
             FormatError: for a missing file, missing columns, non-numeric
                 values or rows whose probabilities do not sum to 1.
         """
-        path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError:
-            raise FormatError(f"cannot read ptable file {path}") from None
-        return cls.from_csv_text(text, name=name or path.stem, source=str(path))
+        from tablesafe._ptable_io import read_ptable_file
+
+        return read_ptable_file(Path(path), name=name)
 
     @classmethod
     def from_csv_text(cls, text: str, *, name: str = "ptable", source: str = "ptable") -> PTable:
-        """Parse ptable CSV text (see :meth:`read_csv`).
+        """Parse ptable CSV text.
 
-        Besides the two CSV layouts with headers, headerless files of six
-        numeric columns ``i j p v p_int_lb p_int_ub`` (the R package's
-        export for Tau-Argus, separated by spaces, semicolons or commas)
-        are read as the Destatis layout.
+        Accepted: the Destatis layout (header with ``i`` and ``j`` or ``v``,
+        and ``p`` or ``p_int_ub``; ``p_int_lb``, ``type`` and extra columns
+        such as R's row names are optional), including the R package's
+        exports for Tau-Argus and SAS (``;``-separated) and headerless
+        numeric exports (``i j p v p_int_lb p_int_ub`` or ``i j p v p_int_ub``);
+        and the ABS/ONS layout (``pcv, ckey, pvalue``). Separators: comma,
+        semicolon, tab or spaces.
+
+        Raises:
+            FormatError: for anything else.
         """
-        first = text.lstrip().splitlines()[0] if text.strip() else ""
-        fields = [f for f in first.replace(";", " ").replace(",", " ").split() if f]
-        if len(fields) >= 6 and all(_is_number(f) for f in fields):
-            rows = [
-                line.replace(";", " ").replace(",", " ").split()
-                for line in text.splitlines()
-                if line.strip()
-            ]
-            text = "i,j,p,v,p_int_lb,p_int_ub\n" + "\n".join(",".join(r[:6]) for r in rows)
-        reader = csv.DictReader(io.StringIO(text))
-        cols = {c.strip() for c in reader.fieldnames or []}
-        try:
-            if {"pcv", "ckey", "pvalue"} <= cols:
-                return cls._from_abs(list(reader), name, source)
-            if {"i", "j", "p"} <= cols:
-                return cls._from_destatis(list(reader), name, source)
-        except (KeyError, ValueError) as exc:
-            raise FormatError(f"{source}: malformed ptable row ({exc})") from None
-        except ParameterError as exc:
-            raise FormatError(f"{source}: {exc}") from None
-        raise FormatError(
-            f"{source}: not a ptable: expected columns i, j, p (Destatis layout) or pcv, ckey, "
-            f"pvalue (ABS layout); found {', '.join(sorted(cols)) or 'none'}"
-        )
+        from tablesafe._ptable_io import parse_ptable_text
 
-    @classmethod
-    def _from_destatis(cls, records: list[dict[str, str]], name: str, source: str) -> PTable:
-        plain: dict[int, dict[int, float]] = {}
-        residue: dict[int, dict[int, float]] = {}
-        modulus = 0
-        for rec in records:
-            i, j, p = int(rec["i"]), int(rec["j"]), float(rec["p"])
-            kind = (rec.get("type") or "all").strip()
-            if kind.startswith("mod"):
-                modulus = int(kind[3:])
-                residue.setdefault(i, {})[i - j] = residue.setdefault(i, {}).get(i - j, 0.0) + p
-            else:
-                # "all" (or "even"/"odd" variants, read as the same table).
-                plain.setdefault(i, {})[j - i] = plain.setdefault(i, {}).get(j - i, 0.0) + p
-        if not plain:
-            raise FormatError(f"{source}: the ptable has no rows")
-        n = max(plain) + 1
-        missing = [i for i in range(n) if i not in plain]
-        if missing:
-            raise FormatError(f"{source}: rows for counts {missing[:5]} are missing")
-        rows = [(list(plain[i]), list(plain[i].values())) for i in range(n)]
-        res = [(list(residue[m]), list(residue[m].values())) for m in sorted(residue)]
-        if residue and sorted(residue) != list(range(modulus)):
-            raise FormatError(f"{source}: residue rows must cover 0 .. {modulus - 1}")
-        return cls.from_rows(
-            name, rows, residue_rows=res, modulus=modulus, parameters={"file": Path(source).name}
-        )
+        return parse_ptable_text(text, name=name, source=source)
 
-    @classmethod
-    def _from_abs(cls, records: list[dict[str, str]], name: str, source: str) -> PTable:
-        table: dict[int, dict[int, int]] = {}
-        for rec in records:
-            table.setdefault(int(rec["pcv"]), {})[int(rec["ckey"])] = int(rec["pvalue"])
-        n = max(table) + 1
-        keys = len(next(iter(table.values())))
-        if keys not in (256, 4096):
-            raise FormatError(f"{source}: an ABS ptable has 256 or 4096 cell keys per count")
-        # The ONS package ships ptables without a row for 0 (empty cells are
-        # never perturbed there); an absent row 0 means exactly that.
-        table.setdefault(0, dict.fromkeys(range(keys), 0))
-        rows = []
-        sampled = np.zeros((n, keys), dtype=np.int64)
-        for i in range(n):
-            if i not in table or sorted(table[i]) != list(range(keys)):
-                raise FormatError(f"{source}: count {i} does not have cell keys 0 .. {keys - 1}")
-            vals = np.array([table[i][k] for k in range(keys)])
-            sampled[i] = vals
-            uniq, counts = np.unique(vals, return_counts=True)
-            rows.append((uniq.tolist(), (counts / keys).tolist()))
-        # ONS convention: counts above 750 loop onto rows 501-750.
-        loop = n >= 751
-        base = cls.from_rows(
-            name,
-            rows,
-            selector="loop" if loop else "value",
-            loop_start=501 if loop else 0,
-            parameters={"file": Path(source).name, "cell_keys": keys},
-        )
-        return replace(base, sampled=sampled)
+
+#: Marks a guide-table bin that needs a search.
+_SENTINEL = np.iinfo(np.int64).min
+
+
+def _counts(counts: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    c = np.asarray(counts)
+    if c.dtype.kind == "f":
+        if c.size and not np.all(c == np.floor(c)):
+            raise ParameterError("counts must be whole numbers")
+    elif c.dtype.kind not in "iub":
+        raise ParameterError(f"counts must be integers, not {c.dtype}")
+    c = c.astype(np.int64, copy=False)
+    if c.size and int(c.min()) < 0:
+        raise ParameterError("counts must be non-negative")
+    return c
+
+
+def _nonneg(epsilon: float) -> float:
+    if not isinstance(epsilon, int | float) or not epsilon >= 0:
+        raise ParameterError(f"epsilon must be a number >= 0, not {epsilon!r}")
+    return float(epsilon)
+
+
+def _log_ratio_and_unbounded(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[float, float]:
+    ratio = 0.0
+    for j in set(a) & set(b):
+        ratio = max(ratio, abs(math.log(a[j] / b[j])))
+    only_a = sum(p for j, p in a.items() if j not in b)
+    only_b = sum(p for j, p in b.items() if j not in a)
+    return ratio, max(only_a, only_b)
+
+
+def _hockey_stick(a: Mapping[int, float], b: Mapping[int, float], epsilon: float) -> float:
+    factor = math.exp(epsilon)
+    out = 0.0
+    for x, y in ((a, b), (b, a)):
+        d = sum(max(0.0, px - factor * y.get(j, 0.0)) for j, px in x.items())
+        out = max(out, d)
+    return out
