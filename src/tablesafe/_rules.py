@@ -77,8 +77,7 @@ def apply_small_cell_rule(table: ProtectedTable, rules: RuleSettings) -> Protect
     display = None if rules.small_cell_action == "suppress" else f"<{k}"
     meta = dict(table.metadata)
     meta["small_cell_rule"] = {"min_cell_size": k, "action": rules.small_cell_action}
-    meta["small_cell_display"] = display
-    return replace(table, suppressed=small, metadata=meta)
+    return replace(table, suppressed=small, metadata=meta, suppressed_display=display)
 
 
 def universe_fingerprint(dataset: str, agg: CellAggregates) -> str:

@@ -50,6 +50,7 @@ class ProtectedTable:
         suppressed: Cells hidden by the small-cell rule (their values are
             blank, or ``"<k"``, in every export), or ``None``.
         se: Replicate standard errors of the protected weighted counts, or ``None``.
+        suppressed_display: What suppressed cells show: ``None`` (blank) or ``"<k"``.
     """
 
     request: TableRequest
@@ -65,6 +66,7 @@ class ProtectedTable:
     replicate_weighted: npt.NDArray[np.float64] | None = None
     suppressed: npt.NDArray[np.bool_] | None = None
     se: npt.NDArray[np.float64] | None = None
+    suppressed_display: str | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -99,7 +101,7 @@ class ProtectedTable:
         """Statistics as published: suppressed cells blank (``None``) or ``"<k"``."""
         cols: dict[str, np.ndarray] = dict(self.statistics())
         if self.suppressed is not None and self.suppressed.any():
-            shown = self.metadata.get("small_cell_display")
+            shown = self.suppressed_display
             for name in list(cols):
                 values = cols[name].astype(object)
                 values[self.suppressed] = shown
