@@ -1,3 +1,116 @@
-"""Command line: `tablesafe resample` (not yet built)."""
+"""Command line: ``tablesafe resample bootstrap|binomial`` (Domingo-Ferrer & Mateo-Sanz, seed 001).
+
+Tables are read as for ``tablesafe cyclic`` (a CSV matrix without header, or
+a long CSV with a header).
+"""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tablesafe._cli import app
+from tablesafe._cli._cyclic import check_format, format_table, read_table
+from tablesafe._errors import ParameterError
+
+resample_app = typer.Typer(
+    help="Resampling (Domingo-Ferrer & Mateo-Sanz): Heer's bootstrap table or the "
+    "cell-oriented binomial method, with the quality condition S.",
+    no_args_is_help=True,
+)
+app.add_typer(resample_app, name="resample")
+
+TableArg = Annotated[
+    Path, typer.Argument(help="CSV matrix of counts (no header), or a long CSV with a header.")
+]
+SOpt = Annotated[float, typer.Option("--S", help="Quality bound S of condition (1), > 0.")]
+Seed = Annotated[
+    int | None, typer.Option(help="Seed, for reproducible runs (default: unpredictable).")
+]
+Format = Annotated[str, typer.Option("--format", help="text or json.")]
+
+
+def _print(table_path: Path, res: object, fmt: str) -> None:
+    from tablesafe.mechanisms import ResamplingResult
+
+    assert isinstance(res, ResamplingResult)
+    data = read_table(table_path)
+    pub = res.published()
+    if fmt == "json":
+        pub["cost"] = {
+            "tables_drawn": res.tables_drawn,
+            "cell_draws": res.cell_draws,
+            "compensation_units": res.compensation_units,
+        }
+        typer.echo(json.dumps({"published": pub}, indent=1))
+        return
+    typer.echo("# released table")
+    typer.echo(format_table(data, res.table), nl=False)
+    params = f"S {res.s:g}" + (f", M {res.m}" if res.method == "bootstrap" else "")
+    typer.echo(
+        f"# published: {pub['method']}; {params}; preserved: {res.preserved}; zeros stay zero"
+    )
+    cost = (
+        f"{res.tables_drawn} bootstrap tables drawn"
+        if res.method == "bootstrap"
+        else f"{res.cell_draws} binomial draws, {res.compensation_units} units compensated"
+    )
+    typer.echo(f"# cost (not for publication): {cost}")
+
+
+@resample_app.command("bootstrap")
+def bootstrap(
+    table: TableArg,
+    s: SOpt = 2.0,
+    m: Annotated[int, typer.Option("--M", help="Bootstrap tables averaged (odd).")] = 1,
+    round_average: Annotated[
+        bool, typer.Option("--round/--no-round", help="Round an average of M > 1 tables.")
+    ] = True,
+    seed: Seed = None,
+    fmt: Format = "text",
+) -> None:
+    """Heer's bootstrap table: redraw the records until every cell meets the quality condition."""
+    from tablesafe.mechanisms import heer_bootstrap
+
+    check_format(fmt)
+    data = read_table(table)
+    res = heer_bootstrap(data.counts, s, m, round_average=round_average, rng=seed)
+    _print(table, res, fmt)
+
+
+@resample_app.command("binomial")
+def binomial(
+    table: TableArg,
+    s: SOpt = 2.0,
+    preserve: Annotated[
+        str,
+        typer.Option(
+            help="What to keep exactly: total, or the margins of one dimension: rows, columns, "
+            "layers, a dimension number (1, 2, 3) or a long table's dimension name."
+        ),
+    ] = "total",
+    seed: Seed = None,
+    fmt: Format = "text",
+) -> None:
+    """The cell-oriented binomial method with compensation (keeps the total or one margin)."""
+    from tablesafe.mechanisms import binomial_resample
+
+    check_format(fmt)
+    data = read_table(table)
+    ndim = data.counts.ndim
+    names = {"rows": 0, "columns": 1, "layers": 2}
+    if data.names is not None:
+        names.update({name: d for d, name in enumerate(data.names)})
+    names.update({str(d + 1): d for d in range(ndim)})
+    if preserve == "total":
+        axis = None
+    elif preserve in names and names[preserve] < ndim:
+        axis = names[preserve]
+    else:
+        allowed = ["total", *[k for k, v in names.items() if v < ndim]]
+        raise ParameterError(f"unknown --preserve {preserve!r}; allowed: {', '.join(allowed)}")
+    res = binomial_resample(data.counts, s, preserve_axis=axis, rng=seed)
+    _print(table, res, fmt)
