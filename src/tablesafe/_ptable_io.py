@@ -50,8 +50,9 @@ _GAP = 1e-6
 
 
 def _num(x: float) -> str:
-    # Shortest text that reads back to the same float; integers without ".0".
-    return repr(int(x)) if float(x).is_integer() and abs(x) < 2**53 else repr(float(x))
+    # 15 significant digits: exact for the 8-digit bounds of the R package, and
+    # free of the last-bit noise of differences (0.01666667, not 0.016666669999999995).
+    return f"{float(x):.15g}"
 
 
 def to_destatis_csv(table: PTable) -> str:

@@ -1,91 +1,122 @@
-"""Command line: `tablesafe ptable`: write and show perturbation tables."""
+"""Command line: ``tablesafe ptable``: write and show perturbation tables."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tablesafe._cli import app
 
+if TYPE_CHECKING:
+    from tablesafe._ptable import PTable
+
 ptable_app = typer.Typer(
-    help="Perturbation tables: write them in the Destatis or ABS layout, show them.",
+    help=(
+        "Perturbation tables: write those of DP, PRAM, drop/add-up-to-q and the Destatis "
+        "cell-key method in the Destatis (probability) or ABS/ONS (sampled) layout; show one."
+    ),
     no_args_is_help=True,
 )
 app.add_typer(ptable_app, name="ptable")
 
 Out = Annotated[Path, typer.Option("--out", help="File to write (CSV).")]
-Layout = Annotated[str, typer.Option(help="destatis (probabilities) or abs (sampled).")]
+LayoutOpt = Annotated[
+    str,
+    typer.Option(
+        "--layout",
+        help="destatis (i,j,p,v,p_int_lb,p_int_ub,type; default) or abs (pcv,ckey,pvalue).",
+    ),
+]
+Keys = Annotated[int, typer.Option("--keys", help="abs layout: cell keys per count (256 or 4096).")]
 
 
-def _write(table: object, out: Path, layout: str) -> None:
+def _write(table: PTable, out: Path, layout: str, keys: int) -> None:
     from tablesafe._errors import ParameterError
-    from tablesafe._ptable import PTable
 
-    assert isinstance(table, PTable)
     if layout not in ("destatis", "abs"):
         raise ParameterError(f"unknown layout {layout!r}; allowed: destatis, abs")
-    out.write_text(table.to_csv(layout))  # type: ignore[arg-type]
+    # Converted in memory first, so a ptable the layout cannot hold leaves no file behind.
+    table.write_csv(out, "abs" if layout == "abs" else "destatis", keys=keys)
     fig = table.privacy()
     typer.echo(
-        f"wrote {table.name} ptable ({len(table.rows)} rows) to {out}; epsilon "
-        f"{fig.epsilon:.4g}, delta {fig.delta:.3g}"
+        f"wrote {table.name} ptable ({table.n_rows} rows, {layout} layout) to {out}; "
+        f"epsilon {fig.epsilon:.4g}, delta {fig.delta:.3g}"
     )
 
 
 @ptable_app.command("dp")
 def dp(
     out: Out,
-    epsilon: Annotated[float, typer.Option(help="Privacy parameter.")] = 2.0,
-    sensitivity: Annotated[float, typer.Option(help="Sensitivity.")] = 1.0,
-    cap: Annotated[int, typer.Option(help="Largest |perturbation|.")] = 7,
-    layout: Layout = "destatis",
+    epsilon: Annotated[float, typer.Option(help="Privacy parameter (> 0).")] = 2.0,
+    sensitivity: Annotated[float, typer.Option(help="Sensitivity Δu (> 0).")] = 1.0,
+    cap: Annotated[int, typer.Option(help="Largest |perturbation| (>= 1).")] = 7,
+    layout: LayoutOpt = "destatis",
+    keys: Keys = 256,
 ) -> None:
-    """The DP discretised Laplace ptable (seed 000, Table 1)."""
+    """The DP discretised Laplace ptable (seed 000, Section 3.1, Table 1)."""
     from tablesafe.mechanisms import dp_geometric
 
-    _write(dp_geometric(epsilon, sensitivity, cap), out, layout)
+    _write(dp_geometric(epsilon, sensitivity, cap), out, layout, keys)
 
 
 @ptable_app.command("pram")
-def pram(out: Out, layout: Layout = "destatis") -> None:
-    """PRAM of Shlomo & Young (seed 000, Tables 2 and 3; residue rows as type mod15)."""
+def pram(
+    out: Out,
+    epsilon: Annotated[float, typer.Option(help="Epsilon of the geometric rows.")] = 2.0,
+    cap: Annotated[int, typer.Option(help="Cap of the geometric rows (>= 2).")] = 7,
+    layout: LayoutOpt = "destatis",
+) -> None:
+    """PRAM of Shlomo & Young (seed 000, Tables 2 and 3).
+
+    Small-cell rows are ordinary rows i = 0..cap-1; the residue rows follow
+    with type mod<2 cap + 1> (a tablesafe extension of the Destatis layout).
+    """
     from tablesafe.mechanisms import pram_shlomo_young
 
-    _write(pram_shlomo_young(), out, layout)
+    _write(pram_shlomo_young(epsilon, cap), out, layout, 256)
 
 
 @ptable_app.command("q")
 def q(
     out: Out,
-    rate: Annotated[float, typer.Option(help="q = ceil(rate * count).")] = 0.01,
-    cap: Annotated[int, typer.Option(help="Largest q.")] = 7,
-    layout: Layout = "destatis",
+    rate: Annotated[float, typer.Option(help="q = ceil(rate * count), 0 < rate <= 1.")] = 0.01,
+    cap: Annotated[int, typer.Option(help="Largest q (>= 1).")] = 7,
+    layout: LayoutOpt = "destatis",
+    keys: Keys = 256,
 ) -> None:
     """Cell-wise drop/add-up-to-q (seed 000, Section 2.3)."""
     from tablesafe.mechanisms import drop_add_q
 
-    _write(drop_add_q(rate, cap), out, layout)
+    _write(drop_add_q(rate, cap), out, layout, keys)
 
 
 @ptable_app.command("destatis")
 def destatis_cmd(
     out: Out,
-    d: Annotated[int, typer.Option("--D", help="Maximum deviation.")] = 3,
-    v: Annotated[float, typer.Option("--V", help="Variance.")] = 1.0,
+    d: Annotated[int, typer.Option("--D", help="Maximum deviation D (>= 1).")] = 3,
+    v: Annotated[float, typer.Option("--V", help="Variance V (> 0).")] = 1.0,
     js: Annotated[int, typer.Option(help="No perturbed counts in 1..js.")] = 0,
-    layout: Layout = "destatis",
+    pstay: Annotated[
+        float | None, typer.Option(help="Probability that a count stays (0 < pstay < 1).")
+    ] = None,
+    mono: Annotated[bool, typer.Option(help="Monotony condition left of v = 0.")] = True,
+    layout: LayoutOpt = "destatis",
+    keys: Keys = 256,
 ) -> None:
-    """The maximum-entropy ptable of the Destatis ptable method."""
+    """The maximum-entropy ptable of the cell-key method (R package ptable)."""
     from tablesafe.mechanisms import destatis
 
-    _write(destatis(d, v, js), out, layout)
+    _write(destatis(d, v, js, pstay=pstay, mono=mono), out, layout, keys)
 
 
 @ptable_app.command("show")
-def show(file: Annotated[Path, typer.Argument(help="A ptable CSV (either layout).")]) -> None:
-    """Print a ptable with its privacy figures, share changed and variance per row."""
+def show(
+    file: Annotated[Path, typer.Argument(help="A ptable CSV (either layout).")],
+    rows: Annotated[int, typer.Option(help="Show at most this many rows.")] = 40,
+) -> None:
+    """Print a ptable: privacy figures, and per row v, p, share changed and variance."""
     from rich.console import Console
     from rich.table import Table
 
@@ -94,23 +125,32 @@ def show(file: Annotated[Path, typer.Argument(help="A ptable CSV (either layout)
     table = PTable.read_csv(file)
     fig = table.privacy()
     console = Console()
+    sampled = table.sampled is not None
+    kind = (
+        f"sampled, {table.sampled.shape[1]} cell keys"
+        if table.sampled is not None
+        else "probabilities"
+    )
+    console.print(f"[bold]{file}[/bold]: {table.n_rows} rows ({table.selector}; {kind})")
     console.print(
-        f"{file}: {len(table.rows)} rows ({table.selector}); epsilon {fig.epsilon:.4g}, "
-        f"delta {fig.delta:.4g} (worst neighbouring counts {fig.worst_count} and "
-        f"{fig.worst_count + 1})"
+        f"epsilon {fig.epsilon:.4g} (largest log-ratio of neighbouring counts), "
+        f"delta {fig.delta:.4g} at that epsilon (worst counts {fig.worst_count} and "
+        f"{fig.worst_count + 1}); mass only one neighbour can publish: {fig.unbounded_mass:.4g}"
     )
     out = Table("row", "perturbations v", "probabilities", "P(v != 0)", "Var(v)")
     shares, variances = table.share_changed(), table.variance()
+    labels = table.row_labels()
     all_rows = list(table.rows) + list(table.residue_rows)
-    for r, (v, p) in enumerate(all_rows[:40]):
-        label = str(r) if r < len(table.rows) else f"mod {r - len(table.rows)}"
+    for r, (v, p) in enumerate(all_rows[:rows]):
         out.add_row(
-            label,
+            labels[r],
             " ".join(str(x) for x in v.tolist()),
             " ".join(f"{x:.4g}" for x in p.tolist()),
             f"{shares[r]:.4f}",
             f"{variances[r]:.4f}",
         )
     console.print(out)
-    if len(all_rows) > 40:
-        console.print(f"... {len(all_rows) - 40} more rows")
+    if len(all_rows) > rows:
+        console.print(f"... {len(all_rows) - rows} more rows (--rows to show more)")
+    if sampled:
+        console.print("counts above 750 use rows 501-750 (ONS rule)")
