@@ -1,6 +1,9 @@
-"""Perturbation tables: the printed tables of seed 000, distributions, files, bad input."""
+"""PTable: selection, lookup, privacy figures, file layouts, conversion, CLI, bad input."""
 
 from __future__ import annotations
+
+import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,149 +11,51 @@ from scipy import stats
 
 from tablesafe._errors import FormatError, ParameterError
 from tablesafe._ptable import PTable
-from tablesafe.mechanisms import (
-    PRAM_LARGE,
-    PRAM_SMALL,
-    destatis,
-    dp_geometric,
-    drop_add_q,
-    invariant_matrix,
-    pram_shlomo_young,
-)
+from tablesafe.mechanisms import destatis, dp_geometric, drop_add_q, pram_shlomo_young
 
-TABLE_1 = {
-    -7: 0.000000633,
-    -6: 0.000004679,
-    -5: 0.000034576,
-    -4: 0.000255486,
-    -3: 0.001887804,
-    -2: 0.013949,
-    -1: 0.10307,
-    0: 0.76159,
-    1: 0.10307,
-    2: 0.013949,
-    3: 0.001887804,
-    4: 0.000255486,
-    5: 0.000034576,
-    6: 0.000004679,
-    7: 0.000000633,
-}
+DATA = Path(__file__).parent / "data" / "ptables"
+
+#: The hand-written D = 1 ptable of the fixtures: count >= 1 -> -1, 0, +1 with 0.3, 0.4, 0.3.
+D1 = {0: {0: 1.0}, 1: {0: 0.3, 1: 0.4, 2: 0.3}, 5: {4: 0.3, 5: 0.4, 6: 0.3}}
 
 
-def digits(x: float) -> int:
-    text = f"{x:.9f}".rstrip("0")
-    return len(text.split(".")[1])
+def brute_force(table: PTable, counts: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF lookup cell by cell, straight from the rows."""
+    out = np.empty(counts.size, dtype=np.int64)
+    for n, (c, x) in enumerate(zip(counts.tolist(), u.tolist(), strict=True)):
+        v, p = (list(table.rows) + list(table.residue_rows))[int(table.row_index([c])[0])]
+        cum = np.cumsum(p)
+        k = int(np.sum(cum[:-1] <= x))
+        out[n] = v[k]
+    return out
 
 
-def test_table_1_dp_probabilities_to_the_printed_digits():
-    v, p = dp_geometric(2, cap=7).rows[-1]
-    got = dict(zip(v.tolist(), p.tolist(), strict=True))
-    for value, printed in TABLE_1.items():
-        assert round(got[value], digits(printed)) == pytest.approx(printed, abs=1e-12), value
+# -- selection and lookup ------------------------------------------------------------------
 
 
-def test_dp_privacy_figures_match_the_paper():
-    fig = dp_geometric(2, cap=7).privacy()
-    assert fig.epsilon == 2.0
-    assert f"{fig.delta:.3g}" == "6.33e-07"
-
-
-def test_dp_negative_results_are_set_to_zero():
-    table = dp_geometric(2, cap=7)
-    dist = table.distribution(1)
-    assert min(dist) == 0
-    assert dist[0] == pytest.approx(sum(p for v, p in TABLE_1.items() if v <= -1), abs=1e-6)
-
-
-def test_table_2_and_3_pram_matrices_as_printed():
-    # The matrices hold the printed values; the ptable normalises each row
-    # (printed rows sum to 1 within 1.5e-5), so its rows match within 2e-5.
-    assert PRAM_SMALL[1].tolist() == [
-        0.11920,
-        0.76160,
-        0.10308,
-        0.01395,
-        0.00189,
-        0.00026,
-        3.46e-05,
-    ]
-    assert PRAM_SMALL[6].tolist() == [
-        5.31e-06,
-        3.46e-05,
-        0.00026,
-        0.00189,
-        0.01395,
-        0.22227,
-        0.76160,
-    ]
-    assert PRAM_LARGE[0, :8].tolist() == [
-        0.76160,
-        0.22227,
-        0.01395,
-        0.00189,
-        0.00026,
-        3.46e-05,
-        4.68e-06,
-        6.33e-07,
-    ]
-    assert PRAM_LARGE[14, 6:].tolist() == [
-        0,
-        6.33e-07,
-        4.68e-06,
-        3.46e-05,
-        0.00026,
-        0.00189,
-        0.01395,
-        0.22227,
-        0.76160,
-    ]
-    assert PRAM_LARGE[9, 10] == 0.10308 and PRAM_LARGE[3, 2] == 0.10337
+def test_row_selectors():
+    value = dp_geometric(2, cap=3)
+    assert value.row_index([0, 2, 3, 4, 10**9]).tolist() == [0, 2, 3, 3, 3]
     pram = pram_shlomo_young()
-    for i in range(7):
-        dist = pram.distribution(i)
-        for j in range(7):
-            printed = PRAM_SMALL[i, j]
-            assert dist.get(j, 0.0) == pytest.approx(printed, abs=2e-5)
-    # Row 1 of Table 2 folds all negative geometric mass into 0.
-    assert PRAM_SMALL[1, 0] == pytest.approx(sum(p for v, p in TABLE_1.items() if v < 0), abs=5e-6)
-    # Large counts: residue m = c mod 15, perturbation p = m - w.
-    for count in (7, 15, 23, 44, 1000):
-        m = count % 15
-        dist = pram.distribution(count)
-        for w in range(15):
-            assert dist.get(count + (m - w), 0.0) == pytest.approx(PRAM_LARGE[m, w], abs=2e-5)
-
-
-def test_invariant_pram_matrix_keeps_frequencies():
-    rng = np.random.default_rng(4)
-    m = PRAM_SMALL / PRAM_SMALL.sum(axis=1, keepdims=True)
-    for _ in range(20):
-        t = rng.integers(0, 200, 7).astype(float)
-        star = invariant_matrix(m, t)
-        np.testing.assert_allclose(t @ star, t, atol=1e-8)
-        np.testing.assert_allclose(star.sum(axis=1), 1, atol=1e-10)
-        assert (star >= -1e-12).all()
-
-
-def test_drop_add_q_rows():
-    q = drop_add_q(rate=0.01, cap=7)
-    assert q.distribution(0) == {0: 1.0}
-    assert q.distribution(1) == pytest.approx({0: 1 / 3, 1: 1 / 3, 2: 1 / 3})
-    assert sorted(q.distribution(198)) == [196, 197, 198, 199, 200]
-    assert len(q.distribution(10_000)) == 15
-
-
-def test_destatis_rows_are_unbiased_with_the_variance():
-    table = destatis(3, 1.0)
-    for i in range(1, 8):
-        dist = table.distribution(i)
-        mean = sum((j - i) * p for j, p in dist.items())
-        var = sum((j - i) ** 2 * p for j, p in dist.items())
-        assert mean == pytest.approx(0, abs=1e-6) and var == pytest.approx(1.0, abs=1e-6)
-        assert max(abs(j - i) for j in dist) <= 3
-    with_js = destatis(3, 1.08, js=1)
-    for i in range(1, 10):
-        assert 1 not in with_js.distribution(i)
+    assert pram.row_index([0, 6, 7, 15, 16, 29, 30]).tolist() == [
+        0,
+        6,
+        7 + 7,
+        7 + 0,
+        7 + 1,
+        7 + 14,
+        7 + 0,
+    ]
+    ons = PTable.read_csv(DATA / "ons_small.csv")
+    assert ons.selector == "loop"
+    assert ons.row_index([750, 751, 752, 1000, 1001, 1251]).tolist() == [
+        750,
+        501,
+        502,
+        750,
+        501,
+        501,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -158,144 +63,304 @@ def test_destatis_rows_are_unbiased_with_the_variance():
     [dp_geometric(2, cap=7), pram_shlomo_young(), drop_add_q(0.05, 5), destatis(4, 2.0)],
     ids=["dp", "pram", "q", "ckm"],
 )
-def test_empirical_distribution_matches_the_ptable(table):
-    rng = np.random.default_rng(12)
-    n = 1_000_000
-    count = 23
-    v = table.perturbation(np.full(n, count), rng.random(n))
-    dist = table.distribution(count)
-    values = sorted(dist)
-    observed = np.array([(v + count == j).sum() for j in values])
-    expected = np.array([dist[j] * n for j in values])
-    keep = expected >= 5  # chi-square needs enough expected counts per cell
-    obs = np.append(observed[keep], observed[~keep].sum())
-    exp = np.append(expected[keep], expected[~keep].sum())
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    exp = exp * obs.sum() / exp.sum()
-    assert stats.chisquare(obs, exp).pvalue > 1e-4
+def test_vectorised_lookup_equals_brute_force(table):
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 80, 3000)
+    u = rng.random(3000)
+    # Uniforms right at and next to interval bounds, where a lookup could slip.
+    _, p = table.rows[-1]
+    bounds = np.cumsum(p)[:-1]
+    u[:200] = np.resize(np.concatenate([bounds, np.nextafter(bounds, 0)]), 200)
+    u[200:210] = [0.0, 1 - 2**-53, 0.5, 2**-40, 1 - 1e-12, 1e-9, 0.999999, 0.25, 0.75, 0.1]
+    np.testing.assert_array_equal(table.perturbation(counts, u), brute_force(table, counts, u))
+
+
+def test_perturbation_keeps_shape_and_apply_never_goes_negative():
+    table = dp_geometric(2, cap=7)
+    counts = np.array([[0, 1], [2, 30]])
+    u = np.array([[0.0, 0.0], [0.0, 0.999999999]])
+    v = table.perturbation(counts, u)
+    assert v.shape == (2, 2) and v.dtype == np.int64
+    assert table.apply(counts, u).tolist() == [[0, 0], [0, 37]]
+    assert (table.apply(counts, u) >= 0).all()
 
 
 @pytest.mark.parametrize(
-    ("call", "message"),
+    ("counts", "u", "message"),
     [
-        (lambda: dp_geometric(0), "epsilon"),
-        (lambda: dp_geometric(-1), "epsilon"),
-        (lambda: dp_geometric(1, cap=0), "cap"),
-        (lambda: drop_add_q(rate=2), "rate"),
-        (lambda: destatis(0, 1), "D"),
-        (lambda: destatis(2, 5), "below D"),
-        (lambda: PTable.from_rows("x", [([0, 1], [0.5, 0.6])]), "sum to"),
+        ([-1], [0.5], "non-negative"),
+        ([1], [1.0], r"\[0, 1\)"),
+        ([1], [-0.1], r"\[0, 1\)"),
+        ([1], [math.nan], r"\[0, 1\)"),
+        ([1, 2], [0.5], "same shape"),
+        ([1.5], [0.5], "whole numbers"),
+        (["a"], [0.5], "integers"),
     ],
 )
-def test_bad_parameters(call, message):
+def test_bad_lookup_input(counts, u, message):
     with pytest.raises(ParameterError, match=message):
-        call()
+        dp_geometric(2).perturbation(np.array(counts), np.array(u))
 
 
 @pytest.mark.parametrize(
     "table",
-    [dp_geometric(1.5, cap=5), pram_shlomo_young(), destatis(3, 1.5)],
-    ids=["dp", "pram", "ckm"],
+    [dp_geometric(2, cap=7), pram_shlomo_young(), drop_add_q(0.05, 5), destatis(4, 2.0)],
+    ids=["dp", "pram", "q", "ckm"],
 )
-def test_destatis_layout_round_trip(table, tmp_path):
-    path = table.write_csv(tmp_path / "p.csv")
-    again = PTable.read_csv(path)
-    for count in (0, 1, 2, 5, 9, 40, 1234):
-        a, b = table.distribution(count), again.distribution(count)
-        assert a.keys() == b.keys()
-        for j in a:
-            assert a[j] == pytest.approx(b[j], abs=1e-12)
-    header = path.read_text().splitlines()[0]
-    assert header == "i,j,p,v,p_int_lb,p_int_ub,type"
+@pytest.mark.parametrize("count", [1, 23])
+def test_empirical_distribution_matches_the_ptable(table, count):
+    """Chi-square goodness of fit over 10**6 cells, fixed Generator, level 1e-4."""
+    rng = np.random.default_rng(12)
+    n = 1_000_000
+    v = table.perturbation(np.full(n, count), rng.random(n))
+    dist = table.distribution(count)
+    values = sorted(dist)
+    observed = np.array([(v + count == j).sum() for j in values])
+    assert observed.sum() == n  # no value outside the row
+    expected = np.array([dist[j] * n for j in values])
+    keep = expected >= 5  # pool the rare values: chi-square needs enough expected counts
+    obs = np.append(observed[keep], observed[~keep].sum())
+    exp = np.append(expected[keep], expected[~keep].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    if len(obs) == 1:
+        return
+    exp = exp * obs.sum() / exp.sum()
+    assert stats.chisquare(obs, exp).pvalue > 1e-4
 
 
-def test_abs_layout_round_trip_and_cell_key_lookup(tmp_path):
-    table = destatis(3, 1.0)
-    path = tmp_path / "abs.csv"
-    path.write_text(table.to_csv("abs"))
-    sampled = PTable.read_csv(path)
-    assert sampled.sampled is not None and sampled.sampled.shape[1] == 256
-    keys = np.array([0, 1, 255, 256, 2**32 - 1], dtype=np.uint32)
-    counts = np.array([5, 5, 5, 5, 5])
-    v = sampled.perturbation(counts, np.full(5, 0.5), cell_key=keys)
-    # The integer cell key mod 256 picks the column, as the ABS method does.
-    np.testing.assert_array_equal(
-        v, sampled.sampled[np.minimum(counts, 3), keys.astype(np.int64) % 256]
-    )
-    assert v[0] == v[3]
+def test_identical_rows_share_one_lookup_row():
+    q = drop_add_q(0.01, 7)
+    assert len(q.rows) == 602
+    assert q._values.shape[0] == 8  # rows for q = 0 .. 7
 
 
-def test_abs_ptable_loops_large_counts(tmp_path):
-    rows = ["pcv,ckey,pvalue"]
-    for c in range(751):
-        for k in range(256):
-            rows.append(f"{c},{k},{(c + k) % 3 - 1 if c else 0}")
-    path = tmp_path / "ons.csv"
-    path.write_text("\n".join(rows) + "\n")
-    table = PTable.read_csv(path)
-    idx = table.row_index(np.array([750, 751, 752, 1001]))
-    assert idx.tolist() == [750, 501, 502, 501]
+# -- privacy figures ----------------------------------------------------------------------
+
+
+def test_privacy_figures_by_brute_force_on_a_small_table():
+    # Count 0 stays 0; counts >= 1 move by -1, 0, +1 with 0.3, 0.4, 0.3.
+    table = PTable.read_csv(DATA / "destatis_D1.csv")
+    pair0 = table.pair_privacy(0)
+    # P_0 = {0: 1}, P_1 = {0: .3, 1: .4, 2: .3}: ratio log(1/.3); only P_1 reaches 1, 2.
+    assert pair0.max_log_ratio == pytest.approx(math.log(1 / 0.3))
+    assert pair0.unbounded_mass == pytest.approx(0.7)
+    assert pair0.delta == pytest.approx(0.7)
+    # P_1 vs P_2 = {1: .3, 2: .4, 3: .3}: ratios .4/.3 at 1 and .3/.4 at 2.
+    pair1 = table.pair_privacy(1, epsilon=0.0)
+    assert pair1.max_log_ratio == pytest.approx(math.log(4 / 3))
+    assert pair1.delta == pytest.approx(0.3 + 0.1)  # total variation distance
+    fig = table.privacy()
+    assert fig.epsilon == pytest.approx(math.log(1 / 0.3))
+    assert fig.delta == pytest.approx(0.7) and fig.worst_count == 0
+
+
+def test_share_changed_and_variance_per_row():
+    table = PTable.read_csv(DATA / "destatis_D1.csv")
+    assert table.share_changed() == pytest.approx([0.0, 0.6])
+    assert table.variance() == pytest.approx([0.0, 0.6])
+    assert table.row_labels() == ["0", ">=1"]
+
+
+def test_describe_is_public_and_json_friendly():
+    import json
+
+    desc = dp_geometric(2, cap=7).describe()
+    assert desc["name"] == "dp" and desc["epsilon"] == 2.0 and desc["cap"] == 7
+    assert desc["delta"] == pytest.approx(6.33e-7, rel=1e-3)
+    json.dumps(desc)
+
+
+def test_transition_matrix():
+    m = PTable.read_csv(DATA / "destatis_D1.csv").transition_matrix(3)
+    np.testing.assert_allclose(m, [[1, 0, 0], [0.3, 0.4, 0.3], [0, 0.3, 0.7]])
+
+
+# -- construction errors ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rows": [([0, 1], [0.5, 0.6])]}, "sum to"),
+        ({"rows": [([0, 1], [1.5, -0.5])]}, "non-negative"),
+        ({"rows": [([0], [1.0]), ([-2, 0], [0.5, 0.5])]}, "negative"),
+        ({"rows": [([0.5], [1.0])]}, "integers"),
+        ({"rows": []}, "at least one row"),
+        ({"rows": [([0], [1.0])], "selector": "loop", "loop_start": 3}, "loop"),
+    ],
+)
+def test_bad_rows(kwargs, message):
+    with pytest.raises(ParameterError, match=message):
+        PTable.from_rows("x", **kwargs)
+
+
+# -- files -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["destatis_D1.csv", "tauargus_D1.csv", "sas_D1.csv", "headerless_D1.txt", "rownames_D1.csv"],
+)
+def test_files_of_the_r_package_and_its_exports_load(name):
+    table = PTable.read_csv(DATA / name)
+    for count, dist in D1.items():
+        assert table.distribution(count) == pytest.approx(dist)
+    # The lookup follows the file's intervals: u < 0.3 -> -1, 0.3 <= u < 0.7 -> 0, else +1.
+    u = np.array([0.0, 0.2999, 0.3, 0.6999, 0.7, 0.9999])
+    assert table.perturbation(np.full(6, 4), u).tolist() == [-1, -1, 0, 0, 1, 1]
+
+
+def test_modified_ptable_keeps_its_interval_order():
+    # modify_cnt_ptable splits and rearranges intervals: v = 0 appears twice.
+    table = PTable.read_csv(DATA / "modified_D1.csv")
+    assert table.distribution(1) == pytest.approx({0: 0.3, 1: 0.4, 2: 0.3})
+    u = np.array([0.1, 0.3, 0.6, 0.9])
+    assert table.perturbation(np.full(4, 7), u).tolist() == [0, 1, -1, 0]
+    again = PTable.from_csv_text(table.to_csv())
+    assert again.perturbation(np.full(4, 7), u).tolist() == [0, 1, -1, 0]
+
+
+def test_residue_extension_reads_and_round_trips():
+    table = PTable.read_csv(DATA / "pram_residue.csv")
+    assert table.selector == "residue" and table.modulus == 2
+    # Residue 0: v = 0 or -1 (written j = m - v = 1); residue 1: v = 0 or +1 (j = 0).
+    assert table.distribution(4) == pytest.approx({4: 0.9, 3: 0.1})
+    assert table.distribution(5) == pytest.approx({5: 0.9, 6: 0.1})
+    again = PTable.from_csv_text(table.to_csv())
+    for c in range(8):
+        assert again.distribution(c) == pytest.approx(table.distribution(c))
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("bad_sum.csv", "sum to 0.9"),
+        ("bad_gap.csv", "gap or overlap"),
+        ("bad_columns.csv", "expected the columns"),
+        ("magnitude_even.csv", "magnitude tables"),
+        ("does_not_exist.csv", "cannot read"),
+    ],
+)
+def test_malformed_files(name, message):
+    with pytest.raises(FormatError, match=message):
+        PTable.read_csv(DATA / name)
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("a,b\n1,2\n", "expected the columns"),
-        ("i,j,p\n0,0,1\n1,0,0.5\n1,1,0.4\n", "sum to"),
-        ("i,j,p\n0,0,1\n1,x,1\n", "malformed"),
-        ("pcv,ckey,pvalue\n0,0,0\n", "cell keys"),
+        ("", "empty"),
+        ("i,j,p\n0,0,1\n1,x,1\n", "not a number"),
         ("i,j,p\n0,0,1\n2,2,1\n", "missing"),
+        ("i,j,v,p\n0,0,0,1\n1,2,0,1\n", "has v=0, not 1"),
+        ("i,j,p,p_int_lb,p_int_ub\n0,0,0.5,0,1\n", "has width"),
+        ("1 2 3\n", "without a header"),
+        ("i,j,p\n0,0,1\n1,1\n", "fields"),
+        ("pcv,ckey,pvalue\n1,0,0\n", "power-of-two"),
+        ("pcv,ckey,pvalue\n1,0,0\n1,1,0\n2,0,0\n", "does not have cell keys"),
+        ("pcv,ckey,pvalue\n751,0,0\n751,1,0\n", "outside 0 .. 750"),
+        ("pcv,ckey,pvalue\n1,0,-2\n1,1,0\n", "negative"),
     ],
 )
-def test_malformed_ptable_files(text, message):
+def test_malformed_text(text, message):
     with pytest.raises(FormatError, match=message):
         PTable.from_csv_text(text)
 
 
-def test_share_changed_and_variance():
-    table = dp_geometric(2, cap=7)
-    assert table.share_changed()[-1] == pytest.approx(1 - 0.761594, abs=1e-6)
-    v, p = table.rows[-1]
-    assert table.variance()[-1] == pytest.approx(float((v * v * p).sum()))
+@pytest.mark.parametrize(
+    "table",
+    [dp_geometric(1.5, cap=5), pram_shlomo_young(), destatis(3, 1.5), drop_add_q(0.01, 7)],
+    ids=["dp", "pram", "ckm", "q"],
+)
+def test_destatis_layout_round_trip(table, tmp_path):
+    path = table.write_csv(tmp_path / "p.csv")
+    assert path.read_text().splitlines()[0] == "i,j,p,v,p_int_lb,p_int_ub,type"
+    again = PTable.read_csv(path)
+    for count in (0, 1, 2, 5, 9, 40, 600, 601, 1234):
+        a, b = table.distribution(count), again.distribution(count)
+        assert a.keys() == b.keys()
+        for j in a:
+            assert a[j] == pytest.approx(b[j], abs=1e-14)
+    rng = np.random.default_rng(0)
+    c, u = rng.integers(0, 2000, 5000), rng.random(5000)
+    np.testing.assert_array_equal(table.perturbation(c, u), again.perturbation(c, u))
 
 
-def test_cli_ptable_write_and_show(tmp_path):
-    from typer.testing import CliRunner
+def test_ons_file_loads_with_the_ons_rules():
+    table = PTable.read_csv(DATA / "ons_small.csv")
+    assert table.sampled is not None and table.sampled.shape == (751, 256)
+    keys = np.array([0, 63, 64, 255, 256 + 63, 2**32 - 1], dtype=np.uint32)
+    # Count 1: -1 for cell keys 0..63 (mod 256), else 0.
+    assert table.perturbation(np.ones(6, dtype=int), np.full(6, 0.5), keys).tolist() == [
+        -1,
+        -1,
+        0,
+        0,
+        -1,
+        0,
+    ]
+    # Count 0 (no row in the file) and counts 4..750 (no rows) are not perturbed; nor are
+    # counts above 750 that loop onto the absent rows 501..750.
+    for c in (0, 4, 750, 751, 1003):
+        assert (
+            table.perturbation(np.full(256, c), np.full(256, 0.5), np.arange(256)).tolist()
+            == [0] * 256
+        )
+    # Without cell keys (dynamic seeds) the column is floor(u * 256).
+    assert table.perturbation(np.array([3, 3]), np.array([0.5, 255.5 / 256])).tolist() == [0, -1]
 
-    from tablesafe._cli import get_app
 
-    runner = CliRunner()
-    out = tmp_path / "dp.csv"
-    result = runner.invoke(get_app(), ["ptable", "dp", "--epsilon", "2", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    assert "delta 6.33e-07" in result.output
-    again = PTable.read_csv(out)
-    assert again.distribution(20) == pytest.approx(dp_geometric(2).distribution(20))
-    shown = runner.invoke(get_app(), ["ptable", "show", str(out)])
-    assert shown.exit_code == 0 and "P(v != 0)" in shown.output
-    abs_out = tmp_path / "abs.csv"
-    assert (
-        runner.invoke(
-            get_app(),
-            [
-                "ptable",
-                "destatis",
-                "--D",
-                "3",
-                "--V",
-                "1",
-                "--layout",
-                "abs",
-                "--out",
-                str(abs_out),
-            ],
-        ).exit_code
-        == 0
+@pytest.mark.parametrize("keys", [256, pytest.param(4096, marks=pytest.mark.system)])
+def test_abs_layout_conversion_and_round_trip(keys, tmp_path):
+    table = destatis(3, 1.0)
+    path = table.write_csv(tmp_path / "abs.csv", "abs", keys=keys)
+    assert path.read_text().splitlines()[:2] == ["pcv,ckey,pvalue", "0,0,0"]
+    sampled = PTable.read_csv(path)
+    assert sampled.sampled is not None and sampled.sampled.shape == (751, keys)
+    # Column k of count i is the v whose interval holds (k + 0.5) / keys.
+    mid = (np.arange(keys) + 0.5) / keys
+    for count in (1, 2, 3, 500, 750):
+        np.testing.assert_array_equal(
+            sampled.sampled[count], table.perturbation(np.full(keys, count), mid)
+        )
+    # Shares of the cell keys approximate p within 1 / keys per value.
+    for count in (1, 3):
+        for j, p in table.distribution(count).items():
+            assert sampled.distribution(count).get(j, 0.0) == pytest.approx(p, abs=1 / keys)
+    # Cell keys select the column exactly; counts above 750 loop onto 501..750.
+    ck = np.array([0, 1, keys - 1, keys, 2**32 - 1], dtype=np.uint32)
+    for count in (5, 751, 10**6):
+        got = sampled.perturbation(np.full(5, count), np.full(5, 0.5), ck)
+        np.testing.assert_array_equal(got, sampled.sampled[3, ck.astype(np.int64) % keys])
+    # A sampled table written again is the same file.
+    assert PTable.from_csv_text(sampled.to_csv("abs", keys=keys)).sampled.tolist() == (
+        sampled.sampled.tolist()
     )
-    assert abs_out.read_text().splitlines()[0] == "pcv,ckey,pvalue"
-    bad = runner.invoke(get_app(), ["ptable", "dp", "--epsilon", "-1", "--out", str(out)])
-    assert bad.exit_code != 0
+
+
+def test_layouts_a_ptable_cannot_fill_raise(tmp_path):
+    with pytest.raises(ParameterError, match="residue rows"):
+        pram_shlomo_young().to_csv("abs")
+    # q's rows change up to count 601; the ONS loop would give 751..850 the rows of 501..600.
+    with pytest.raises(ParameterError, match="above count 501"):
+        drop_add_q(0.01, 7).write_csv(tmp_path / "q.csv", "abs")
+    assert not (tmp_path / "q.csv").exists()
+    assert drop_add_q(0.02, 7).to_sampled().sampled is not None  # rows constant from 301
+    with pytest.raises(ParameterError, match="power of two"):
+        dp_geometric(2).to_csv("abs", keys=100)
+    with pytest.raises(ParameterError, match="unknown layout"):
+        dp_geometric(2).to_csv("tau")  # type: ignore[arg-type]
+    # An ONS table whose loop rows differ cannot be written as a Destatis table...
+    rows = [f"{c},{k},{(k % 2) * (1 if c % 2 else -1)}" for c in range(1, 751) for k in range(2)]
+    varying = PTable.from_csv_text("pcv,ckey,pvalue\n" + "\n".join(rows))
+    with pytest.raises(ParameterError, match="loop start"):
+        varying.to_csv("destatis")
+    # ... but one with constant rows above 501 can (the ONS file's rows 4..750 are all 0).
+    ons = PTable.read_csv(DATA / "ons_small.csv")
+    as_destatis = PTable.from_csv_text(ons.to_csv("destatis"))
+    for c in (0, 1, 2, 3, 4, 1000):
+        assert as_destatis.distribution(c) == pytest.approx(ons.distribution(c))
 
 
 def test_cell_key_tables_equal_the_ons_package(tmp_path, make_dataset):
@@ -322,19 +387,16 @@ def test_cell_key_tables_equal_the_ons_package(tmp_path, make_dataset):
     )
     # Some cells above 750 records, to exercise the loop onto rows 501..750.
     dataset = make_dataset(frame)
-    path = tmp_path / "ptable.csv"
-    path.write_text(destatis(4, 2.0).to_csv("abs"))
-    ptable_frame = pd.read_csv(path)
-    ptable_frame = ptable_frame[ptable_frame["pcv"] >= 1]  # ONS ptables start at 1
+    path = tablesafe_file = tmp_path / "ptable.csv"
+    destatis(4, 2.0).write_csv(tablesafe_file, "abs")  # tablesafe writes, ONS reads
     theirs = ons.create_perturbed_table(
         data=frame.assign(B=frame["B"].astype(str)),
-        ptable=ptable_frame,
+        ptable=pd.read_csv(path),
         geog=[],
         tab_vars=["A", "B", "D"],
         record_key="RKEY",
         threshold=0,
     )
-    ptable_frame.to_csv(path, index=False)
     ours = TableBuilder(dataset, Protection(PTable.read_csv(path))).build(
         TableRequest(("A", "B", "D"), statistic="count", margins="none")
     )
@@ -346,22 +408,45 @@ def test_cell_key_tables_equal_the_ons_package(tmp_path, make_dataset):
         assert frame_ours.loc[key] == value, key
 
 
-def test_headerless_tau_argus_export_loads():
-    table = destatis(3, 1.0)
-    lines = [" ".join(r.split(",")[:6]) for r in table.to_csv().splitlines()[1:]]
-    again = PTable.from_csv_text("\n".join(lines) + "\n")
-    for count in (0, 1, 2, 3, 17):
-        assert again.distribution(count) == pytest.approx(table.distribution(count))
+# -- command line ------------------------------------------------------------------------------
 
 
-def test_a_ptable_written_by_the_ons_package_loads(tmp_path):
-    from cell_key_perturbation.utils.generate_test_ptable import generate_ptable_10_5_rule
+def test_cli_ptable_write_and_show(tmp_path):
+    from typer.testing import CliRunner
 
-    path = tmp_path / "ons_10_5.csv"
-    generate_ptable_10_5_rule().to_csv(path, index=False)
-    table = PTable.read_csv(path)
-    # The 10-5 rule: counts below 10 become 0, others are rounded to base 5.
-    keys = np.arange(4, dtype=np.uint32)
-    assert (table.perturbation(np.full(4, 7), np.full(4, 0.5), cell_key=keys) == -7).all()
-    assert (table.perturbation(np.full(4, 23), np.full(4, 0.5), cell_key=keys) == 2).all()
-    assert table.distribution(0) == {0: 1.0}
+    from tablesafe._cli import get_app
+
+    runner = CliRunner()
+    out = tmp_path / "dp.csv"
+    result = runner.invoke(get_app(), ["ptable", "dp", "--epsilon", "2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "delta 6.33e-07" in result.output
+    again = PTable.read_csv(out)
+    assert again.distribution(20) == pytest.approx(dp_geometric(2).distribution(20))
+    shown = runner.invoke(get_app(), ["ptable", "show", str(out)])
+    assert shown.exit_code == 0, shown.output
+    assert "P(v != 0)" in shown.output and ">=7" in shown.output
+
+    pram_out = tmp_path / "pram.csv"
+    assert runner.invoke(get_app(), ["ptable", "pram", "--out", str(pram_out)]).exit_code == 0
+    text = pram_out.read_text()
+    assert "\n6,5,0.22227" in text and ",mod15\n" in text  # row 6 by value, residue rows
+    shown = runner.invoke(get_app(), ["ptable", "show", str(pram_out), "--rows", "30"])
+    assert "mod 15 = 14" in shown.output
+
+    abs_out = tmp_path / "abs.csv"
+    args = ["ptable", "destatis", "--D", "3", "--V", "1", "--layout", "abs", "--keys", "256"]
+    assert runner.invoke(get_app(), [*args, "--out", str(abs_out)]).exit_code == 0
+    assert abs_out.read_text().splitlines()[0] == "pcv,ckey,pvalue"
+    shown = runner.invoke(get_app(), ["ptable", "show", str(abs_out)])
+    assert "256 cell keys" in shown.output
+
+    q_out = tmp_path / "q.csv"
+    assert runner.invoke(get_app(), ["ptable", "q", "--out", str(q_out)]).exit_code == 0
+    assert PTable.read_csv(q_out).distribution(1) == pytest.approx({0: 1 / 3, 1: 1 / 3, 2: 1 / 3})
+
+    bad = runner.invoke(get_app(), ["ptable", "dp", "--epsilon", "-1", "--out", str(out)])
+    assert bad.exit_code != 0 and isinstance(bad.exception, ParameterError)
+    bad = runner.invoke(get_app(), ["ptable", "dp", "--layout", "xls", "--out", str(out)])
+    assert bad.exit_code != 0 and "unknown layout" in str(bad.exception)
+    assert runner.invoke(get_app(), ["ptable"]).exit_code in (0, 2)  # help

@@ -243,9 +243,6 @@ class PTable:
         object.__setattr__(self, "_row_uid", row_uid)
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_cum", cum)
-        # One sorted array for every distinct row: row r's bounds shifted by r, so a
-        # single searchsorted of (r + u) finds the column in row r.
-        object.__setattr__(self, "_flat", (cum + np.arange(n)[:, None]).ravel())
         object.__setattr__(self, "_guide", None)
         object.__setattr__(self, "_count_table", None)
         object.__setattr__(self, "_figures", None)
@@ -436,12 +433,19 @@ class PTable:
         return out
 
     def _search(self, rid: npt.NDArray[np.int64], u: npt.NDArray[np.float64]) -> np.ndarray:
-        flat: np.ndarray = self._flat  # type: ignore[attr-defined]
+        # Row by row, on the exact cumulative bounds: shifting u by the row number
+        # (one flat search) would round u and could flip a lookup next to a bound.
+        cum: np.ndarray = self._cum  # type: ignore[attr-defined]
         values: np.ndarray = self._values  # type: ignore[attr-defined]
         width = values.shape[1]
-        pos = np.searchsorted(flat, rid + u, side="right")
-        col = np.minimum(pos - rid * width, width - 1)
-        return np.asarray(values[rid, col], dtype=np.int64)
+        col = np.empty(rid.size, dtype=np.int64)
+        order = np.argsort(rid, kind="stable")
+        sorted_rid = rid[order]
+        starts = np.flatnonzero(np.r_[True, sorted_rid[1:] != sorted_rid[:-1]])
+        for s, e in zip(starts, [*starts[1:], rid.size], strict=True):
+            idx = order[s:e]
+            col[idx] = np.searchsorted(cum[sorted_rid[s]], u[idx], side="right")
+        return np.asarray(values[rid, np.minimum(col, width - 1)], dtype=np.int64)
 
     # -- distributions and figures ----------------------------------------------------
 
@@ -606,10 +610,9 @@ class PTable:
         table = self.perturbation(np.repeat(counts, keys), np.tile(u, counts.size)).reshape(
             counts.size, keys
         )
-        rows = []
-        for i in range(counts.size):
-            vals, n = np.unique(table[i], return_counts=True)
-            rows.append((vals, n / keys))
+        from tablesafe._ptable_io import _shares
+
+        rows = _shares(table)
         params = dict(self.parameters)
         params["cell_keys"] = keys
         base = PTable.from_rows(

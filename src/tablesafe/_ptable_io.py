@@ -27,7 +27,7 @@ import io
 import itertools
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -97,18 +97,19 @@ def to_destatis_csv(table: PTable) -> str:
 def to_abs_csv(table: PTable) -> str:
     """The ABS/ONS layout ``pcv,ckey,pvalue`` of a sampled ptable."""
     assert table.sampled is not None
-    buf = io.StringIO()
-    buf.write("pcv,ckey,pvalue\n")
     n, k = table.sampled.shape
-    pcv = np.repeat(np.arange(n), k)
-    ckey = np.tile(np.arange(k), n)
-    lines = np.char.add(
-        np.char.add(np.char.add(pcv.astype(str), ","), np.char.add(ckey.astype(str), ",")),
-        table.sampled.ravel().astype(str),
-    )
-    buf.write("\n".join(lines.tolist()))
-    buf.write("\n")
-    return buf.getvalue()
+    # 751 x 4096 lines: the ",ckey," parts are formatted once, not per line.
+    middles = [f",{c}," for c in range(k)]
+    parts = ["pcv,ckey,pvalue\n"]
+    for i in range(n):
+        pre = str(i)
+        parts.append(
+            "".join(
+                f"{pre}{mid}{v}\n"
+                for mid, v in zip(middles, table.sampled[i].tolist(), strict=True)
+            )
+        )
+    return "".join(parts)
 
 
 def read_ptable_file(path: Path, *, name: str | None = None) -> PTable:
@@ -139,6 +140,8 @@ def parse_ptable_text(text: str, *, name: str = "ptable", source: str = "ptable"
     sep = ";" if ";" in first else "," if "," in first else "\t" if "\t" in first else None
     header = [h.strip().strip('"').strip().lower() for h in _split(first, sep)]
     body = lines[1:]
+    if {"pcv", "ckey", "pvalue"} <= set(header):
+        return _from_abs(_abs_columns(body, header, sep, source), name, source)
     if all(_is_number(h) for h in header if h):
         names = _HEADERLESS.get(len(header))
         if names is None:
@@ -158,8 +161,6 @@ def parse_ptable_text(text: str, *, name: str = "ptable", source: str = "ptable"
         records.append(dict(zip(header, fields, strict=True)))
     cols = set(header)
     try:
-        if {"pcv", "ckey", "pvalue"} <= cols:
-            return _from_abs(records, name, source)
         if "i" in cols and cols & {"j", "v"} and cols & {"p", "p_int_ub"}:
             return _from_destatis(records, cols, name, source)
     except ParameterError as exc:
@@ -288,6 +289,10 @@ def _ordered_row(
         if any(math.isnan(p) for p in ps):
             # Only upper bounds: widths are the differences of consecutive bounds.
             ps = [ubs[0], *(b - a for a, b in itertools.pairwise(ubs))]
+    total = math.fsum(ps)
+    if abs(total - 1.0) > _GAP:
+        raise FormatError(f"{source}: {where}: probabilities sum to {total:.8f}, not 1")
+    if has_bounds:
         lbs = [
             e[3] if e[3] is not None else ub - p for e, ub, p in zip(entries, ubs, ps, strict=True)
         ]
@@ -302,48 +307,80 @@ def _ordered_row(
             prev = hi
         if abs(prev - 1.0) > _GAP:
             raise FormatError(f"{source}: {where}: the last interval ends at {prev}, not 1")
-    total = math.fsum(ps)
-    if abs(total - 1.0) > _GAP:
-        raise FormatError(f"{source}: {where}: probabilities sum to {total:.8f}, not 1")
     return vs, ps
 
 
-def _from_abs(records: list[dict[str, str]], name: str, source: str) -> PTable:
+def _abs_columns(body: list[str], header: list[str], sep: str | None, source: str) -> np.ndarray:
+    """The (pcv, ckey, pvalue) columns of an ABS/ONS file as an int64 array (n, 3)."""
+    import pandas as pd
+
+    # A sampled ptable has 751 x 4096 lines: parsed by pandas, not line by line.
+    def read(dtype: Any) -> Any:
+        return pd.read_csv(
+            io.StringIO("\n".join(body)),
+            sep=sep if sep is not None else r"\s+",
+            header=None,
+            names=header,
+            usecols=["pcv", "ckey", "pvalue"],
+            dtype=dtype,
+            skipinitialspace=True,
+        )
+
+    try:
+        try:
+            frame = read(np.int64)  # the common case, fast
+            return np.asarray(frame[["pcv", "ckey", "pvalue"]].to_numpy(), dtype=np.int64)
+        except (ValueError, TypeError):
+            frame = read(str)  # find out what is wrong, and say so
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise FormatError(f"{source}: malformed ABS/ONS ptable ({exc})") from None
+    cols = frame[["pcv", "ckey", "pvalue"]]
+    if cols.isna().any().any():
+        raise FormatError(f"{source}: malformed ABS/ONS ptable: a line lacks pcv, ckey or pvalue")
+    try:
+        values = cols.apply(lambda c: pd.to_numeric(c.str.strip().str.strip('"'))).to_numpy()
+    except ValueError:
+        raise FormatError(f"{source}: malformed ptable row: a value is not a number") from None
+    if values.size and (not np.all(np.isfinite(values)) or np.any(values != np.round(values))):
+        raise FormatError(f"{source}: malformed ptable row: pcv, ckey and pvalue must be integers")
+    return np.asarray(values, dtype=np.int64).reshape(-1, 3)
+
+
+def _from_abs(data: np.ndarray, name: str, source: str) -> PTable:
     from tablesafe._ptable import ONS_LAST_ROW, ONS_LOOP_START, PTable
 
-    table: dict[int, dict[int, int]] = {}
-    for rec in records:
-        pcv, ckey, pvalue = (_int(rec, c, source) for c in ("pcv", "ckey", "pvalue"))
-        if not 0 <= pcv <= ONS_LAST_ROW:
-            raise FormatError(
-                f"{source}: pcv {pcv} outside 0 .. {ONS_LAST_ROW} (counts above "
-                f"{ONS_LAST_ROW} use rows {ONS_LOOP_START}-{ONS_LAST_ROW})"
-            )
-        if ckey < 0:
-            raise FormatError(f"{source}: negative cell key {ckey}")
-        row = table.setdefault(pcv, {})
-        if ckey in row:
-            raise FormatError(f"{source}: pcv {pcv}, ckey {ckey} appears twice")
-        row[ckey] = pvalue
-    if not table:
+    if data.shape[0] == 0:
         raise FormatError(f"{source}: the ptable has no rows")
-    keys = max(max(r) for r in table.values()) + 1
+    pcv, ckey, pvalue = data[:, 0], data[:, 1], data[:, 2]
+    bad = (pcv < 0) | (pcv > ONS_LAST_ROW)
+    if bad.any():
+        raise FormatError(
+            f"{source}: pcv {int(pcv[bad][0])} outside 0 .. {ONS_LAST_ROW} (counts above "
+            f"{ONS_LAST_ROW} use rows {ONS_LOOP_START}-{ONS_LAST_ROW})"
+        )
+    if (ckey < 0).any():
+        raise FormatError(f"{source}: negative cell key {int(ckey[ckey < 0][0])}")
+    keys = int(ckey.max()) + 1
     if keys < 2 or keys & (keys - 1):
         raise FormatError(
             f"{source}: cell keys run 0 .. {keys - 1}; an ABS/ONS ptable has a power-of-two "
             "number of cell keys (0-255 or 0-4095)"
         )
-    sampled = np.zeros((ONS_LAST_ROW + 1, keys), dtype=np.int64)
-    for pcv, row in table.items():
-        if len(row) != keys:
-            raise FormatError(f"{source}: count {pcv} does not have cell keys 0 .. {keys - 1}")
-        sampled[pcv, list(row)] = list(row.values())
+    flat = pcv * keys + ckey
+    if np.bincount(flat).max() > 1:
+        raise FormatError(f"{source}: a (pcv, ckey) pair appears twice")
+    present = np.bincount(pcv, minlength=ONS_LAST_ROW + 1)
+    incomplete = np.flatnonzero((present > 0) & (present != keys))
+    if incomplete.size:
+        raise FormatError(
+            f"{source}: count {int(incomplete[0])} does not have cell keys 0 .. {keys - 1}"
+        )
     # Absent rows (ONS files start at pcv 1) stay zero: the ONS package leaves
     # such counts unperturbed.
-    rows = []
-    for i in range(ONS_LAST_ROW + 1):
-        vals, counts = np.unique(sampled[i], return_counts=True)
-        rows.append((vals, counts / keys))
+    filled = np.zeros((ONS_LAST_ROW + 1) * keys, dtype=np.int64)
+    filled[flat] = pvalue
+    sampled = filled.reshape(ONS_LAST_ROW + 1, keys)
+    rows = _shares(sampled)
     try:
         base = PTable.from_rows(
             name,
@@ -357,3 +394,18 @@ def _from_abs(records: list[dict[str, str]], name: str, source: str) -> PTable:
     from dataclasses import replace
 
     return replace(base, sampled=sampled)
+
+
+def _shares(sampled: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per row of a sampled table: its distinct perturbations and their shares of the keys."""
+    lo = int(sampled.min())
+    span = int(sampled.max()) - lo + 1
+    n, k = sampled.shape
+    counts = np.bincount(
+        (sampled - lo + span * np.arange(n)[:, None]).ravel(), minlength=n * span
+    ).reshape(n, span)
+    out = []
+    for row in counts:
+        nz = np.flatnonzero(row)
+        out.append((nz + lo, row[nz] / k))
+    return out
