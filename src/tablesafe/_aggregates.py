@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import InternalError
+from tablesafe._fixed import from_fixed
 from tablesafe._request import DimensionPlan
 
 __all__ = ["CellAggregates", "cell_mask"]
@@ -104,9 +105,11 @@ class CellAggregates:
             n: Inner-cell counts, shape ``(s_1, ..., s_k)``.
             key_sum: Inner-cell sums of record keys (any representation
                 congruent mod 2**32, e.g. wrapped uint64).
-            weight_sum: Inner-cell weight sums, or ``None``.
+            weight_sum: Inner-cell weight sums, or ``None``: integers are fixed-point
+                sums (:mod:`tablesafe._fixed`), added up exactly and converted at the end.
             weight_sq_sum: Inner-cell squared-weight sums, or ``None``.
-            replicate_sums: Inner-cell replicate sums ``(R, s_1, ..., s_k)``, or ``None``.
+            replicate_sums: Inner-cell replicate sums ``(R, s_1, ..., s_k)`` (integers
+                in fixed point, as ``weight_sum``), or ``None``.
         """
         k = len(dimensions)
         shape = tuple(d.size + 1 for d in dimensions)
@@ -135,11 +138,19 @@ class CellAggregates:
             grouping_sets=grouping_sets,
             n=extend(n.astype(np.int64)),
             cell_key=(keys % np.uint64(KEY_MODULUS)).astype(np.uint32),
-            weight_sum=None if weight_sum is None else extend(weight_sum),
+            weight_sum=None if weight_sum is None else _weights(extend(weight_sum)),
             weight_sq_sum=None if weight_sq_sum is None else extend(weight_sq_sum),
-            replicate_sums=None if replicate_sums is None else extend(replicate_sums, lead=1),
+            replicate_sums=(
+                None if replicate_sums is None else _weights(extend(replicate_sums, lead=1))
+            ),
             computed=computed,
         )
+
+
+def _weights(a: np.ndarray) -> npt.NDArray[np.float64]:
+    if np.issubdtype(a.dtype, np.integer):
+        return from_fixed(a)
+    return np.asarray(a, dtype=np.float64)
 
 
 def cell_mask(shape: tuple[int, ...], grouping_set: tuple[int, ...]) -> tuple[slice, ...]:

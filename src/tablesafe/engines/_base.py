@@ -4,8 +4,8 @@ Only an engine reads microdata. It answers two questions: does this
 microdata match its catalog (:meth:`Engine.validate`), and what are the
 exact per-cell aggregates of this plan (:meth:`Engine.tabulate`)? Everything
 after it works on the small :class:`~tablesafe.CellAggregates`. Engines must
-agree exactly on counts and cell keys (integers) and up to floating-point
-summation order on weighted sums.
+agree exactly, bit for bit: counts and cell keys are integers, and weights
+are summed as fixed-point integers (:mod:`tablesafe._fixed`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pandas as pd
 from tablesafe._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe._dataset import Dataset
 from tablesafe._errors import DataError
+from tablesafe._fixed import from_fixed
 from tablesafe._request import TabulationPlan
 
 __all__ = ["DatasetSummary", "Engine", "ValidationCache", "assemble_grouped"]
@@ -89,9 +90,8 @@ def assemble_grouped(
     codes: list[np.ndarray],
     n: npt.NDArray[np.integer],
     key_sum: npt.NDArray[np.integer],
-    weight_sum: npt.NDArray[np.floating] | None,
-    weight_sq_sum: npt.NDArray[np.floating] | None,
-    replicate_sums: npt.NDArray[np.floating] | None,
+    weight_sum: npt.NDArray[np.integer] | None,
+    replicate_sums: npt.NDArray[np.integer] | None,
 ) -> CellAggregates:
     """Place grouped query rows into the extended cell arrays of ``plan``.
 
@@ -106,9 +106,11 @@ def assemble_grouped(
         codes: Per dimension, the raw code of each row (ignored where aggregated).
         n: Per-row counts.
         key_sum: Per-row sums of record keys (any representation congruent mod 2**32).
-        weight_sum: Per-row weight sums, or ``None``.
-        weight_sq_sum: Per-row squared-weight sums, or ``None``.
-        replicate_sums: Per-row replicate sums, shape ``(R, rows)``, or ``None``.
+        weight_sum: Per-row weight sums in fixed point (:mod:`tablesafe._fixed`), or ``None``.
+        replicate_sums: Per-row fixed-point replicate sums, shape ``(R, rows)``, or ``None``.
+
+    Rows are added up as integers (their order varies between runs and
+    threads), and weights are turned into floats only at the end.
     """
     dims = plan.dimensions
     k = len(dims)
@@ -155,14 +157,14 @@ def assemble_grouped(
         ] = True
     reps = None
     if replicate_sums is not None:
-        reps = np.stack([acc(r, np.float64) for r in np.asarray(replicate_sums)])
+        reps = np.stack([from_fixed(acc(r, np.int64)) for r in np.asarray(replicate_sums)])
     return CellAggregates(
         dimensions=dims,
         grouping_sets=plan.grouping_sets,
         n=acc(np.asarray(n), np.int64),
         cell_key=cell_key,
-        weight_sum=None if weight_sum is None else acc(np.asarray(weight_sum), np.float64),
-        weight_sq_sum=None if weight_sq_sum is None else acc(np.asarray(weight_sq_sum), np.float64),
+        weight_sum=None if weight_sum is None else from_fixed(acc(np.asarray(weight_sum), np.int64)),
+        weight_sq_sum=None,
         replicate_sums=reps,
         computed=computed,
     )

@@ -23,6 +23,7 @@ from tablesafe._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe._catalog import Catalog
 from tablesafe._dataset import Dataset
 from tablesafe._errors import ComputationError, DataError, FormatError
+from tablesafe._fixed import fixed_sql, from_fixed, range_error
 from tablesafe._request import TabulationPlan
 from tablesafe._selection import SelectedSums, mix32_sql
 from tablesafe.engines._base import DatasetSummary, ValidationCache, assemble_grouped
@@ -210,6 +211,8 @@ class DuckDBEngine(ValidationCache):
                 f"COUNT(*) FILTER (WHERE {q} IS NULL OR isnan({q}::DOUBLE) OR isinf({q}::DOUBLE))"
             )
             exprs.append(f"COUNT(*) FILTER (WHERE {q} < 0)")
+            exprs.append(f"MAX(ABS({q}::DOUBLE))")
+            exprs.append(f"SUM(ABS({q}::DOUBLE))")
         for var in cat.source_variables:
             exprs.append(f"COUNT(*) - COUNT({_ident(var.column)})")
         row = self._run(f"SELECT {', '.join(exprs)} FROM {src}", [], fetch="one")
@@ -224,10 +227,13 @@ class DuckDBEngine(ValidationCache):
             )
         pos = 4
         for w in weights:
-            bad, neg = row[pos], row[pos + 1]
-            pos += 2
+            bad, neg, largest, total = row[pos : pos + 4]
+            pos += 4
             if bad:
                 raise DataError(f"weight column {w} has {bad} missing, NaN or infinite values")
+            too_large = range_error(w, float(largest or 0.0), float(total or 0.0))
+            if too_large:
+                raise DataError(too_large)
             if neg and w == cat.weight:
                 raise DataError(
                     f"weight column {w} has {neg} negative values; weights must be >= 0"
@@ -336,8 +342,10 @@ class DuckDBEngine(ValidationCache):
             sel = pd.DataFrame(rows)
             key = _ident(plan.record_key)
             on = " AND ".join(f"t.{_ident(d.column)} = s.c{i}" for i, d in enumerate(dims))
-            values = [f"t.{_ident(plan.weight)}::DOUBLE AS ts_w"] if plan.weight else []
-            values += [f"t.{_ident(r)}::DOUBLE AS ts_r{i}" for i, r in enumerate(plan.replicates)]
+            values = [f"{fixed_sql('t.' + _ident(plan.weight))} AS ts_w"] if plan.weight else []
+            values += [
+                f"{fixed_sql('t.' + _ident(r))} AS ts_r{i}" for i, r in enumerate(plan.replicates)
+            ]
             params: list[Any] = []
             where = ["s.k > 0", *universe_sql(plan, _DIALECT, params, prefix="t.")]
             mix = mix32_sql(f"t.{key}", "s.seed")
@@ -348,8 +356,10 @@ class DuckDBEngine(ValidationCache):
             )
             sums = ["COUNT(*) AS ts_n"]
             if plan.weight:
-                sums.append("SUM(ts_w) AS ts_w")
-            sums += [f"SUM(ts_r{i}) AS ts_r{i}" for i in range(len(plan.replicates))]
+                sums.append("CAST(SUM(ts_w) AS BIGINT) AS ts_w")
+            sums += [
+                f"CAST(SUM(ts_r{i}) AS BIGINT) AS ts_r{i}" for i in range(len(plan.replicates))
+            ]
             sql = f"SELECT cell, {', '.join(sums)} FROM ({ranked}) WHERE ts_rank <= k GROUP BY cell"
             cur = self._con.cursor()
             try:
@@ -361,10 +371,10 @@ class DuckDBEngine(ValidationCache):
             at = _values(res["cell"], int)
             out_n[at] = _values(res["ts_n"], int)
             if w is not None:
-                w[at] = _values(res["ts_w"], float)
+                w[at] = from_fixed(_values(res["ts_w"], int))
             if reps is not None:
                 for i in range(len(plan.replicates)):
-                    reps[i, at] = _values(res[f"ts_r{i}"], float)
+                    reps[i, at] = from_fixed(_values(res[f"ts_r{i}"], int))
         return SelectedSums(
             n=out_n.reshape(shape),
             weight_sum=None if w is None else w.reshape(shape),
@@ -380,15 +390,14 @@ class DuckDBEngine(ValidationCache):
         codes = [_values(res[d.column]) for d in plan.dimensions]
         reps = None
         if plan.replicates:
-            reps = np.stack([_values(res[f"ts_r{i}"], float) for i in range(len(plan.replicates))])
+            reps = np.stack([_values(res[f"ts_r{i}"], int) for i in range(len(plan.replicates))])
         return assemble_grouped(
             plan,
             grouping=_values(res["ts_grouping"], int) if k else np.zeros(0, dtype=np.int64),
             codes=codes,
             n=_values(res["ts_n"], int),
             key_sum=_values(res["ts_key"], int),
-            weight_sum=_values(res["ts_w"], float) if plan.weight else None,
-            weight_sq_sum=_values(res["ts_w2"], float) if plan.weight else None,
+            weight_sum=_values(res["ts_w"], int) if plan.weight else None,
             replicate_sums=reps,
         )
 

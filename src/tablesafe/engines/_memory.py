@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from tablesafe._aggregates import CellAggregates
 from tablesafe._dataset import Dataset
 from tablesafe._errors import DataError, FormatError
+from tablesafe._fixed import from_fixed, range_error, to_fixed
 from tablesafe._keys import KEY_MODULUS
 from tablesafe._request import TabulationPlan
 from tablesafe._selection import SelectedSums, mix32
@@ -77,6 +78,15 @@ class MemoryEngine(ValidationCache):
                 raise DataError(f"weight column {cat.weight} has missing, NaN or infinite values")
             if (w < 0).any():
                 raise DataError(f"weight column {cat.weight} has negative values")
+        weights = [cat.weight] if cat.weight else []
+        weights += list(cat.replicates.columns) if cat.replicates else []
+        for col in weights:
+            a = np.abs(pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float))
+            if not np.isfinite(a).all():
+                raise DataError(f"weight column {col} has missing, NaN or infinite values")
+            too_large = range_error(col, float(a.max(initial=0.0)), float(a.sum()))
+            if too_large:
+                raise DataError(too_large)
         for var in cat.source_variables:
             col = df[var.column]
             if col.isna().any():
@@ -113,13 +123,18 @@ class MemoryEngine(ValidationCache):
         n = np.bincount(flat[chosen], minlength=size).astype(np.int64).reshape(shape)
         w = reps = None
         if plan.weight:
-            wv = sub[plan.weight].to_numpy(dtype=np.float64)[chosen]
-            w = _sum(flat[chosen], wv, size, np.float64).reshape(shape)
+            wv = to_fixed(sub[plan.weight].to_numpy(dtype=np.float64)[chosen])
+            w = from_fixed(_sum(flat[chosen], wv, size, np.int64)).reshape(shape)
         if plan.replicates:
             reps = np.stack(
                 [
-                    _sum(
-                        flat[chosen], sub[r].to_numpy(dtype=np.float64)[chosen], size, np.float64
+                    from_fixed(
+                        _sum(
+                            flat[chosen],
+                            to_fixed(sub[r].to_numpy(dtype=np.float64)[chosen]),
+                            size,
+                            np.int64,
+                        )
                     ).reshape(shape)
                     for r in plan.replicates
                 ]
@@ -155,15 +170,17 @@ class MemoryEngine(ValidationCache):
 
         n = np.bincount(flat, minlength=size).astype(np.int64).reshape(shape)
         keys = _sum(flat, sub[plan.record_key].to_numpy().astype(np.uint64), size, np.uint64)
-        w = w2 = reps = None
+        # Weights in fixed point (tablesafe._fixed): exact sums in any row order.
+        w = reps = None
         if plan.weight:
-            wv = sub[plan.weight].to_numpy(dtype=np.float64)
-            w = _sum(flat, wv, size, np.float64).reshape(shape)
-            w2 = _sum(flat, wv * wv, size, np.float64).reshape(shape)
+            wv = to_fixed(sub[plan.weight].to_numpy(dtype=np.float64))
+            w = _sum(flat, wv, size, np.int64).reshape(shape)
         if plan.replicates:
             reps = np.stack(
                 [
-                    _sum(flat, sub[r].to_numpy(dtype=np.float64), size, np.float64).reshape(shape)
+                    _sum(flat, to_fixed(sub[r].to_numpy(dtype=np.float64)), size, np.int64).reshape(
+                        shape
+                    )
                     for r in plan.replicates
                 ]
             )
@@ -173,7 +190,6 @@ class MemoryEngine(ValidationCache):
             n=n,
             key_sum=keys.reshape(shape),
             weight_sum=w,
-            weight_sq_sum=w2,
             replicate_sums=reps,
         )
 

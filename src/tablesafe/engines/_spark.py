@@ -25,6 +25,7 @@ from tablesafe._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe._catalog import Catalog
 from tablesafe._dataset import Dataset
 from tablesafe._errors import ConfigError, DataError
+from tablesafe._fixed import fixed_sql, from_fixed, range_error
 from tablesafe._request import TabulationPlan
 from tablesafe._selection import MIX_MULTIPLIER, SelectedSums
 from tablesafe.engines._base import DatasetSummary, ValidationCache, assemble_grouped
@@ -188,6 +189,8 @@ class SparkEngine(ValidationCache):
                 f"abs(CAST({q} AS DOUBLE)) = double('infinity') THEN 1 ELSE 0 END)"
             )
             exprs.append(f"SUM(CASE WHEN {q} < 0 THEN 1 ELSE 0 END)")
+            exprs.append(f"MAX(ABS(CAST({q} AS DOUBLE)))")
+            exprs.append(f"SUM(ABS(CAST({q} AS DOUBLE)))")
         exprs += [f"COUNT(*) - COUNT({_ident(v.column)})" for v in cat.source_variables]
         row = self._run(f"SELECT {', '.join(exprs)} FROM {view}")[0]
         records, key_nulls, key_min, key_max = row[0], row[1], row[2], row[3]
@@ -201,9 +204,13 @@ class SparkEngine(ValidationCache):
         pos = 4
         for w in weights:
             bad, neg = row[pos] or 0, row[pos + 1] or 0
-            pos += 2
+            largest, total = row[pos + 2] or 0.0, row[pos + 3] or 0.0
+            pos += 4
             if bad:
                 raise DataError(f"weight column {w} has {bad} missing, NaN or infinite values")
+            too_large = range_error(w, float(largest), float(total))
+            if too_large:
+                raise DataError(too_large)
             if neg and w == cat.weight:
                 raise DataError(
                     f"weight column {w} has {neg} negative values; weights must be >= 0"
@@ -256,7 +263,7 @@ class SparkEngine(ValidationCache):
         sql, params = self.build_query(dataset, plan)
         rows = self._run(sql, params)
         k = len(plan.dimensions)
-        width = 1 + k + 2 + (2 if plan.weight is not None else 0) + len(plan.replicates)
+        width = 1 + k + 2 + (1 if plan.weight is not None else 0) + len(plan.replicates)
         cols: list[tuple[Any, ...]] = (
             list(zip(*rows, strict=True)) if rows else [() for _ in range(width)]
         )
@@ -266,15 +273,14 @@ class SparkEngine(ValidationCache):
         n = np.array(cols[pos], dtype=np.int64)
         keys = np.array(cols[pos + 1], dtype=np.int64)
         pos += 2
-        w = w2 = None
+        w = None
         if plan.weight is not None:
-            w = np.array(cols[pos], dtype=np.float64)
-            w2 = np.array(cols[pos + 1], dtype=np.float64)
-            pos += 2
+            w = np.array(cols[pos], dtype=np.int64)
+            pos += 1
         reps = None
         if plan.replicates:
-            reps = np.array([cols[pos + i] for i in range(len(plan.replicates))], dtype=np.float64)
-        return assemble_grouped(plan, g, codes, n, keys, w, w2, reps)
+            reps = np.array([cols[pos + i] for i in range(len(plan.replicates))], dtype=np.int64)
+        return assemble_grouped(plan, g, codes, n, keys, w, reps)
 
     def select(
         self, dataset: Dataset, plan: TabulationPlan, seed: np.ndarray, k: np.ndarray
@@ -303,9 +309,9 @@ class SparkEngine(ValidationCache):
             sel.createOrReplaceTempView(sel_view)
             key = _ident(plan.record_key)
             on = " AND ".join(f"t.{_ident(d.column)} = s.c{i}" for i, d in enumerate(dims))
-            values = [f"CAST(t.{_ident(plan.weight)} AS DOUBLE) AS ts_w"] if plan.weight else []
+            values = [f"{fixed_sql('t.' + _ident(plan.weight))} AS ts_w"] if plan.weight else []
             values += [
-                f"CAST(t.{_ident(r)} AS DOUBLE) AS ts_r{i}" for i, r in enumerate(plan.replicates)
+                f"{fixed_sql('t.' + _ident(r))} AS ts_r{i}" for i, r in enumerate(plan.replicates)
             ]
             params: dict[str, Any] = {}
             where = ["s.k > 0", *universe_sql(plan, _DIALECT, params, prefix="t.")]
@@ -317,8 +323,10 @@ class SparkEngine(ValidationCache):
             )
             sums = ["COUNT(*) AS ts_n"]
             if plan.weight:
-                sums.append("SUM(ts_w) AS ts_w")
-            sums += [f"SUM(ts_r{i}) AS ts_r{i}" for i in range(len(plan.replicates))]
+                sums.append("CAST(SUM(ts_w) AS BIGINT) AS ts_w")
+            sums += [
+                f"CAST(SUM(ts_r{i}) AS BIGINT) AS ts_r{i}" for i in range(len(plan.replicates))
+            ]
             result = self._run(
                 f"SELECT cell, {', '.join(sums)} FROM ({ranked}) WHERE ts_rank <= k GROUP BY cell",
                 params,
@@ -328,11 +336,11 @@ class SparkEngine(ValidationCache):
                 out_n[c] = int(r[1])
                 pos = 2
                 if w is not None:
-                    w[c] = float(r[pos])
+                    w[c] = from_fixed(int(r[pos]))
                     pos += 1
                 if reps is not None:
                     for i in range(len(plan.replicates)):
-                        reps[i, c] = float(r[pos + i])
+                        reps[i, c] = from_fixed(int(r[pos + i]))
         return SelectedSums(
             n=out_n.reshape(shape),
             weight_sum=None if w is None else w.reshape(shape),

@@ -3,7 +3,7 @@
 One statement: a common table expression groups the records of the
 universe into inner cells (counts, record-key sums, weight sums), and one
 ``GROUP BY GROUPING SETS`` over those cells gives the inner cells and every
-requested margin. Engines differ only in small points of dialect, which a
+requested margin; weights are summed as fixed-point integers. Engines differ only in small points of dialect, which a
 :class:`Dialect` names: how identifiers are quoted, the name of the
 grouping function, how a sum is reduced modulo 2**32, and how parameters
 are marked (positional ``?`` or named ``:p0``).
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tablesafe._aggregates import KEY_MODULUS
+from tablesafe._fixed import fixed_sql
 from tablesafe._request import TabulationPlan
 
 __all__ = ["Dialect", "tabulation_sql"]
@@ -74,13 +75,14 @@ def tabulation_sql(plan: TabulationPlan, source: str, dialect: Dialect) -> tuple
         "SUM(ts_n) AS ts_n",
         f"{dialect.modulo('SUM(ts_key)', KEY_MODULUS)} AS ts_key",
     ]
+    # Weights are summed as fixed-point integers (tablesafe._fixed): exact, so the
+    # same in every engine, thread count and row order.
     if plan.weight is not None:
-        w = f"CAST({q(plan.weight)} AS DOUBLE)"
-        inner += [f"SUM({w}) AS ts_w", f"SUM({w} * {w}) AS ts_w2"]
-        outer += ["SUM(ts_w) AS ts_w", "SUM(ts_w2) AS ts_w2"]
+        inner.append(f"SUM({fixed_sql(q(plan.weight))}) AS ts_w")
+        outer.append("CAST(SUM(ts_w) AS BIGINT) AS ts_w")
     for i, r in enumerate(plan.replicates):
-        inner.append(f"SUM(CAST({q(r)} AS DOUBLE)) AS ts_r{i}")
-        outer.append(f"SUM(ts_r{i}) AS ts_r{i}")
+        inner.append(f"SUM({fixed_sql(q(r))}) AS ts_r{i}")
+        outer.append(f"CAST(SUM(ts_r{i}) AS BIGINT) AS ts_r{i}")
     params: Any = {} if dialect.named else []
     where = universe_sql(plan, dialect, params)
     sets = ", ".join("(" + ", ".join(dims[i] for i in gs) + ")" for gs in plan.grouping_sets)
