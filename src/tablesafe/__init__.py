@@ -9,7 +9,7 @@ their own: :mod:`tablesafe.engines`, :mod:`tablesafe.mechanisms`,
 from __future__ import annotations
 
 from tablesafe._aggregates import CellAggregates
-from tablesafe._builder import Protection, TableBuilder
+from tablesafe._builder import TableBuilder
 from tablesafe._catalog import Catalog, Category, ReplicateDesign, StructuralZero, Variable
 from tablesafe._dataset import Dataset
 from tablesafe._demo import write_demo_data
@@ -27,8 +27,10 @@ from tablesafe._errors import (
     UserError,
 )
 from tablesafe._keys import add_record_keys, cell_key_uniform, cell_keys, draw_record_keys
+from tablesafe._protection import Protection, Rounding, protection_from_settings
 from tablesafe._ptable import PrivacyFigures, PTable
 from tablesafe._request import DimensionPlan, TableRequest, TabulationPlan
+from tablesafe._settings import ProtectionSettings
 from tablesafe._table import ProtectedTable
 from tablesafe._tabulation import Tabulation, tabulate
 
@@ -51,9 +53,11 @@ __all__ = [
     "PrivacyFigures",
     "ProtectedTable",
     "Protection",
+    "ProtectionSettings",
     "RefusedError",
     "ReplicateDesign",
     "RequestError",
+    "Rounding",
     "StructuralZero",
     "TableBuilder",
     "TableRequest",
@@ -67,6 +71,7 @@ __all__ = [
     "cell_key_uniform",
     "cell_keys",
     "draw_record_keys",
+    "protection_from_settings",
     "tabulate",
     "write_demo_data",
 ]

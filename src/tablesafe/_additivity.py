@@ -71,20 +71,28 @@ def _index(shape: tuple[int, ...], gs: tuple[int, ...]) -> tuple[slice, ...]:
 def aggregate_margins(
     values: npt.NDArray[np.floating] | npt.NDArray[np.integer],
     grouping_sets: tuple[tuple[int, ...], ...],
+    *,
+    lead: int = 0,
 ) -> np.ndarray:
     """Return a copy of ``values`` whose margins are the sums of its inner cells.
 
     Args:
         values: Extended array; only the inner cells are read.
         grouping_sets: The margins to fill (others are set to zero).
+        lead: Leading axes that are not dimensions (e.g. a stack of the
+            counts, weighted figures and replicates of one table, added up
+            in one pass).
     """
-    shape = values.shape
+    shape = values.shape[lead:]
     k = len(shape)
-    inner = values[tuple(slice(0, s - 1) for s in shape)]
+    head = (slice(None),) * lead
+    inner = values[(*head, *(slice(0, s - 1) for s in shape))]
     out = np.zeros_like(values)
     for gs in grouping_sets:
-        dropped = tuple(i for i in range(k) if i not in gs)
-        out[_index(shape, gs)] = inner.sum(axis=dropped, keepdims=True) if dropped else inner
+        dropped = tuple(lead + i for i in range(k) if i not in gs)
+        out[(*head, *_index(shape, gs))] = (
+            inner.sum(axis=dropped, keepdims=True) if dropped else inner
+        )
     return out
 
 

@@ -1,158 +1,59 @@
 """The table builder: request -> engine -> mechanism -> additivity -> ProtectedTable.
 
-:class:`Protection` is the data owner's choice of protection (never the
-user's): the cell-wise mechanism, the seed scheme and its secret, how
-weighted counts follow perturbed counts, and the additivity option.
-:class:`TableBuilder` applies it to every request:
+:class:`~tablesafe.Protection` is the data owner's choice of protection
+(never the user's). :class:`TableBuilder` applies it to every request:
 
 1. The request is bound to the catalog (before any microdata is read).
 2. The engine computes the exact aggregates of every cell and every margin
    (all margins, whatever was requested: dynamic seeds need the key sums of
-   the margins a cell belongs to).
+   the margins a cell belongs to, and weighted figures of empty cells the
+   mean weights of their margins).
 3. Each cell to perturb gets a uniform from its keys (:mod:`tablesafe._seeds`)
    and a perturbation ``v`` from the mechanism; structural zeros are never
    perturbed; counts never go below zero.
-4. Weighted counts follow (seed 000, eqs. 4 and 5): ``W' = W + v * w_mean``
-   with the overall mean weight of the dataset (public, keeps DP), or
-   ``W' = W + v * W / n`` with the cell mean weight (the overall mean where
-   ``n = 0``). A cell whose count becomes 0 gets weighted count 0.
-   Replicate weighted counts are adjusted in the same way.
+4. Weighted figures are the protected count times the cell's mean weight,
+   plus noise from the cell's keys (:mod:`tablesafe._weighted`); replicate
+   estimates follow them, so standard errors stay valid.
 5. Additivity (:mod:`tablesafe._additivity`): aggregate, independent, or
-   IPF with controlled rounding.
+   IPF with controlled rounding. All arrays of a table (counts, weighted
+   figures, replicates) are added up into their margins in one pass.
+6. Weighted figures, standard errors and intervals are rounded as the site
+   says; standard errors only for cells with enough protected records.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol, runtime_checkable
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._additivity import (
-    ADDITIVITY_OPTIONS,
-    Additivity,
-    aggregate_margins,
-    controlled_rounding,
-    fit_to_margins,
-)
+from tablesafe._additivity import aggregate_margins, controlled_rounding, fit_to_margins
 from tablesafe._aggregates import CellAggregates
 from tablesafe._catalog import Catalog
 from tablesafe._dataset import Dataset
-from tablesafe._errors import InternalError, ParameterError
+from tablesafe._errors import InternalError
+from tablesafe._protection import CellwiseMechanism, Protection
 from tablesafe._request import MAX_DIMENSIONS, TableRequest, TabulationPlan
-from tablesafe._seeds import SeedScheme, cell_key_uniforms, dynamic_uniforms
+from tablesafe._seeds import cell_key_uniforms, dynamic_uniforms
 from tablesafe._table import ProtectedTable
 from tablesafe._tabulation import Tabulation
+from tablesafe._weighted import (
+    enclosing_means,
+    protected_weighted,
+    replicate_figures,
+    weight_uniforms,
+)
 from tablesafe.mechanisms._records import DropAddRecords
 
 __all__ = [
     "CellwiseMechanism",
     "Protection",
     "TableBuilder",
-    "Weighting",
     "structural_zero_mask",
 ]
-
-#: How weighted counts follow perturbed counts: seed 000 eq. 4 or eq. 5.
-Weighting = Literal["overall_mean", "cell_mean"]
-
-
-@runtime_checkable
-class CellwiseMechanism(Protocol):
-    """A cell-wise mechanism: a perturbation for each cell from its count and uniform.
-
-    :class:`tablesafe.PTable` is the implementation; anything with these two
-    methods can be used.
-    """
-
-    def perturbation(
-        self,
-        counts: npt.NDArray[np.int64],
-        u: npt.NDArray[np.float64],
-        cell_key: npt.NDArray[np.uint32] | None = None,
-    ) -> npt.NDArray[np.int64]:
-        """Return the perturbation ``v`` of each cell (``counts + v >= 0``).
-
-        ``u`` are the cells' uniforms; ``cell_key`` the cell keys when the
-        cell-key scheme is used (sampled ptables index by the key itself).
-        """
-        ...
-
-    def describe(self) -> Mapping[str, Any]:
-        """The public description of the mechanism (name, parameters, privacy figures)."""
-        ...
-
-
-@dataclass(frozen=True)
-class Protection:
-    """The data owner's protection profile.
-
-    Args:
-        mechanism: The cell-wise mechanism (e.g. ``dp_geometric(2.0)``), the
-            record-level :func:`~tablesafe.mechanisms.drop_add_records`, or
-            ``None`` for no perturbation (the data owner's own use only).
-        seeds: ``"cellkey"`` (ABS uniforms from cell keys) or ``"dynamic"``
-            (Li & Krenzke keyed hashes; needs ``secret``).
-        secret: The server secret for dynamic seeds (at least 16 bytes).
-        weighting: ``"overall_mean"`` (eq. 4) or ``"cell_mean"`` (eq. 5).
-        additivity: ``"aggregate"``, ``"independent"`` or ``"ipf"``.
-
-    Raises:
-        ParameterError: for an unknown option or a missing secret.
-    """
-
-    mechanism: CellwiseMechanism | DropAddRecords | None
-    seeds: SeedScheme = "cellkey"
-    secret: bytes | None = None
-    weighting: Weighting = "overall_mean"
-    additivity: Additivity = "aggregate"
-
-    def __post_init__(self) -> None:
-        if self.seeds not in ("cellkey", "dynamic"):
-            raise ParameterError(f"unknown seeds {self.seeds!r}; allowed: cellkey, dynamic")
-        if self.seeds == "dynamic" and not self.secret:
-            raise ParameterError("dynamic seeds need the data owner's secret")
-        if self.weighting not in ("overall_mean", "cell_mean"):
-            raise ParameterError(
-                f"unknown weighting {self.weighting!r}; allowed: overall_mean, cell_mean"
-            )
-        if self.additivity not in ADDITIVITY_OPTIONS:
-            raise ParameterError(
-                f"unknown additivity {self.additivity!r}; allowed: {', '.join(ADDITIVITY_OPTIONS)}"
-            )
-        if self.record_level:
-            if self.seeds != "dynamic":
-                raise ParameterError(
-                    "record-level drop/add-up-to-q draws its two seeds from keyed hashes: use "
-                    "seeds='dynamic' with a secret"
-                )
-        elif self.mechanism is not None and not isinstance(self.mechanism, CellwiseMechanism):
-            raise ParameterError(
-                "mechanism must be a cell-wise mechanism such as a PTable "
-                "(with perturbation() and describe()) or drop_add_records()"
-            )
-
-    @property
-    def record_level(self) -> bool:
-        """Whether the mechanism works on records (drop/add-up-to-q) rather than cells."""
-        return bool(getattr(self.mechanism, "record_level", False))
-
-    def __repr__(self) -> str:
-        # The secret never appears in a repr, a log line or an error message.
-        return (
-            f"Protection(mechanism={self.mechanism!r}, seeds={self.seeds!r}, "
-            f"secret={'<hidden>' if self.secret else None}, weighting={self.weighting!r}, "
-            f"additivity={self.additivity!r})"
-        )
-
-    def describe(self) -> dict[str, Any]:
-        """The public description of the protection."""
-        out = dict(self.mechanism.describe()) if self.mechanism is not None else {"name": "none"}
-        out["seeds"] = self.seeds
-        return out
 
 
 def structural_zero_mask(catalog: Catalog, plan: TabulationPlan) -> npt.NDArray[np.bool_]:
@@ -262,8 +163,6 @@ class TableBuilder:
     ) -> ProtectedTable:
         """Protect aggregates computed for every grouping set of ``plan``'s dimensions."""
         prot = self.protection
-        if prot.record_level:
-            return self._protect_records(request, plan, agg)
         sets = plan.grouping_sets
         shape = agg.shape
         computed = np.zeros(shape, dtype=bool)
@@ -271,8 +170,75 @@ class TableBuilder:
             computed[_index(shape, gs)] = True
         is_inner = agg.is_inner()
         sz = structural_zero_mask(self.dataset.catalog, plan)
+        want_w = request.statistic != "count" and agg.weight_sum is not None
+        meta: dict[str, Any] = {"dataset": self.dataset.name, "additivity": prot.additivity}
+        if prot.record_level:
+            counts, weighted, reps = self._records(request, plan, agg, sz, want_w)
+            meta["additivity"] = "aggregate (record level)"
+            perturbed = np.where(computed, counts != agg.n, False)
+            adjusted = np.zeros(shape, dtype=bool)
+        else:
+            counts, weighted, reps, adjusted = self._cells(agg, sets, computed, is_inner, sz, meta)
+            perturbed = (counts != agg.n) & computed
+            adjusted &= computed
+        if np.any(counts[computed] < 0):
+            raise InternalError("a protected count is negative")
 
-        # Which cells draw their own perturbation.
+        se = ci_low = ci_high = None
+        if weighted is not None:
+            meta["weighted"] = self._weighted_statement()
+            design = self.dataset.catalog.replicates
+            if reps is not None and design is not None:
+                from tablesafe._variance import confidence_interval, replicate_se
+
+                raw_se = replicate_se(weighted, reps, design)
+                raw_low, raw_high = confidence_interval(weighted, raw_se)
+                # Standard errors only where enough records stand behind the
+                # protected count: never for a cell that may hold no record.
+                shown = computed & (counts >= prot.se_threshold())
+                se, ci_low, ci_high = (
+                    np.where(shown, self._round(a, request, computed, additive=False), np.nan)
+                    for a in (raw_se, raw_low, raw_high)
+                )
+                meta["replicate_method"] = design.method
+                meta["replicate_coefficient"] = design.coefficient
+                meta["se_min_count"] = prot.se_threshold()
+            additive = prot.record_level or prot.additivity != "independent"
+            weighted = np.where(
+                computed, self._round(weighted, request, computed, additive=additive), 0.0
+            )
+        return ProtectedTable(
+            request=request,
+            dimensions=plan.dimensions,
+            computed=computed,
+            counts=None if request.statistic == "weighted" else np.where(computed, counts, 0),
+            weighted=weighted,
+            perturbed=perturbed,
+            adjusted=adjusted,
+            structural_zero=sz & computed,
+            mechanism=prot.describe(),
+            metadata=meta,
+            replicate_weighted=reps,
+            se=se,
+            ci_low=ci_low,
+            ci_high=ci_high,
+            rounding=self._rounding(request),
+        )
+
+    # -- the stages -----------------------------------------------------------------
+
+    def _cells(
+        self,
+        agg: CellAggregates,
+        sets: tuple[tuple[int, ...], ...],
+        computed: npt.NDArray[np.bool_],
+        is_inner: npt.NDArray[np.bool_],
+        sz: npt.NDArray[np.bool_],
+        meta: dict[str, Any],
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray]:
+        """Cell-wise mechanism and additivity: counts, weighted figures, replicates, adjusted."""
+        prot = self.protection
+        shape = agg.shape
         target = is_inner & ~sz if prot.additivity == "aggregate" else computed & ~sz
         v = np.zeros(shape, dtype=np.int64)
         mech = prot.mechanism
@@ -287,108 +253,59 @@ class TableBuilder:
             )
             v[target] = np.asarray(drawn, dtype=np.int64)
         counts = np.maximum(agg.n + v, 0)
-        v = counts - agg.n
-        perturbed = v != 0
-
-        weighted = None
-        reps = None
-        meta: dict[str, Any] = {
-            "dataset": self.dataset.name,
-            "additivity": prot.additivity,
-        }
-        want_w = request.statistic != "count" and agg.weight_sum is not None
-        if want_w:
-            assert agg.weight_sum is not None
-            w_mean, rep_mean = self.overall_mean_weights()
-            weighted = _follow(agg.weight_sum, agg.n, v, counts, prot.weighting, w_mean)
-            if agg.replicate_sums is not None:
-                reps = np.stack(
-                    [
-                        _follow(
-                            agg.replicate_sums[r],
-                            agg.n,
-                            v,
-                            counts,
-                            prot.weighting,
-                            float(rep_mean[r]) if rep_mean is not None else w_mean,
-                        )
-                        for r in range(agg.replicate_sums.shape[0])
-                    ]
-                )
-            meta["weighting"] = prot.weighting
-            if prot.weighting == "overall_mean":
-                meta["overall_mean_weight"] = round(w_mean, 6)
-
         adjusted = np.zeros(shape, dtype=bool)
-        if prot.additivity == "aggregate":
-            counts = aggregate_margins(counts, sets)
-            if weighted is not None:
-                weighted = aggregate_margins(weighted, sets)
-            if reps is not None:
-                reps = np.stack([aggregate_margins(r, sets) for r in reps])
-            margins = computed & ~is_inner
-            perturbed = np.where(margins, counts != agg.n, perturbed)
-        elif prot.additivity == "ipf":
+        if prot.additivity == "ipf":
             fit = fit_to_margins(counts.astype(np.float64), sets, structural_zero=sz)
             rounded = controlled_rounding(fit.values, sets)
-            adjusted = computed & (rounded != counts)
+            adjusted = rounded != counts
             meta["ipf_iterations"] = fit.iterations
             meta["ipf_reseeded_cells"] = fit.reseeded
             meta["ipf_method"] = fit.method
-            if weighted is not None:
-                wfit = fit_to_margins(np.maximum(weighted, 0.0), sets, structural_zero=sz).values
-                ratio = np.divide(rounded, fit.values, out=np.zeros(shape), where=fit.values > 0)
-                weighted = aggregate_margins(np.where(is_inner, wfit * ratio, 0.0), sets)
-                if reps is not None:
-                    scale = np.divide(
-                        weighted,
-                        wfit,
-                        out=np.zeros(shape),
-                        where=wfit > 0,
-                    )
-                    reps = np.stack([aggregate_margins(r * scale, sets) for r in reps])
             counts = rounded
-        if np.any(counts[computed] < 0):
-            raise InternalError("a protected count is negative")
 
-        se = None
-        design = self.dataset.catalog.replicates
-        if reps is not None and weighted is not None and design is not None:
-            from tablesafe._variance import replicate_se
+        weighted = reps = None
+        if agg.weight_sum is not None:
+            if mech is None:
+                # No protection (the data owner's own use): the exact sums.
+                weighted, reps = agg.weight_sum.copy(), agg.replicate_sums
+            else:
+                w_mean, _ = self.overall_mean_weights()
+                mean = enclosing_means(agg.weight_sum, agg.n, w_mean)
+                u_w = weight_uniforms(agg.cell_key, prot.seeds, prot.secret)
+                weighted = protected_weighted(counts, mean, u_w, prot.weight_noise)
+                if agg.replicate_sums is not None:
+                    reps = replicate_figures(weighted, counts, agg.n, mean, agg.replicate_sums)
+        if prot.additivity == "independent":
+            return counts, weighted, reps, adjusted
+        # Aggregate and IPF tables are additive: every margin is the sum of its
+        # inner cells, for all arrays of the table at once.
+        if prot.additivity == "ipf":
+            _, weighted, reps = _add_up(None, weighted, reps, sets)
+            return counts, weighted, reps, adjusted
+        counts_sum, weighted, reps = _add_up(counts, weighted, reps, sets)
+        assert counts_sum is not None
+        return counts_sum, weighted, reps, adjusted
 
-            se = np.where(computed, replicate_se(weighted, reps, design), 0.0)
-            meta["replicate_method"] = design.method
-            meta["replicate_coefficient"] = design.coefficient
-        out_counts = None if request.statistic == "weighted" else np.where(computed, counts, 0)
-        return ProtectedTable(
-            request=request,
-            dimensions=plan.dimensions,
-            computed=computed,
-            counts=out_counts,
-            weighted=None if weighted is None else np.where(computed, weighted, 0.0),
-            perturbed=perturbed & computed,
-            adjusted=adjusted,
-            structural_zero=sz & computed,
-            mechanism=prot.describe(),
-            metadata=meta,
-            replicate_weighted=reps,
-            se=se,
-        )
+    def _records(
+        self,
+        request: TableRequest,
+        plan: TabulationPlan,
+        agg: CellAggregates,
+        sz: npt.NDArray[np.bool_],
+        want_w: bool,
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """Record-level drop/add-up-to-q (Li & Krenzke 2016); see :mod:`.mechanisms._records`.
 
-    def _protect_records(
-        self, request: TableRequest, plan: TabulationPlan, agg: CellAggregates
-    ) -> ProtectedTable:
-        """Record-level drop/add-up-to-q (Li & Krenzke 2016); see :mod:`.mechanisms._records`."""
+        The weighted figure of a cell is the sum of the weights of the records
+        it holds after dropping or duplicating, plus the weight noise: the
+        count and the weighted figure describe the same set of records.
+        """
         prot = self.protection
         mech = prot.mechanism
         assert isinstance(mech, DropAddRecords) and prot.secret is not None
         sets = plan.grouping_sets
         shape = agg.shape
         inner = agg.inner
-        computed = np.zeros(shape, dtype=bool)
-        for gs in sets:
-            computed[_index(shape, gs)] = True
-        sz = structural_zero_mask(self.dataset.catalog, plan)
 
         n = agg.n[inner]
         q = mech.q(n)
@@ -397,7 +314,6 @@ class TableBuilder:
         d = np.floor(u_count * (2 * q + 1)).astype(np.int64) - q
         d = np.where(sz[inner], 0, d)
         order_seed = np.floor(u_order * 2.0**32).astype(np.int64)
-        want_w = request.statistic != "count" and agg.weight_sum is not None
         sel_plan = replace(
             plan,
             weight=plan.weight if want_w else None,
@@ -407,101 +323,111 @@ class TableBuilder:
         if np.any(chosen.n != np.abs(d)):
             raise InternalError("the engine chose a different number of records than asked")
 
-        full_counts = np.zeros(shape, dtype=np.int64)
-        full_counts[inner] = n + d
-        counts = aggregate_margins(full_counts, sets)
-        perturbed = np.zeros(shape, dtype=bool)
-        perturbed[inner] = d != 0
-        perturbed = np.where(computed & ~agg.is_inner(), counts != agg.n, perturbed)
-        meta: dict[str, Any] = {
-            "dataset": self.dataset.name,
-            "additivity": "aggregate (record level)",
-        }
-        weighted = reps = se = None
+        counts = np.zeros(shape, dtype=np.int64)
+        counts[inner] = n + d
+        weighted = reps = None
         if want_w:
             assert agg.weight_sum is not None and chosen.weight_sum is not None
-            total = tuple(s - 1 for s in shape)
-            weighted = _drop_add_weights(
-                agg.weight_sum, chosen.weight_sum, n, d, inner, sets, agg.weight_sum[total]
-            )
-            meta["calibrated_to"] = "universe weighted total"
+            sign = np.sign(d)
+            kept = agg.weight_sum[inner] + sign * chosen.weight_sum
+            n_kept = n + d
+            mean = np.divide(kept, n_kept, out=np.zeros(n.shape), where=n_kept > 0)
+            u_w = weight_uniforms(agg.cell_key, prot.seeds, prot.secret)[inner]
+            weighted = np.zeros(shape)
+            weighted[inner] = protected_weighted(n_kept, mean, u_w, prot.weight_noise)
             if agg.replicate_sums is not None and chosen.replicate_sums is not None:
-                reps = np.stack(
-                    [
-                        _drop_add_weights(
-                            agg.replicate_sums[r],
-                            chosen.replicate_sums[r],
-                            n,
-                            d,
-                            inner,
-                            sets,
-                            agg.replicate_sums[r][total],
-                        )
-                        for r in range(agg.replicate_sums.shape[0])
-                    ]
-                )
-                design = self.dataset.catalog.replicates
-                if design is not None:
-                    from tablesafe._variance import replicate_se
+                kept_r = agg.replicate_sums[(slice(None), *inner)] + sign * chosen.replicate_sums
+                reps = np.zeros((kept_r.shape[0], *shape))
+                reps[(slice(None), *inner)] = weighted[inner] + (kept_r - kept)
+        total, weighted, reps = _add_up(counts, weighted, reps, sets)
+        assert total is not None
+        return total, weighted, reps
 
-                    se = np.where(computed, replicate_se(weighted, reps, design), 0.0)
-                    meta["replicate_method"] = design.method
-                    meta["replicate_coefficient"] = design.coefficient
-        return ProtectedTable(
-            request=request,
-            dimensions=plan.dimensions,
-            computed=computed,
-            counts=None if request.statistic == "weighted" else np.where(computed, counts, 0),
-            weighted=None if weighted is None else np.where(computed, weighted, 0.0),
-            perturbed=perturbed & computed,
-            adjusted=np.zeros(shape, dtype=bool),
-            structural_zero=sz & computed,
-            mechanism=prot.describe(),
-            metadata=meta,
-            replicate_weighted=reps,
-            se=se,
-        )
+    # -- weighted figures -------------------------------------------------------------
+
+    def _rounding(self, request: TableRequest) -> str:
+        site = str(self.protection.round)
+        extra = getattr(request, "rounding", None)
+        return site if extra is None or str(extra) == site else f"{site}, then {extra}"
+
+    def _round(
+        self,
+        values: np.ndarray,
+        request: TableRequest,
+        computed: npt.NDArray[np.bool_],
+        *,
+        additive: bool,
+    ) -> np.ndarray:
+        """Round as the site says, then as the request asks (on top: never finer).
+
+        In an additive table rounded to a base, margins are the sums of the
+        rounded inner cells, so the published table still adds up.
+        """
+        from tablesafe._protection import Rounding
+
+        steps = [self.protection.round]
+        extra = getattr(request, "rounding", None)
+        if extra is not None:
+            steps.append(Rounding.parse(extra))
+        out = values
+        for r in steps:
+            out = r.apply(out)
+        if additive and all(r.base is not None for r in steps):
+            out = aggregate_margins(out, _all_sets(values.ndim))
+        return np.where(computed, out, np.nan if not additive else 0.0)
+
+    def _weighted_statement(self) -> dict[str, Any]:
+        """What the metadata says about the weighted figures, in plain words."""
+        prot = self.protection
+        if prot.mechanism is None:
+            return {
+                "method": "exact weighted counts (no protection)",
+                "rounding": str(prot.round),
+            }
+        return {
+            "method": "protected count x mean weight + noise from the cell key",
+            "noise_mean_weights": prot.weight_noise,
+            "rounding": str(prot.round),
+            "privacy": (
+                "the mechanism's privacy figures are stated for the counts; a weighted figure "
+                "is the protected count times the cell's mean weight plus noise of up to "
+                f"{prot.weight_noise:g} mean weights drawn from the cell's keys, "
+                f"{prot.round.describe()}: it reveals no more about the true count than the "
+                "protected count does, but has no differential-privacy guarantee of its own"
+            ),
+        }
 
 
-def _drop_add_weights(
-    w: np.ndarray,
-    chosen: np.ndarray,
-    n: np.ndarray,
-    d: np.ndarray,
-    inner: tuple[slice, ...],
+def _add_up(
+    counts: np.ndarray | None,
+    weighted: np.ndarray | None,
+    reps: np.ndarray | None,
     sets: tuple[tuple[int, ...], ...],
-    universe_total: float,
-) -> np.ndarray:
-    """Weighted counts after drop/add, the n/(n+d) adjustment and calibration."""
-    cell = w[inner]
-    kept = np.where(d < 0, cell - chosen, np.where(d > 0, cell + chosen, cell))
-    factor = np.divide(n, n + d, out=np.zeros(n.shape), where=(n + d) > 0)
-    adjusted = kept * factor
-    s = adjusted.sum()
-    if s > 0:
-        adjusted = adjusted * (universe_total / s)
-    full = np.zeros(w.shape)
-    full[inner] = adjusted
-    return np.asarray(aggregate_margins(full, sets), dtype=np.float64)
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """Margins as sums of inner cells, for every array of a table in one pass."""
+    arrays = [a for a in (counts, weighted) if a is not None]
+    stack = [a.astype(np.float64)[None] for a in arrays]
+    if reps is not None:
+        stack.append(reps)
+    if not stack:
+        return None, None, None
+    summed = aggregate_margins(np.concatenate(stack), sets, lead=1)
+    pos = 0
+    out_counts = out_w = out_r = None
+    if counts is not None:
+        out_counts = np.rint(summed[0]).astype(np.int64)
+        pos += 1
+    if weighted is not None:
+        out_w = summed[pos]
+        pos += 1
+    if reps is not None:
+        out_r = summed[pos:]
+    return out_counts, out_w, out_r
+
+
+def _all_sets(k: int) -> tuple[tuple[int, ...], ...]:
+    return tuple(s for r in range(k, -1, -1) for s in itertools.combinations(range(k), r))
 
 
 def _index(shape: tuple[int, ...], gs: tuple[int, ...]) -> tuple[slice, ...]:
     return tuple(slice(0, s - 1) if i in gs else slice(s - 1, s) for i, s in enumerate(shape))
-
-
-def _follow(
-    w: np.ndarray,
-    n: np.ndarray,
-    v: np.ndarray,
-    counts: np.ndarray,
-    weighting: str,
-    overall: float,
-) -> np.ndarray:
-    """Weighted counts following perturbed counts (seed 000, eqs. 4 and 5)."""
-    if weighting == "overall_mean":
-        mean = np.full(w.shape, overall)
-    else:
-        mean = np.divide(w, n, out=np.full(w.shape, overall), where=n > 0)
-    out = w + v * mean
-    out = np.where(counts == 0, 0.0, out)
-    return np.asarray(np.maximum(out, 0.0), dtype=np.float64)

@@ -58,9 +58,7 @@ def from_fixed(values: npt.ArrayLike) -> npt.NDArray[np.float64]:
 
 def fixed_sql(expr: str) -> str:
     """The same conversion as an SQL expression (DuckDB and Spark SQL)."""
-    return (
-        f"CAST(FLOOR(CAST({expr} AS DOUBLE) * CAST({FIXED_SCALE} AS DOUBLE) + 0.5) AS BIGINT)"
-    )
+    return f"CAST(FLOOR(CAST({expr} AS DOUBLE) * CAST({FIXED_SCALE} AS DOUBLE) + 0.5) AS BIGINT)"
 
 
 def range_error(column: str, largest: float, total: float) -> str | None:

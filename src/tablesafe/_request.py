@@ -53,6 +53,10 @@ class TableRequest:
             each a sequence of the dimension names that margin keeps.
         replicates: Whether to also compute replicate-weight sums (for
             variances); needs a dataset with replicate weights.
+        rounding: A rounding of the weighted figures, standard errors and
+            intervals applied on top of the site's (so never finer): a base
+            such as ``"1000"`` or significant figures such as ``"2sf"``;
+            ``None`` for the site's rounding alone.
 
     Raises:
         RequestError: for an empty, duplicate or too long list of dimensions,
@@ -64,6 +68,7 @@ class TableRequest:
     statistic: Statistic = "both"
     margins: Margins = "all"
     replicates: bool = False
+    rounding: str | None = None
 
     def __post_init__(self) -> None:
         dims = self.dimensions
@@ -119,6 +124,14 @@ class TableRequest:
         object.__setattr__(self, "margins", self._normalise_margins(self.margins, dims))
         if not isinstance(self.replicates, bool):
             raise RequestError("replicates must be true or false")
+        if self.rounding is not None:
+            from tablesafe._errors import ParameterError
+            from tablesafe._protection import Rounding
+
+            try:
+                object.__setattr__(self, "rounding", str(Rounding.parse(self.rounding)))
+            except ParameterError as exc:
+                raise RequestError(str(exc)) from None
 
     @staticmethod
     def _normalise_margins(margins: object, dims: tuple[str, ...]) -> Margins:

@@ -131,10 +131,26 @@ class ProtectionSettings(BaseModel):
     secret_file: str | None = Field(
         None, description="Path of a file holding the secret (relative to the configuration)."
     )
-    weighting: Literal["overall_mean", "cell_mean"] = Field(
-        "overall_mean",
-        description="Weighted counts follow perturbed counts by the overall mean weight "
-        "(seed 000 eq. 4) or the cell mean weight (eq. 5).",
+    weight_noise: float = Field(
+        0.5,
+        ge=0,
+        le=10,
+        description="Half-width s of the uniform noise added to every weighted figure, in "
+        "the cell's mean weights (docs/weighted.md); 0 turns it off, which lets integer "
+        "weights reveal true counts.",
+    )
+    rounding: str = Field(
+        "1",
+        description="Rounding of weighted figures, standard errors and intervals: a base "
+        "('1' whole units, '1000' thousands, '0.1' one decimal) or significant figures "
+        "('3sf'). Requests may ask for a coarser rounding, applied on top of this one.",
+    )
+    se_min_count: int = Field(
+        10,
+        ge=1,
+        description="Standard errors and intervals are published only for cells whose "
+        "protected count is at least this (and above the largest count the mechanism can "
+        "make of an empty cell).",
     )
     additivity: Literal["aggregate", "independent", "ipf"] = Field(
         "aggregate",
@@ -142,6 +158,13 @@ class ProtectionSettings(BaseModel):
         "(every cell perturbed on its own), ipf (independent, then IPF and controlled "
         "rounding).",
     )
+
+    @field_validator("rounding")
+    @classmethod
+    def _rounding(cls, v: str) -> str:
+        from tablesafe._protection import Rounding
+
+        return str(Rounding.parse(v))
 
     @model_validator(mode="after")
     def _check(self) -> ProtectionSettings:

@@ -49,8 +49,12 @@ class ProtectedTable:
             for variance estimation, or ``None``.
         suppressed: Cells hidden by the small-cell rule (their values are
             blank, or ``"<k"``, in every export), or ``None``.
-        se: Replicate standard errors of the protected weighted counts, or ``None``.
+        se: Replicate standard errors of the protected weighted counts, rounded,
+            NaN where not published (too few protected records), or ``None``.
         suppressed_display: What suppressed cells show: ``None`` (blank) or ``"<k"``.
+        ci_low: Lower ends of the 95% confidence intervals (as ``se``), or ``None``.
+        ci_high: Upper ends of the 95% confidence intervals, or ``None``.
+        rounding: The rounding of the weighted figures (``"1"``, ``"3sf"``, ...).
     """
 
     request: TableRequest
@@ -67,6 +71,9 @@ class ProtectedTable:
     suppressed: npt.NDArray[np.bool_] | None = None
     se: npt.NDArray[np.float64] | None = None
     suppressed_display: str | None = None
+    ci_low: npt.NDArray[np.float64] | None = None
+    ci_high: npt.NDArray[np.float64] | None = None
+    rounding: str | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -83,23 +90,35 @@ class ProtectedTable:
 
         ``n`` and ``weighted``, and, when the request asked for replicates,
         ``se`` (replicate standard error of the weighted count) and the 95%
-        confidence interval ``ci_low``, ``ci_high``.
+        confidence interval ``ci_low``, ``ci_high`` (NaN where not published).
+        Weighted figures rounded to whole units are integers.
         """
         out: dict[str, np.ndarray] = {}
         if self.counts is not None:
             out["n"] = self.counts
         if self.weighted is not None:
-            out["weighted"] = self.weighted
-            if self.se is not None:
-                from tablesafe._variance import confidence_interval
-
-                out["se"] = self.se
-                out["ci_low"], out["ci_high"] = confidence_interval(self.weighted, self.se)
+            whole = self._whole()
+            out["weighted"] = self.weighted.astype(np.int64) if whole else self.weighted
+            for name, arr in (("se", self.se), ("ci_low", self.ci_low), ("ci_high", self.ci_high)):
+                if arr is not None:
+                    out[name] = _whole_or_nan(arr) if whole else arr
         return out
+
+    def _whole(self) -> bool:
+        from tablesafe._protection import Rounding
+
+        if self.rounding is None:
+            return False
+        return all(Rounding.parse(r).whole for r in self.rounding.split(", then "))
 
     def shown_statistics(self) -> dict[str, np.ndarray]:
         """Statistics as published: suppressed cells blank (``None``) or ``"<k"``."""
         cols: dict[str, np.ndarray] = dict(self.statistics())
+        for name in ("se", "ci_low", "ci_high"):
+            if name in cols and cols[name].dtype.kind == "f" and np.isnan(cols[name]).any():
+                values = cols[name].astype(object)
+                values[np.isnan(cols[name])] = None
+                cols[name] = values
         if self.suppressed is not None and self.suppressed.any():
             shown = self.suppressed_display
             for name in list(cols):
@@ -189,7 +208,9 @@ class ProtectedTable:
         mech = ", ".join(f"{k}={_flat(v)}" for k, v in self.mechanism.items())
         meta = self.metadata
         caption = f"protection: {mech}\nadditivity: {meta.get('additivity', '')}" + (
-            f"; weighted counts adjusted by {meta['weighting']}" if "weighting" in meta else ""
+            f"\nweighted figures: {meta['weighted']['method']}, rounding {self.rounding}"
+            if "weighted" in meta
+            else ""
         )
         return render_text(
             self.dimensions,
@@ -198,6 +219,17 @@ class ProtectedTable:
             title=f"Protected table; dataset: {meta.get('dataset', '')}; universe: {universe}",
             caption=caption,
         )
+
+
+def _whole_or_nan(a: np.ndarray) -> np.ndarray:
+    """Whole numbers as Python ints in an object array, NaN as None (not published)."""
+    if not np.isnan(a).any():
+        return a.astype(np.int64)
+    out = a.astype(object)
+    mask = np.isnan(a)
+    out[~mask] = a[~mask].astype(np.int64)
+    out[mask] = None
+    return out
 
 
 _EPOCH = "2000-01-01T00:00:00Z"

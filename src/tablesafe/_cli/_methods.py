@@ -1,12 +1,21 @@
-"""Command line: turning --method options into a Protection (shared by several commands)."""
+"""Command line: turning --method options into a Protection (shared by several commands).
+
+The options become the same validated
+:class:`~tablesafe._settings.ProtectionSettings` a site configuration
+holds, and :func:`tablesafe._protection.protection_from_settings` turns
+them into a Protection: one meaning for every method name, in the CLI,
+the server and the Python API.
+"""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from typing import Any
 
-from tablesafe._builder import Protection
+from pydantic import ValidationError
+
 from tablesafe._errors import ParameterError
+from tablesafe._protection import Protection, protection_from_settings
 
 #: Methods the command line knows, for messages.
 METHODS = ("none", "ckm", "dp", "pram", "q", "q-records", "ptable:FILE")
@@ -20,19 +29,40 @@ def protection_from_options(
     rate: float = 0.01,
     max_deviation: int = 3,
     variance: float = 1.0,
+    js: int = 0,
     seeds: str = "cellkey",
     secret_env: str | None = None,
-    weighting: str = "overall_mean",
     additivity: str = "aggregate",
+    weight_noise: float = 0.5,
+    rounding: str = "1",
+    se_min_count: int = 10,
 ) -> Protection:
     """Build the Protection named by command-line options.
 
     Raises:
-        ParameterError: for an unknown method or a missing secret.
+        ParameterError: for an unknown method, an impossible parameter or a
+            missing secret.
     """
+    options: dict[str, Any] = {
+        "epsilon": epsilon,
+        "cap": cap,
+        "rate": rate,
+        "max_deviation": max_deviation,
+        "variance": variance,
+        "js": js,
+        "additivity": additivity,
+        "weight_noise": weight_noise,
+        "rounding": rounding,
+        "se_min_count": se_min_count,
+    }
+    if method.startswith("ptable:"):
+        options.update(method="ptable", ptable_file=method.split(":", 1)[1])
+    elif method in METHODS:
+        options["method"] = method
+    else:
+        raise ParameterError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
     secret = None
     if seeds == "dynamic" or method == "q-records":
-        seeds = "dynamic"
         name = secret_env or "TABLESAFE_SECRET"
         value = os.environ.get(name)
         if not value:
@@ -40,32 +70,18 @@ def protection_from_options(
                 f"dynamic seeds need a secret: set the environment variable {name} (or name "
                 "another one with --secret-env)"
             )
+        options.update(seeds="dynamic", secret_env=name)
         secret = value.encode()
-    from tablesafe import mechanisms
-
-    mech: object
-    if method == "none":
-        mech = None
-    elif method == "q-records":
-        mech = mechanisms.drop_add_records(rate=rate)
-    elif method == "dp":
-        mech = mechanisms.dp_geometric(epsilon, cap=cap)
-    elif method == "q":
-        mech = mechanisms.drop_add_q(rate=rate, cap=cap)
-    elif method == "pram":
-        mech = mechanisms.pram_shlomo_young()
-    elif method == "ckm":
-        mech = mechanisms.destatis(max_deviation, variance)
-    elif method.startswith("ptable:"):
-        from tablesafe._ptable import PTable
-
-        mech = PTable.read_csv(Path(method.split(":", 1)[1]))
     else:
-        raise ParameterError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
-    return Protection(
-        mech,  # type: ignore[arg-type]
-        seeds=seeds,  # type: ignore[arg-type]
-        secret=secret,
-        weighting=weighting,  # type: ignore[arg-type]
-        additivity=additivity,  # type: ignore[arg-type]
-    )
+        options["seeds"] = seeds
+    from tablesafe._settings import ProtectionSettings
+
+    try:
+        settings = ProtectionSettings.model_validate(options)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"--{'.'.join(str(p) for p in e['loc']).replace('_', '-') or 'method'}: {e['msg']}"
+            for e in exc.errors()
+        )
+        raise ParameterError(f"invalid protection options: {problems}") from None
+    return protection_from_settings(settings, secret=secret)

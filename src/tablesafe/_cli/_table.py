@@ -76,7 +76,16 @@ def table(
     secret_env: Annotated[
         str | None, typer.Option(help="Environment variable with the secret (dynamic seeds).")
     ] = None,
-    weighting: Annotated[str, typer.Option(help="overall_mean or cell_mean.")] = "overall_mean",
+    weight_noise: Annotated[
+        float, typer.Option(help="Noise on weighted figures, in mean weights (0 to 10).")
+    ] = 0.5,
+    rounding: Annotated[
+        str,
+        typer.Option(help="Rounding of weighted figures: a base (1, 1000, 0.1) or '3sf'."),
+    ] = "1",
+    se_min_count: Annotated[
+        int, typer.Option(help="Smallest protected count with a published standard error.")
+    ] = 10,
     additivity: Annotated[str, typer.Option(help="aggregate, independent or ipf.")] = "aggregate",
     config: Annotated[
         Path | None,
@@ -136,8 +145,10 @@ def table(
             variance=variance,
             seeds=seeds,
             secret_env=secret_env,
-            weighting=weighting,
             additivity=additivity,
+            weight_noise=weight_noise,
+            rounding=rounding,
+            se_min_count=se_min_count,
         )
     result = TableBuilder(dataset, protection, engine=eng).build(request)
     if owner_flags and fmt in ("csv", "json"):

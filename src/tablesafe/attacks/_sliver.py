@@ -93,8 +93,9 @@ def _without(
         idx = tuple(totals[i] if mask >> i & 1 else cell[i] for i in range(k))
         n[idx] -= 1
         keys[idx] = (keys[idx] - key) % KEY_MODULUS
-        if ws is not None and w2 is not None:
+        if ws is not None:
             ws[idx] -= w
+        if w2 is not None:
             w2[idx] -= w * w
         if rs is not None and reps is not None:
             where: tuple[Any, ...] = (slice(None), *idx)

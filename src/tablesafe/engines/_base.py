@@ -163,7 +163,9 @@ def assemble_grouped(
         grouping_sets=plan.grouping_sets,
         n=acc(np.asarray(n), np.int64),
         cell_key=cell_key,
-        weight_sum=None if weight_sum is None else from_fixed(acc(np.asarray(weight_sum), np.int64)),
+        weight_sum=None
+        if weight_sum is None
+        else from_fixed(acc(np.asarray(weight_sum), np.int64)),
         weight_sq_sum=None,
         replicate_sums=reps,
         computed=computed,

@@ -80,11 +80,11 @@ class MemoryEngine(ValidationCache):
                 raise DataError(f"weight column {cat.weight} has negative values")
         weights = [cat.weight] if cat.weight else []
         weights += list(cat.replicates.columns) if cat.replicates else []
-        for col in weights:
-            a = np.abs(pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float))
+        for wcol in weights:
+            a = np.abs(pd.to_numeric(df[wcol], errors="coerce").to_numpy(dtype=float))
             if not np.isfinite(a).all():
-                raise DataError(f"weight column {col} has missing, NaN or infinite values")
-            too_large = range_error(col, float(a.max(initial=0.0)), float(a.sum()))
+                raise DataError(f"weight column {wcol} has missing, NaN or infinite values")
+            too_large = range_error(wcol, float(a.max(initial=0.0)), float(a.sum()))
             if too_large:
                 raise DataError(too_large)
         for var in cat.source_variables:

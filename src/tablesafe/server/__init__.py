@@ -5,7 +5,7 @@ from __future__ import annotations
 from tablesafe.server._app import TableBody, create_app
 from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Authenticator, Principal, hash_key, new_key
-from tablesafe.server._service import TableService, make_mechanism
+from tablesafe.server._service import TableService, protection_from_settings
 
 __all__ = [
     "AuditLog",
@@ -15,6 +15,6 @@ __all__ = [
     "TableService",
     "create_app",
     "hash_key",
-    "make_mechanism",
     "new_key",
+    "protection_from_settings",
 ]

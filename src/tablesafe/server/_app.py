@@ -65,6 +65,11 @@ class TableBody(BaseModel):
         "both", description="Unweighted counts, weighted counts, or both."
     )
     margins: Literal["all", "none", "total"] = Field("all", description="Margins to include.")
+    rounding: Annotated[str, Field(max_length=16)] | None = Field(
+        None,
+        description="A coarser rounding of the weighted figures, applied on top of the "
+        "site's: a base such as '1000' or significant figures such as '2sf'.",
+    )
 
     def to_request(self) -> TableRequest:
         """The validated :class:`~tablesafe.TableRequest`."""
@@ -79,6 +84,7 @@ class TableBody(BaseModel):
             universe={k: tuple(v) for k, v in self.universe.items()},
             statistic=self.statistic,
             margins=self.margins,
+            rounding=self.rounding,
         )
 
 

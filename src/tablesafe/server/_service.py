@@ -16,10 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tablesafe._builder import CellwiseMechanism, Protection, TableBuilder
+from tablesafe._builder import TableBuilder
 from tablesafe._catalog import Code
 from tablesafe._dataset import Dataset
 from tablesafe._errors import ConfigError, TablesafeError
+from tablesafe._protection import Protection
+from tablesafe._protection import protection_from_settings as core_protection
 from tablesafe._request import TableRequest
 from tablesafe._rules import (
     apply_small_cell_rule,
@@ -29,58 +31,26 @@ from tablesafe._rules import (
     sliver_guard,
     universe_fingerprint,
 )
-from tablesafe._settings import DatasetSettings, ProtectionSettings, SiteConfig
+from tablesafe._settings import DatasetSettings, SiteConfig
 from tablesafe._table import ProtectedTable
-from tablesafe.mechanisms._records import DropAddRecords
 from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Principal
 
-__all__ = ["TableService", "make_mechanism", "protection_from_settings"]
-
-
-def make_mechanism(
-    settings: ProtectionSettings, site: SiteConfig
-) -> CellwiseMechanism | DropAddRecords | None:
-    """The mechanism named by a dataset's protection settings."""
-    m = settings.method
-    if m == "none":
-        return None
-    from tablesafe import mechanisms
-
-    mech: Any
-    if m == "q-records":
-        return mechanisms.drop_add_records(rate=settings.rate)
-    if m == "dp":
-        mech = mechanisms.dp_geometric(settings.epsilon, cap=settings.cap)
-    elif m == "q":
-        mech = mechanisms.drop_add_q(rate=settings.rate, cap=settings.cap)
-    elif m == "pram":
-        mech = mechanisms.pram_shlomo_young()
-    elif m == "ckm":
-        mech = mechanisms.destatis(settings.max_deviation, settings.variance, js=settings.js)
-    else:
-        from tablesafe._ptable import PTable
-
-        assert settings.ptable_file is not None
-        mech = PTable.read_csv(site.resolve(settings.ptable_file))
-    return mech  # type: ignore[no-any-return]
+__all__ = ["TableService", "protection_from_settings"]
 
 
 def protection_from_settings(dataset: DatasetSettings, site: SiteConfig) -> Protection:
     """The Protection a site configuration fixes for one of its datasets.
 
+    Reads the secret where the configuration says, then defers to
+    :func:`tablesafe._protection.protection_from_settings`, the one place
+    that turns protection settings into a Protection.
+
     Raises:
         ConfigError: if the secret cannot be read.
         ParameterError: for impossible mechanism parameters.
     """
-    prot = dataset.protection
-    return Protection(
-        make_mechanism(prot, site),
-        seeds=prot.seeds,
-        secret=site.secret(dataset),
-        weighting=prot.weighting,
-        additivity=prot.additivity,
-    )
+    return core_protection(dataset.protection, secret=site.secret(dataset), resolve=site.resolve)
 
 
 # A cached answer: the protected table, its universe's size and fingerprint.

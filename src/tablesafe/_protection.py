@@ -1,0 +1,360 @@
+"""The data owner's protection profile, and the one way from settings to it.
+
+:class:`Protection` is what the :class:`~tablesafe.TableBuilder` applies to
+every request: the cell-wise (or record-level) mechanism, the seed scheme
+and its secret, the additivity option, and how weighted figures are
+published (their noise and their :class:`Rounding`).
+
+:func:`protection_from_settings` is the only place that turns validated
+protection settings (:class:`~tablesafe._settings.ProtectionSettings`, the
+site configuration's ``[datasets.protection]`` table) into a
+:class:`Protection`. The server, the command line (whose ``--method``
+options are first turned into the same settings) and the Python API all go
+through it, so a method name means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from tablesafe._additivity import ADDITIVITY_OPTIONS, Additivity
+from tablesafe._errors import ParameterError
+from tablesafe._seeds import SeedScheme
+from tablesafe.mechanisms._records import DropAddRecords
+
+if TYPE_CHECKING:
+    from tablesafe._settings import ProtectionSettings
+
+__all__ = [
+    "CellwiseMechanism",
+    "Protection",
+    "Rounding",
+    "mechanism_from_settings",
+    "protection_from_settings",
+]
+
+
+@runtime_checkable
+class CellwiseMechanism(Protocol):
+    """A cell-wise mechanism: a perturbation for each cell from its count and uniform.
+
+    :class:`tablesafe.PTable` is the implementation; anything with these two
+    methods can be used.
+    """
+
+    def perturbation(
+        self,
+        counts: npt.NDArray[np.int64],
+        u: npt.NDArray[np.float64],
+        cell_key: npt.NDArray[np.uint32] | None = None,
+    ) -> npt.NDArray[np.int64]:
+        """Return the perturbation ``v`` of each cell (``counts + v >= 0``).
+
+        ``u`` are the cells' uniforms; ``cell_key`` the cell keys when the
+        cell-key scheme is used (sampled ptables index by the key itself).
+        """
+        ...
+
+    def describe(self) -> Mapping[str, Any]:
+        """The public description of the mechanism (name, parameters, privacy figures)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Rounding:
+    """How weighted figures, standard errors and intervals are rounded.
+
+    Either to a ``base`` (the nearest multiple of it: 1 for whole units,
+    1000 for thousands, 0.1 for one decimal) or to ``digits`` significant
+    figures. Written as text in settings, the CLI and the API: ``"1"``,
+    ``"1000"``, ``"0.5"`` for a base, ``"3sf"`` for three significant
+    figures. Ties round to even; rounding is exact for bases that are
+    integers or powers of ten.
+
+    Raises:
+        ParameterError: for a base that is not a positive finite number or
+            a number of digits outside 1..15.
+    """
+
+    base: float | None = 1.0
+    digits: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.base is None) == (self.digits is None):
+            raise ParameterError("a rounding has either a base or a number of significant digits")
+        if self.base is not None and not (
+            isinstance(self.base, int | float) and math.isfinite(self.base) and self.base > 0
+        ):
+            raise ParameterError(
+                f"rounding base must be a positive finite number (e.g. 1, 10, 0.1), not "
+                f"{self.base!r}"
+            )
+        if self.digits is not None and not (
+            isinstance(self.digits, int) and 1 <= self.digits <= 15
+        ):
+            raise ParameterError(
+                f"significant digits must be a whole number from 1 to 15, not {self.digits!r}"
+            )
+
+    @classmethod
+    def parse(cls, text: str | float | Rounding) -> Rounding:
+        """Read ``"1"``, ``"1000"``, ``"0.1"`` (a base) or ``"3sf"`` (significant figures)."""
+        if isinstance(text, Rounding):
+            return text
+        if isinstance(text, int | float) and not isinstance(text, bool):
+            return cls(base=float(text))
+        if not isinstance(text, str):
+            raise ParameterError(f"rounding must be text such as '1' or '3sf', not {text!r}")
+        t = text.strip().lower()
+        allowed = "a positive base such as '1', '1000' or '0.1', or significant figures as '3sf'"
+        if t.endswith("sf"):
+            try:
+                digits = int(t[:-2])
+            except ValueError:
+                raise ParameterError(f"unknown rounding {text!r}; give {allowed}") from None
+            return cls(base=None, digits=digits)
+        try:
+            base = float(t)
+        except ValueError:
+            raise ParameterError(f"unknown rounding {text!r}; give {allowed}") from None
+        return cls(base=base)
+
+    def __str__(self) -> str:
+        if self.digits is not None:
+            return f"{self.digits}sf"
+        assert self.base is not None
+        return f"{self.base:g}"
+
+    @property
+    def whole(self) -> bool:
+        """Whether every rounded value is a whole number (a base that is a positive integer)."""
+        return self.base is not None and float(self.base).is_integer()
+
+    def describe(self) -> str:
+        """Plain words for footnotes and metadata."""
+        if self.digits is not None:
+            return f"rounded to {self.digits} significant figures"
+        return "rounded to whole units" if self.base == 1 else f"rounded to a multiple of {self}"
+
+    def apply(self, values: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """Round ``values`` (NaN stays NaN); the result is the nearest double to the decimal."""
+        x = np.asarray(values, dtype=np.float64)
+        if self.base is not None:
+            base = float(self.base)
+            if base.is_integer():
+                return np.rint(x / base) * base
+            # A decimal base such as 0.1 or 0.25: divide the rounded integer
+            # by a power of ten, so that the result prints as the decimal.
+            decimals = _decimals(base)
+            scale = 10.0**decimals
+            k = np.rint(x / base) * round(base * scale)
+            return np.asarray(k / scale, dtype=np.float64)
+        assert self.digits is not None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mag = np.floor(np.log10(np.abs(x)))
+        mag = np.where(np.isfinite(mag), mag, 0.0)
+        dec = self.digits - 1 - mag
+        up = dec >= 0
+        pos = np.where(up, dec, 0.0)
+        neg = np.where(up, 0.0, -dec)
+        out = np.where(
+            up,
+            np.rint(x * 10.0**pos) / 10.0**pos,
+            np.rint(x / 10.0**neg) * 10.0**neg,
+        )
+        return np.asarray(out, dtype=np.float64)
+
+
+def _decimals(base: float) -> int:
+    for d in range(16):
+        if abs(base * 10**d - round(base * 10**d)) < 1e-9 * max(1.0, base * 10**d):
+            return d
+    return 15
+
+
+#: Default half-width of the noise on weighted figures, in mean weights.
+DEFAULT_WEIGHT_NOISE = 0.5
+#: Default smallest protected count with a published standard error.
+DEFAULT_SE_MIN_COUNT = 10
+
+
+@dataclass(frozen=True)
+class Protection:
+    """The data owner's protection profile.
+
+    Args:
+        mechanism: The cell-wise mechanism (e.g. ``dp_geometric(2.0)``), the
+            record-level :func:`~tablesafe.mechanisms.drop_add_records`, or
+            ``None`` for no perturbation (the data owner's own use only).
+        seeds: ``"cellkey"`` (ABS uniforms from cell keys) or ``"dynamic"``
+            (Li & Krenzke keyed hashes; needs ``secret``).
+        secret: The server secret for dynamic seeds (at least 16 bytes).
+        additivity: ``"aggregate"``, ``"independent"`` or ``"ipf"``.
+        weight_noise: Half-width ``s`` of the noise added to each weighted
+            figure, in the cell's mean weights (docs/weighted.md); 0 turns it
+            off (then integer weights can reveal true counts).
+        rounding: How weighted figures, standard errors and intervals are
+            rounded (a :class:`Rounding` or its text, e.g. ``"1"``, ``"3sf"``).
+        se_min_count: Standard errors and intervals are published only for
+            cells whose protected count is at least this (and above the
+            largest count the mechanism can make of a true zero).
+
+    Raises:
+        ParameterError: for an unknown option, a missing secret or an
+            impossible parameter.
+    """
+
+    mechanism: CellwiseMechanism | DropAddRecords | None
+    seeds: SeedScheme = "cellkey"
+    secret: bytes | None = None
+    additivity: Additivity = "aggregate"
+    weight_noise: float = DEFAULT_WEIGHT_NOISE
+    rounding: Rounding | str = "1"
+    se_min_count: int = DEFAULT_SE_MIN_COUNT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rounding", Rounding.parse(self.rounding))
+        if self.seeds not in ("cellkey", "dynamic"):
+            raise ParameterError(f"unknown seeds {self.seeds!r}; allowed: cellkey, dynamic")
+        if self.seeds == "dynamic" and not self.secret:
+            raise ParameterError("dynamic seeds need the data owner's secret")
+        if self.additivity not in ADDITIVITY_OPTIONS:
+            raise ParameterError(
+                f"unknown additivity {self.additivity!r}; allowed: {', '.join(ADDITIVITY_OPTIONS)}"
+            )
+        if not (
+            isinstance(self.weight_noise, int | float)
+            and math.isfinite(self.weight_noise)
+            and 0 <= self.weight_noise <= 10
+        ):
+            raise ParameterError(
+                f"weight_noise must be a number from 0 to 10 (mean weights), not "
+                f"{self.weight_noise!r}"
+            )
+        if not isinstance(self.se_min_count, int) or self.se_min_count < 1:
+            raise ParameterError(
+                f"se_min_count must be a whole number >= 1, not {self.se_min_count!r}"
+            )
+        if self.record_level:
+            if self.seeds != "dynamic":
+                raise ParameterError(
+                    "record-level drop/add-up-to-q draws its two seeds from keyed hashes: use "
+                    "seeds='dynamic' with a secret"
+                )
+        elif self.mechanism is not None and not isinstance(self.mechanism, CellwiseMechanism):
+            raise ParameterError(
+                "mechanism must be a cell-wise mechanism such as a PTable "
+                "(with perturbation() and describe()) or drop_add_records()"
+            )
+
+    @property
+    def record_level(self) -> bool:
+        """Whether the mechanism works on records (drop/add-up-to-q) rather than cells."""
+        return bool(getattr(self.mechanism, "record_level", False))
+
+    @property
+    def round(self) -> Rounding:
+        """The rounding as a :class:`Rounding`."""
+        assert isinstance(self.rounding, Rounding)
+        return self.rounding
+
+    def zero_reach(self) -> int:
+        """The largest count the mechanism can publish for a cell that holds no record."""
+        mech = self.mechanism
+        dist = getattr(mech, "distribution", None)
+        if mech is None or self.record_level or dist is None:
+            return 0
+        return max((int(v) for v, p in dist(0).items() if p > 0), default=0)
+
+    def se_threshold(self) -> int:
+        """The smallest protected count whose standard error is published."""
+        return max(self.se_min_count, self.zero_reach() + 1)
+
+    def __repr__(self) -> str:
+        # The secret never appears in a repr, a log line or an error message.
+        return (
+            f"Protection(mechanism={self.mechanism!r}, seeds={self.seeds!r}, "
+            f"secret={'<hidden>' if self.secret else None}, additivity={self.additivity!r}, "
+            f"weight_noise={self.weight_noise!r}, rounding={str(self.rounding)!r}, "
+            f"se_min_count={self.se_min_count!r})"
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The public description of the protection."""
+        out = dict(self.mechanism.describe()) if self.mechanism is not None else {"name": "none"}
+        out["seeds"] = self.seeds
+        return out
+
+
+def mechanism_from_settings(
+    settings: ProtectionSettings, resolve: Callable[[str], Path] = Path
+) -> CellwiseMechanism | DropAddRecords | None:
+    """The mechanism that protection settings name.
+
+    Args:
+        settings: Validated protection settings.
+        resolve: Turns a path from the settings into a file path (the site
+            configuration resolves relative to its folder).
+
+    Raises:
+        ParameterError: for impossible mechanism parameters.
+        FormatError: for an unreadable ptable file.
+    """
+    from tablesafe import mechanisms
+
+    m = settings.method
+    if m == "none":
+        return None
+    if m == "q-records":
+        return mechanisms.drop_add_records(rate=settings.rate)
+    mech: Any
+    if m == "dp":
+        mech = mechanisms.dp_geometric(settings.epsilon, cap=settings.cap)
+    elif m == "q":
+        mech = mechanisms.drop_add_q(rate=settings.rate, cap=settings.cap)
+    elif m == "pram":
+        mech = mechanisms.pram_shlomo_young()
+    elif m == "ckm":
+        mech = mechanisms.destatis(settings.max_deviation, settings.variance, js=settings.js)
+    else:
+        from tablesafe._ptable import PTable
+
+        assert settings.ptable_file is not None
+        mech = PTable.read_csv(resolve(settings.ptable_file))
+    return mech  # type: ignore[no-any-return]
+
+
+def protection_from_settings(
+    settings: ProtectionSettings,
+    *,
+    secret: bytes | None = None,
+    resolve: Callable[[str], Path] = Path,
+) -> Protection:
+    """The :class:`Protection` that validated protection settings fix.
+
+    Args:
+        settings: Validated protection settings (the site's
+            ``[datasets.protection]``, or the CLI's options).
+        secret: The secret for dynamic seeds, already read from where the
+            settings say (never from the settings themselves).
+        resolve: Turns a path from the settings into a file path.
+
+    Raises:
+        ParameterError: for impossible parameters or a missing secret.
+    """
+    return Protection(
+        mechanism_from_settings(settings, resolve),
+        seeds=settings.seeds,
+        secret=secret,
+        additivity=settings.additivity,
+        weight_noise=settings.weight_noise,
+        rounding=Rounding.parse(settings.rounding),
+        se_min_count=settings.se_min_count,
+    )
