@@ -4,9 +4,9 @@ One statement: a common table expression groups the records of the
 universe into inner cells (counts, record-key sums, weight sums), and one
 ``GROUP BY GROUPING SETS`` over those cells gives the inner cells and every
 requested margin; weights are summed as fixed-point integers. Engines
-differ only in small points of dialect, which a :class:`Dialect` names: how identifiers are quoted, the name of the
-grouping function, how a sum is reduced modulo 2**32, and how parameters
-are marked (positional ``?`` or named ``:p0``).
+differ only in small points of dialect, which a :class:`Dialect` names:
+how identifiers are quoted, the name of the grouping function, how a sum
+is reduced modulo 2**32, and how parameters are marked (positional ``?`` or named ``:p0``).
 """
 
 from __future__ import annotations
