@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tablesafe._cli import app
+
+if TYPE_CHECKING:
+    from tablesafe._dataset import Dataset
 
 attack_app = typer.Typer(help="Attack simulations against the protection.", no_args_is_help=True)
 app.add_typer(attack_app, name="attack")
@@ -98,3 +101,144 @@ def sliver(
 
 def _show(v: float | None) -> str:
     return "" if v is None else f"{v:.1f}"
+
+
+@attack_app.command("weighted")
+def weighted(
+    data_dir: Annotated[Path, typer.Argument(help="Dataset folder (with catalog.toml).")],
+    table: Annotated[str, typer.Option(help="The table, e.g. AGEGRP*REGION*SEX.")],
+    universe: Annotated[
+        list[str] | None, typer.Option(help="Universe: VAR=CODE,CODE (repeatable).")
+    ] = None,
+    method: Annotated[
+        str, typer.Option(help="Comma-separated: ckm, dp, pram, q, q-records, ptable:FILE.")
+    ] = "ckm,dp,pram,q,q-records",
+    epsilon: Annotated[float, typer.Option(help="dp: epsilon.")] = 1.0,
+    cap: Annotated[int, typer.Option(help="dp, q: cap.")] = 7,
+    rate: Annotated[float, typer.Option(help="q, q-records: rate.")] = 0.01,
+    weight_noise: Annotated[
+        float, typer.Option(help="Noise on weighted figures, in mean weights.")
+    ] = 0.5,
+    rounding: Annotated[str, typer.Option(help="Rounding of weighted figures.")] = "1",
+    integer_weights: Annotated[
+        bool,
+        typer.Option(
+            "--integer-weights", help="Attack a copy of the data with weights rounded to integers."
+        ),
+    ] = False,
+    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+) -> None:
+    """Try to recover true counts from published weighted figures (docs/weighted.md)."""
+    import os
+    import secrets
+    import tempfile
+    from dataclasses import replace
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from tablesafe._builder import TableBuilder
+    from tablesafe._cli._methods import protection_from_options
+    from tablesafe._cli._table import parse_where
+    from tablesafe._dataset import Dataset
+    from tablesafe._errors import RequestError
+    from tablesafe._request import TableRequest
+    from tablesafe.attacks import mechanism_support, weighted_attack
+    from tablesafe.attacks._weighted import seed000_figures
+
+    if fmt not in ("text", "json"):
+        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
+    dims = tuple(d.strip() for d in table.split("*") if d.strip())
+    dataset = Dataset.open(data_dir)
+    request = TableRequest(dims, universe=parse_where(universe or []), statistic="both")
+    request.bind(dataset.catalog)
+    if dataset.catalog.weight is None:
+        raise RequestError(f"dataset {dataset.name} has no weight column: nothing to attack")
+    os.environ.setdefault("TABLESAFE_SECRET", secrets.token_hex(32))
+    with tempfile.TemporaryDirectory() as tmp:
+        if integer_weights:
+            dataset = _with_integer_weights(dataset, Path(tmp))
+        results = []
+        for m in [m.strip() for m in method.split(",") if m.strip()]:
+            prot = protection_from_options(
+                m,
+                epsilon=epsilon,
+                cap=cap,
+                rate=rate,
+                seeds="dynamic" if m == "q-records" else "cellkey",
+                weight_noise=weight_noise,
+                rounding=rounding,
+            )
+            builder = TableBuilder(dataset, prot)
+            published = builder.build(request)
+            truth = builder.tabulate(request).aggregates.n
+            assert published.counts is not None
+            support = mechanism_support(prot, int(published.counts.max()))
+            mean_weight = builder.overall_mean_weights()[0]
+            res = weighted_attack(published, truth, support=support, mean_weight=mean_weight)
+            row: dict[str, object] = {"method": m, **res.as_dict()}
+            # For comparison: the same attack on seed 000's eqs. 4 and 5 at full precision.
+            agg = builder.tabulate(request).aggregates
+            assert agg.weight_sum is not None
+            for eq in (4, 5):
+                figures = seed000_figures(agg.weight_sum, truth, published.counts, mean_weight, eq)
+                leaky = weighted_attack(
+                    replace(published, weighted=figures),
+                    truth,
+                    support=support,
+                    mean_weight=mean_weight,
+                )
+                row[f"eq{eq}_best"] = leaky.best
+            results.append(row)
+    if fmt == "json":
+        typer.echo(json.dumps(results, indent=1))
+        return
+    out = Table(title=f"Weighted-figures attack on {'*'.join(dims)} (percent of cells right)")
+    cols = (
+        "method",
+        "cells",
+        "baseline",
+        "residue",
+        "cell_mean",
+        "continuous",
+        "best",
+        "eq4_best",
+        "eq5_best",
+    )
+    for col in cols:
+        out.add_column(col, justify="left" if col == "method" else "right")
+    for r in results:
+        out.add_row(*(str(r[c]) for c in cols))
+    Console(width=140).print(out)
+
+
+def _with_integer_weights(dataset: Dataset, folder: Path) -> Dataset:
+    """A copy of a dataset whose weights (and replicate weights) are rounded to integers."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from tablesafe._dataset import Dataset
+
+    cat = dataset.catalog
+    names = [cat.weight] if cat.weight else []
+    names += list(cat.replicates.columns) if cat.replicates else []
+    data = pq.read_table(dataset.path) if dataset.format == "parquet" else None
+    if data is None:
+        import pyarrow.csv as pacsv
+
+        data = pacsv.read_csv(dataset.path)
+    for name in names:
+        i = data.column_names.index(name)
+        data = data.set_column(i, name, pc.round(data.column(name).cast(pa.float64())))
+    shutil.copytree(dataset.path.parent, folder / "data", dirs_exist_ok=True)
+    target = folder / "data" / dataset.path.name
+    if dataset.format == "parquet":
+        pq.write_table(data, target)
+    else:
+        import pyarrow.csv as pacsv
+
+        pacsv.write_csv(data, target)
+    return Dataset.open(folder / "data")
