@@ -74,7 +74,7 @@ def test_engines_choose_the_same_records(random_data):
     keys = sub["RKEY"].to_numpy().astype(np.int64)
     order = np.lexsort((keys, mix32(keys, np.full(len(keys), seed[0, 1]))))
     chosen = sub.iloc[order[: k[0, 1]]]
-    exact = sum(math.floor(w * 2**20 + 0.5) for w in chosen["W"]) / 2**20
+    exact = sum(math.floor(w * 2**16 + 0.5) for w in chosen["W"]) / 2**16
     assert a.weight_sum[0, 1] == exact
     assert a.n[0, 1] == min(k[0, 1], len(sub))
 

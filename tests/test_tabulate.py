@@ -19,7 +19,7 @@ ENGINES = {"duckdb": DuckDBEngine, "memory": MemoryEngine}
 
 def exact_sum(values: pd.Series) -> float:
     """Fixed-point sum in Python integers, record by record: weights to 2**-20, exactly."""
-    return sum(math.floor(float(w) * 2**20 + 0.5) for w in values) / 2**20
+    return sum(math.floor(float(w) * 2**16 + 0.5) for w in values) / 2**16
 
 
 def brute_force(frame: pd.DataFrame, dataset: Dataset, request: TableRequest) -> dict:

@@ -71,7 +71,7 @@ def test_weights_outside_the_fixed_point_range(make_dataset):
         with pytest.raises(DataError, match="below 4294967296"):
             engine.validate(dataset)
     frame = random_frame(3000, seed=3)
-    frame["W"] = 2.0**31  # each allowed, but the total exceeds 2**42
+    frame["W"] = 2.0**31  # each allowed, but the total exceeds 2**36
     dataset = make_dataset(frame)
     for engine in (DuckDBEngine(), MemoryEngine()):
         with pytest.raises(DataError, match="sums to"):

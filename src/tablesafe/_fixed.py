@@ -4,19 +4,22 @@ Floating-point sums depend on the order of the terms, so a weighted count
 summed by two DuckDB threads, by Spark or over a shuffled file differs in
 its last digits. tablesafe therefore sums weights as integers: every weight
 ``w`` (and every replicate weight) becomes the integer
-``floor(w * 2**20 + 0.5)``, i.e. ``w`` rounded to the nearest multiple of
-``2**-20`` (about 1e-6). Scaling by a power of two is exact in binary
-floating point, and adding 0.5 is exact while ``|w| * 2**20 < 2**52``, so
-numpy, DuckDB and Spark produce the same integer for every record; integer
-sums are exact in any order. Results are converted back to floats once
-(``sum / 2**20``, correctly rounded), after all summation.
+``floor(w * 2**16 + 0.5)``, i.e. ``w`` rounded to the nearest multiple of
+``2**-16`` (about 1.5e-5). Scaling by a power of two is exact in binary
+floating point, and adding 0.5 is exact while ``|w| * 2**16 < 2**52``, so
+numpy, DuckDB and Spark produce the same integer for every record. Sums of
+integers are exact in any order; DuckDB adds these integer values as
+doubles, which is exact (and faster than 128-bit integers) as long as every
+partial sum stays below 2**53, which the range below guarantees. Results
+are converted back to floats once (``sum / 2**16``, correctly rounded),
+after all summation.
 
 Range: each ``|w|`` must be below :data:`MAX_WEIGHT` (2**32, about 4.3e9)
 and the sum of ``|w|`` over the whole microdata file below
-:data:`MAX_TOTAL` (2**42, about 4.4e12, i.e. a population of 4.4 trillion),
-so that every cell's sum fits a signed 64-bit integer with room to spare.
-Validation refuses files outside this range with a :class:`DataError`;
-nothing ever wraps silently.
+:data:`MAX_TOTAL` (2**36, about 6.9e10: a population of 69 billion), so
+that every partial sum of fixed-point units stays below 2**52. Validation
+refuses files outside this range with a :class:`DataError`; nothing ever
+wraps or rounds silently.
 """
 
 from __future__ import annotations
@@ -36,17 +39,17 @@ __all__ = [
 ]
 
 #: Fractional bits of the fixed-point representation.
-FIXED_BITS = 20
+FIXED_BITS = 16
 #: Units per weight unit: a weight w is held as round(w * FIXED_SCALE).
 FIXED_SCALE = 2**FIXED_BITS
 #: Largest absolute weight (or replicate weight) of one record.
 MAX_WEIGHT = 2.0**32
 #: Largest sum of absolute weights over a microdata file.
-MAX_TOTAL = 2.0**42
+MAX_TOTAL = 2.0**36
 
 
 def to_fixed(values: npt.ArrayLike) -> npt.NDArray[np.int64]:
-    """Weights as fixed-point integers: ``floor(w * 2**20 + 0.5)``."""
+    """Weights as fixed-point integers: ``floor(w * 2**16 + 0.5)``."""
     w = np.asarray(values, dtype=np.float64)
     return np.floor(w * float(FIXED_SCALE) + 0.5).astype(np.int64)
 
@@ -57,8 +60,12 @@ def from_fixed(values: npt.ArrayLike) -> npt.NDArray[np.float64]:
 
 
 def fixed_sql(expr: str) -> str:
-    """The same conversion as an SQL expression (DuckDB and Spark SQL)."""
-    return f"CAST(FLOOR(CAST({expr} AS DOUBLE) * CAST({FIXED_SCALE} AS DOUBLE) + 0.5) AS BIGINT)"
+    """The same conversion as an SQL expression (DuckDB and Spark SQL).
+
+    An integer value (a DOUBLE in DuckDB, a BIGINT in Spark); sums of it are
+    exact within the range checked at validation, and are cast to BIGINT.
+    """
+    return f"FLOOR(CAST({expr} AS DOUBLE) * CAST({FIXED_SCALE} AS DOUBLE) + 0.5)"
 
 
 def range_error(column: str, largest: float, total: float) -> str | None:
@@ -71,6 +78,6 @@ def range_error(column: str, largest: float, total: float) -> str | None:
     if total >= MAX_TOTAL:
         return (
             f"weight column {column} sums to {total:.6g} in absolute value; exact fixed-point "
-            f"sums hold totals below {MAX_TOTAL:.0f} (2**42)"
+            f"sums hold totals below {MAX_TOTAL:.0f} (2**36)"
         )
     return None
