@@ -58,6 +58,42 @@ def test_dynamic_uniforms_depend_on_secret_and_every_margin():
     np.testing.assert_array_equal(a[1:], b[1:])
 
 
+def _dynamic_by_definition(keys: np.ndarray, secret: bytes, salt: bytes) -> np.ndarray:
+    """Li & Krenzke's seed cell by cell, as the docstring defines it (slow, obvious)."""
+    import hashlib
+    import itertools
+
+    totals = tuple(s - 1 for s in keys.shape)
+    out = np.empty(keys.shape)
+    for cell in itertools.product(*[range(s) for s in keys.shape]):
+        free = [i for i in range(keys.ndim) if cell[i] != totals[i]]
+        parts = [int(keys[cell]).to_bytes(4, "little")]
+        for r in range(1, len(free) + 1):
+            for drop in itertools.combinations(free, r):
+                other = tuple(totals[i] if i in drop else cell[i] for i in range(keys.ndim))
+                parts.append(int(keys[other]).to_bytes(4, "little"))
+        h = hashlib.blake2b(
+            b"".join(parts), key=secret, digest_size=8, person=b"tablesafe-seed", salt=salt
+        )
+        out[cell] = (int.from_bytes(h.digest(), "little") + 0.5) / 2.0**64
+    return out
+
+
+@pytest.mark.parametrize("shape", [(4,), (3, 5), (2, 3, 4), (2, 2, 3, 2), (1, 3)])
+def test_vectorised_dynamic_streams_match_the_definition(shape):
+    from tablesafe._seeds import dynamic_streams
+
+    rng = np.random.default_rng(11)
+    keys = rng.integers(0, 2**32, shape, dtype=np.uint64).astype(np.uint32)
+    a, b = dynamic_streams(keys, SECRET, (b"", b"weight"))
+    np.testing.assert_array_equal(a, _dynamic_by_definition(keys, SECRET, b""))
+    np.testing.assert_array_equal(b, _dynamic_by_definition(keys, SECRET, b"weight"))
+    (inner,) = dynamic_streams(keys, SECRET, (b"count",), inner_only=True)
+    sl = tuple(slice(0, s - 1) for s in shape)
+    np.testing.assert_array_equal(inner[sl], _dynamic_by_definition(keys, SECRET, b"count")[sl])
+    assert np.isnan(inner).sum() == inner.size - inner[sl].size
+
+
 def test_dynamic_seeds_need_a_long_secret(random_data):
     dataset, _ = random_data
     with pytest.raises(ParameterError, match="secret"):

