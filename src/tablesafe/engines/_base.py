@@ -10,7 +10,11 @@ are summed as fixed-point integers (:mod:`tablesafe._fixed`).
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -23,7 +27,14 @@ from tablesafe._errors import DataError
 from tablesafe._fixed import from_fixed
 from tablesafe._request import TabulationPlan
 
-__all__ = ["DatasetSummary", "Engine", "ValidationCache", "assemble_grouped"]
+__all__ = [
+    "VALIDATION_FILE",
+    "DatasetSummary",
+    "Engine",
+    "ValidationCache",
+    "assemble_grouped",
+    "file_fingerprint",
+]
 
 
 @dataclass(frozen=True)
@@ -65,23 +76,113 @@ class Engine(Protocol):
         ...
 
 
+#: Bumped whenever validation checks more than before, so older records are not trusted.
+VALIDATION_VERSION = 2
+#: Where a dataset's validations are remembered: beside its microdata file.
+VALIDATION_FILE = ".tablesafe-validated.json"
+_FINGERPRINT_BYTES = 1 << 16
+
+
+def file_fingerprint(dataset: Dataset) -> dict[str, object]:
+    """What identifies one version of a dataset: file and catalog.
+
+    The file's resolved path, size and modification time, a SHA-256 of its
+    first and last 64 KiB (a Parquet file's footer, with the row-group
+    statistics of every column, is in its last bytes), the catalog's
+    SHA-256, and the version of the checks.
+    """
+    path = dataset.path.resolve()
+    st = path.stat()
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        digest.update(fh.read(_FINGERPRINT_BYTES))
+        if st.st_size > _FINGERPRINT_BYTES:
+            fh.seek(max(st.st_size - _FINGERPRINT_BYTES, _FINGERPRINT_BYTES))
+            digest.update(fh.read())
+    return {
+        "path": str(path),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "content": digest.hexdigest(),
+        "catalog": hashlib.sha256(dataset.catalog.to_toml().encode()).hexdigest(),
+        "checks": VALIDATION_VERSION,
+    }
+
+
 class ValidationCache:
-    """Mixin for engines: validate each dataset once per file version."""
+    """Mixin for engines: validate each dataset once per file version.
+
+    A successful validation is remembered in memory and on disk, in
+    :data:`VALIDATION_FILE` beside the microdata file, so a second command
+    on an unchanged file pays nothing; a file whose size, modification time,
+    first or last 64 KiB, or catalog changed is validated again. Where the
+    folder is not writable, validations are remembered in memory only.
+    """
 
     def validate(self, dataset: Dataset) -> DatasetSummary:
         """Check the microdata against its catalog (implemented by each engine)."""
         raise NotImplementedError
 
     def ensure_valid(self, dataset: Dataset) -> DatasetSummary:
-        """Validate ``dataset`` once per file version (path, size, modification time)."""
-        cache: dict[tuple[str, int, int], DatasetSummary] = self.__dict__.setdefault(
-            "_validated", {}
+        """Validate ``dataset`` once per file version (see the class docstring)."""
+        # In memory: keyed by the catalog object (held, so its id is not reused).
+        cache: dict[tuple[str, int, int, int], tuple[object, DatasetSummary]] = (
+            self.__dict__.setdefault("_validated", {})
         )
         st = dataset.path.stat()
-        key = (str(dataset.path.resolve()), st.st_size, st.st_mtime_ns)
-        if key not in cache:
-            cache[key] = self.validate(dataset)
-        return cache[key]
+        quick = (str(dataset.path.resolve()), st.st_size, st.st_mtime_ns, id(dataset.catalog))
+        if quick in cache:
+            return cache[quick][1]
+        fingerprint = file_fingerprint(dataset)
+        summary = _remembered(dataset, fingerprint)
+        if summary is None:
+            summary = self.validate(dataset)
+            _remember(dataset, fingerprint, summary)
+        cache[quick] = (dataset.catalog, summary)
+        return summary
+
+
+def _store(dataset: Dataset) -> Path:
+    return dataset.path.resolve().parent / VALIDATION_FILE
+
+
+def _remembered(dataset: Dataset, fingerprint: dict[str, object]) -> DatasetSummary | None:
+    try:
+        entries = json.loads(_store(dataset).read_text())
+    except (OSError, ValueError):
+        return None
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("fingerprint") == fingerprint:
+            try:
+                return DatasetSummary(records=int(entry["records"]), columns=int(entry["columns"]))
+            except (KeyError, TypeError, ValueError):
+                return None
+    return None
+
+
+def _remember(dataset: Dataset, fingerprint: dict[str, object], summary: DatasetSummary) -> None:
+    store = _store(dataset)
+    try:
+        old = json.loads(store.read_text()) if store.exists() else []
+    except (OSError, ValueError):
+        old = []
+    entries = [
+        e
+        for e in (old if isinstance(old, list) else [])
+        if isinstance(e, dict)
+        and isinstance(e.get("fingerprint"), dict)
+        and e["fingerprint"].get("path") != fingerprint["path"]
+    ][-15:]
+    entries.append(
+        {"fingerprint": fingerprint, "records": summary.records, "columns": summary.columns}
+    )
+    tmp = store.with_name(f"{store.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(entries, indent=1))
+        os.replace(tmp, store)
+    except OSError:
+        # A read-only dataset folder: remembered in memory only.
+        tmp.unlink(missing_ok=True)
 
 
 def assemble_grouped(
