@@ -79,6 +79,46 @@ def test_engines_choose_the_same_records(random_data):
     assert a.n[0, 1] == min(k[0, 1], len(sub))
 
 
+@pytest.mark.parametrize("inflate", [1, 1000])
+def test_mix_thresholds_choose_the_same_records_as_full_ranking(random_data, inflate):
+    """Ranking only the records under each cell's threshold changes nothing.
+
+    With ``inflate`` 1000 the thresholds keep almost no record, so nearly every
+    cell comes up short and is ranked again in full: the fallback is exercised.
+    """
+    dataset, _ = random_data
+    plan = TableRequest(("A", "B", "CG"), replicates=True).bind(dataset.catalog)
+    n = DuckDBEngine().tabulate(dataset, plan).n[:-1, :-1, :-1]
+    rng = np.random.default_rng(3)
+    seed = rng.integers(0, 2**32, n.shape)
+    k = rng.integers(0, 5, n.shape)
+    full = DuckDBEngine().select(dataset, plan, seed, k)
+    bounded = DuckDBEngine().select(dataset, plan, seed, k, counts=n * inflate)
+    for a in (bounded, MemoryEngine().select(dataset, plan, seed, k, counts=n)):
+        np.testing.assert_array_equal(a.n, full.n)
+        np.testing.assert_array_equal(a.weight_sum, full.weight_sum)
+        np.testing.assert_array_equal(a.replicate_sums, full.replicate_sums)
+    np.testing.assert_array_equal(full.n, np.minimum(k, n))
+
+
+def test_records_sharing_a_key_are_chosen_alike_by_every_engine(make_dataset):
+    """Ties of mix and key are broken by the weights: the same sums everywhere."""
+    from tsdata import random_frame
+
+    frame = random_frame(400, seed=9)
+    frame["RKEY"] = frame["RKEY"] % 7  # many records of a cell share a key
+    dataset = make_dataset(frame)
+    plan = TableRequest(("A",), replicates=True).bind(dataset.catalog)
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        seed = rng.integers(0, 2**32, (4,))
+        k = rng.integers(1, 40, (4,))
+        a = DuckDBEngine().select(dataset, plan, seed, k)
+        b = MemoryEngine().select(dataset, plan, seed, k.copy(), counts=None)
+        np.testing.assert_array_equal(a.weight_sum, b.weight_sum)
+        np.testing.assert_array_equal(a.replicate_sums, b.replicate_sums)
+
+
 def test_counts_change_by_at_most_q_and_margins_add_up(random_data):
     dataset, _ = random_data
     b = builder(dataset, rate=0.05)

@@ -337,7 +337,7 @@ class TableBuilder:
             weight=plan.weight if want_w else None,
             replicates=plan.replicates if want_w else (),
         )
-        chosen = self.engine.select(self.dataset, sel_plan, order_seed, np.abs(d))
+        chosen = self.engine.select(self.dataset, sel_plan, order_seed, np.abs(d), counts=n)
         if np.any(chosen.n != np.abs(d)):
             raise InternalError("the engine chose a different number of records than asked")
 

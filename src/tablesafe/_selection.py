@@ -8,21 +8,47 @@ a multiplication by a constant below 2**27, reduction mod 2**32), so numpy,
 DuckDB and Spark compute it identically and choose the same records. It is
 the 32-bit integer hash of Thomas Mueller's "hash prospector" family:
 ``x ^= x >> 16; x *= 0x45d9f3b; x ^= x >> 16; x *= 0x45d9f3b; x ^= x >> 16``.
-Ties (equal mixes) are broken by the record key.
+Ties (equal mixes) are broken by the record key, then by the record's
+fixed-point weight and replicate weights, so that even records sharing a
+key are chosen the same way by every engine (records equal in all of
+these are interchangeable: the sums do not depend on which is taken).
+
+Bounded work: a cell of ``n`` records needs only its ``k`` smallest mixes
+(``k <= q``, a handful). Engines first keep only records whose mix lies
+below a per-cell threshold :func:`mix_thresholds` (about ``k + 4 sqrt(k) +
+6`` records are expected below it) and rank those few; a cell with fewer
+than ``min(k, n)`` records under its threshold (rare) is ranked again in
+full. The result is exactly the ``k`` smallest, as without the threshold,
+while the memory of the ranking no longer grows with the number of records.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MIX_MULTIPLIER", "SelectedSums", "mix32", "mix32_sql"]
+if TYPE_CHECKING:
+    from tablesafe._request import TabulationPlan
+
+__all__ = [
+    "MIX_MULTIPLIER",
+    "MIX_RANGE",
+    "SelectedSums",
+    "mix32",
+    "mix32_sql",
+    "mix_thresholds",
+    "selection_rows",
+]
 
 #: The multiplier of the mix; below 2**27 so that products fit in a signed int64.
 MIX_MULTIPLIER = 0x45D9F3B
 _M32 = 2**32
+#: One above the largest mix: a threshold that keeps every record.
+MIX_RANGE = _M32
 
 
 def mix32(record_key: npt.ArrayLike, seed: npt.ArrayLike) -> npt.NDArray[np.int64]:
@@ -54,3 +80,58 @@ class SelectedSums:
     n: npt.NDArray[np.int64]
     weight_sum: npt.NDArray[np.float64] | None
     replicate_sums: npt.NDArray[np.float64] | None
+
+
+def mix_thresholds(k: npt.ArrayLike, counts: npt.ArrayLike | None) -> npt.NDArray[np.int64]:
+    """Per cell, a mix below which the ``k`` smallest mixes almost surely lie.
+
+    Mixes of a cell's ``n`` records are (pseudo-)uniform on 0 .. 2**32 - 1,
+    so about ``n t / 2**32`` fall below ``t``; ``t`` is chosen so that
+    ``k + 4 sqrt(k) + 6`` are expected (a shortfall has probability below
+    1e-3 per cell and costs only a second, full ranking of that cell).
+    Without counts, or where the cell is small, every record is kept.
+    """
+    kk = np.asarray(k, dtype=np.float64)
+    if counts is None:
+        return np.full(kk.shape, MIX_RANGE, dtype=np.int64)
+    n = np.maximum(np.asarray(counts, dtype=np.float64), 1.0)
+    share = np.minimum(1.0, (kk + 4.0 * np.sqrt(kk) + 6.0) / n)
+    return np.asarray(np.ceil(share * MIX_RANGE), dtype=np.int64)
+
+
+def selection_rows(
+    plan: TabulationPlan,
+    cells: npt.NDArray[np.int64],
+    seed: npt.NDArray[np.int64],
+    k: npt.NDArray[np.int64],
+    threshold: npt.NDArray[np.int64],
+) -> dict[str, list[Any] | np.ndarray]:
+    """The table that maps raw codes to the chosen cells, for an engine to join.
+
+    One row per combination of raw codes of each chosen cell (a grouped
+    category has several), with columns ``c0 .. c{d-1}`` (raw codes),
+    ``cell`` (flat inner index), ``seed``, ``k`` and ``thr`` (the mix
+    threshold). ``seed``, ``k`` and ``threshold`` are indexed by flat cell.
+    """
+    dims = plan.dimensions
+    shape = tuple(d.size for d in dims)
+    idx = np.unravel_index(cells, shape)
+    if all(len(m) == 1 for d in dims for m in d.members):
+        # No grouped categories: one row per cell, built with numpy.
+        rows: dict[str, list[Any] | np.ndarray] = {
+            f"c{i}": np.asarray([m[0] for m in d.members])[idx[i]] for i, d in enumerate(dims)
+        }
+        rows.update(cell=cells, seed=seed[cells], k=k[cells], thr=threshold[cells])
+        return rows
+    out: dict[str, list[Any]] = {f"c{i}": [] for i in range(len(dims))}
+    out.update(cell=[], seed=[], k=[], thr=[])
+    for j, cell in enumerate(cells):
+        members = [dims[i].members[int(idx[i][j])] for i in range(len(dims))]
+        for combo in itertools.product(*members):
+            for i, code in enumerate(combo):
+                out[f"c{i}"].append(code)
+            out["cell"].append(int(cell))
+            out["seed"].append(int(seed[cell]))
+            out["k"].append(int(k[cell]))
+            out["thr"].append(int(threshold[cell]))
+    return dict(out)

@@ -9,7 +9,6 @@ exact) and reduced modulo 2**32 in the query.
 
 from __future__ import annotations
 
-import itertools
 import threading
 import weakref
 from collections.abc import Sequence
@@ -25,7 +24,13 @@ from tablesafe._dataset import Dataset
 from tablesafe._errors import ComputationError, DataError, FormatError
 from tablesafe._fixed import fixed_sql, from_fixed, range_error
 from tablesafe._request import TabulationPlan
-from tablesafe._selection import SelectedSums, mix32_sql
+from tablesafe._selection import (
+    MIX_RANGE,
+    SelectedSums,
+    mix32_sql,
+    mix_thresholds,
+    selection_rows,
+)
 from tablesafe.engines._base import DatasetSummary, ValidationCache, assemble_grouped
 from tablesafe.engines._sql import Dialect, tabulation_sql, universe_sql
 
@@ -300,86 +305,100 @@ class DuckDBEngine(ValidationCache):
         plan: TabulationPlan,
         seed: np.ndarray,
         k: np.ndarray,
+        counts: np.ndarray | None = None,
     ) -> SelectedSums:
         """Sum the weights of the first ``k`` records of each inner cell in mix order.
 
         Records of each inner cell are ordered by :func:`mix32` of their key
-        with the cell's ``seed`` (ties by key) in a window function, inside
-        the database; only per-cell sums come back.
+        with the cell's ``seed`` (ties by key, then weights), inside the
+        database; only per-cell sums come back. With ``counts``, only the
+        records under each cell's mix threshold are ranked
+        (:func:`~tablesafe._selection.mix_thresholds`), so memory does not
+        grow with the number of records; the choice is the same.
 
         Args:
             dataset: The dataset.
             plan: The tabulation plan (dimensions, universe, weight, replicates).
             seed: Per inner cell, the selection seed (0 .. 2**32 - 1).
             k: Per inner cell, how many records to choose (0 for none).
+            counts: Per inner cell, its number of records in the universe.
         """
+        self.ensure_valid(dataset)
+        shape = tuple(d.size for d in plan.dimensions)
+        flat_k = np.asarray(k, dtype=np.int64).reshape(-1)
+        flat_seed = np.asarray(seed, dtype=np.int64).reshape(-1)
+        cells = np.flatnonzero(flat_k > 0)
+        out_n = np.zeros(int(np.prod(shape)), dtype=np.int64)
+        sums = np.zeros((1 + len(plan.replicates), out_n.size), dtype=np.int64)
+        flat_counts = None if counts is None else np.asarray(counts, dtype=np.int64).reshape(-1)
+        threshold = mix_thresholds(flat_k, flat_counts)
+        if cells.size:
+            at, n_at, s_at = self._select_sums(dataset, plan, cells, flat_seed, flat_k, threshold)
+            out_n[at], sums[:, at] = n_at, s_at
+            if flat_counts is not None:
+                # Cells with fewer records under the threshold than asked: rank them in full.
+                short = cells[out_n[cells] < np.minimum(flat_k[cells], flat_counts[cells])]
+                if short.size:
+                    full = np.full_like(threshold, MIX_RANGE)
+                    at, n_at, s_at = self._select_sums(
+                        dataset, plan, short, flat_seed, flat_k, full
+                    )
+                    out_n[at], sums[:, at] = n_at, s_at
+        w = from_fixed(sums[0]).reshape(shape) if plan.weight else None
+        reps = from_fixed(sums[1:]).reshape((-1, *shape)) if plan.replicates else None
+        return SelectedSums(n=out_n.reshape(shape), weight_sum=w, replicate_sums=reps)
+
+    def _select_sums(
+        self,
+        dataset: Dataset,
+        plan: TabulationPlan,
+        cells: np.ndarray,
+        seed: np.ndarray,
+        k: np.ndarray,
+        threshold: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Cells, chosen counts and fixed-point sums (weight first) of one ranking query."""
         import pandas as pd
 
-        self.ensure_valid(dataset)
         src = self._scan(dataset)
         dims = plan.dimensions
-        shape = tuple(d.size for d in dims)
-        cells = np.flatnonzero(np.asarray(k).reshape(-1) > 0)
-        out_n = np.zeros(int(np.prod(shape)), dtype=np.int64)
-        w = np.zeros(out_n.size) if plan.weight else None
-        reps = np.zeros((len(plan.replicates), out_n.size)) if plan.replicates else None
-        if cells.size:
-            # One row per combination of raw codes of a chosen cell: the join
-            # maps records to their (possibly grouped) cell.
-            rows: dict[str, list[Any]] = {f"c{i}": [] for i in range(len(dims))}
-            rows.update(cell=[], seed=[], k=[])
-            idx = np.unravel_index(cells, shape)
-            flat_seed = np.asarray(seed).reshape(-1)
-            flat_k = np.asarray(k).reshape(-1)
-            for j, cell in enumerate(cells):
-                members = [dims[i].members[int(idx[i][j])] for i in range(len(dims))]
-                for combo in itertools.product(*members):
-                    for i, code in enumerate(combo):
-                        rows[f"c{i}"].append(code)
-                    rows["cell"].append(int(cell))
-                    rows["seed"].append(int(flat_seed[cell]))
-                    rows["k"].append(int(flat_k[cell]))
-            sel = pd.DataFrame(rows)
-            key = _ident(plan.record_key)
-            on = " AND ".join(f"t.{_ident(d.column)} = s.c{i}" for i, d in enumerate(dims))
-            values = [f"{fixed_sql('t.' + _ident(plan.weight))} AS ts_w"] if plan.weight else []
-            values += [
-                f"{fixed_sql('t.' + _ident(r))} AS ts_r{i}" for i, r in enumerate(plan.replicates)
-            ]
-            params: list[Any] = []
-            where = ["s.k > 0", *universe_sql(plan, _DIALECT, params, prefix="t.")]
-            mix = mix32_sql(f"t.{key}", "s.seed")
-            ranked = (
-                f"SELECT s.cell, s.k, {', '.join([*values, '1 AS ts_one'])}, "
-                f"ROW_NUMBER() OVER (PARTITION BY s.cell ORDER BY {mix}, t.{key}) AS ts_rank "
-                f"FROM {src} AS t JOIN ts_sel AS s ON {on} WHERE {' AND '.join(where)}"
-            )
-            sums = ["COUNT(*) AS ts_n"]
-            if plan.weight:
-                sums.append("CAST(SUM(ts_w) AS BIGINT) AS ts_w")
-            sums += [
-                f"CAST(SUM(ts_r{i}) AS BIGINT) AS ts_r{i}" for i in range(len(plan.replicates))
-            ]
-            sql = f"SELECT cell, {', '.join(sums)} FROM ({ranked}) WHERE ts_rank <= k GROUP BY cell"
-            cur = self._con.cursor()
-            try:
-                cur.register("ts_sel", sel)
-                cur.execute(sql, params)
-                res = cur.fetchnumpy()
-            finally:
-                cur.close()
-            at = _values(res["cell"], int)
-            out_n[at] = _values(res["ts_n"], int)
-            if w is not None:
-                w[at] = from_fixed(_values(res["ts_w"], int))
-            if reps is not None:
-                for i in range(len(plan.replicates)):
-                    reps[i, at] = from_fixed(_values(res[f"ts_r{i}"], int))
-        return SelectedSums(
-            n=out_n.reshape(shape),
-            weight_sum=None if w is None else w.reshape(shape),
-            replicate_sums=None if reps is None else reps.reshape((-1, *shape)),
+        sel = pd.DataFrame(selection_rows(plan, cells, seed, k, threshold))
+        key = _ident(plan.record_key)
+        on = " AND ".join(f"t.{_ident(d.column)} = s.c{i}" for i, d in enumerate(dims))
+        weights = ([plan.weight] if plan.weight else []) + list(plan.replicates)
+        values = [f"{fixed_sql('t.' + _ident(c))} AS ts_v{i}" for i, c in enumerate(weights)]
+        params: list[Any] = []
+        where = universe_sql(plan, _DIALECT, params, prefix="t.")
+        mix = mix32_sql(f"t.{key}", "s.seed")
+        joined = (
+            f"SELECT s.cell, s.k, s.thr, t.{key} AS ts_key, "
+            f"{', '.join([*values, f'{mix} AS ts_mix'])} "
+            f"FROM {src} AS t JOIN ts_sel AS s ON {on}"
+            + (f" WHERE {' AND '.join(where)}" if where else "")
         )
+        v = [f"ts_v{i}" for i in range(len(weights))]
+        ranked = (
+            f"SELECT {', '.join(['cell', 'k', *v])}, ROW_NUMBER() OVER (PARTITION BY cell "
+            f"ORDER BY {', '.join(['ts_mix', 'ts_key', *v])}) AS ts_rank "
+            f"FROM ({joined}) WHERE ts_mix < thr"
+        )
+        agg = ["COUNT(*) AS ts_n"] + [
+            f"CAST(SUM(ts_v{i}) AS BIGINT) AS ts_v{i}" for i in range(len(weights))
+        ]
+        sql = f"SELECT cell, {', '.join(agg)} FROM ({ranked}) WHERE ts_rank <= k GROUP BY cell"
+        cur = self._con.cursor()
+        try:
+            cur.register("ts_sel", sel)
+            cur.execute(sql, params)
+            res = cur.fetchnumpy()
+        finally:
+            cur.close()
+        at = _values(res["cell"], int)
+        sums = np.zeros((1 + len(plan.replicates), at.size), dtype=np.int64)
+        offset = 0 if plan.weight else 1
+        for i in range(len(weights)):
+            sums[i + offset] = _values(res[f"ts_v{i}"], int)
+        return at, _values(res["ts_n"], int), sums
 
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """Run the plan's ``GROUPING SETS`` query and assemble the cell arrays."""

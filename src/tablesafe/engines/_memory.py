@@ -106,14 +106,25 @@ class MemoryEngine(ValidationCache):
         plan: TabulationPlan,
         seed: np.ndarray,
         k: np.ndarray,
+        counts: np.ndarray | None = None,
     ) -> SelectedSums:
-        """Sum the weights of the first ``k`` records of each inner cell in mix order."""
+        """Sum the weights of the first ``k`` records of each inner cell in mix order.
+
+        Ties of mix and key are broken by the fixed-point weight, then the
+        replicate weights, as in every engine. ``counts`` (used by other
+        engines to bound their work) is not needed here.
+        """
         self.ensure_valid(dataset)
         sub, flat, shape = self._cells(dataset, plan)
         size = int(np.prod(shape))
         keys = sub[plan.record_key].to_numpy().astype(np.int64)
         seeds = np.asarray(seed, dtype=np.int64).reshape(-1)[flat]
-        order = np.lexsort((keys, mix32(keys, seeds), flat))
+        payload = [
+            to_fixed(sub[c].to_numpy(dtype=np.float64))
+            for c in ([plan.weight] if plan.weight else []) + list(plan.replicates)
+        ]
+        # np.lexsort sorts by the last key first: cell, mix, key, weight, replicates.
+        order = np.lexsort((*payload[::-1], keys, mix32(keys, seeds), flat))
         # Rank of each record within its cell, in mix order.
         sorted_cells = flat[order]
         starts = np.searchsorted(sorted_cells, sorted_cells, side="left")

@@ -283,9 +283,19 @@ class SparkEngine(ValidationCache):
         return assemble_grouped(plan, g, codes, n, keys, w, reps)
 
     def select(
-        self, dataset: Dataset, plan: TabulationPlan, seed: np.ndarray, k: np.ndarray
+        self,
+        dataset: Dataset,
+        plan: TabulationPlan,
+        seed: np.ndarray,
+        k: np.ndarray,
+        counts: np.ndarray | None = None,
     ) -> SelectedSums:
-        """Sum the weights of the first ``k`` records of each inner cell in mix order."""
+        """Sum the weights of the first ``k`` records of each inner cell in mix order.
+
+        Ties of mix and key are broken by the fixed-point weights, as in
+        every engine. ``counts`` is accepted for the common signature; Spark
+        ranks within partitions that spill to disk, so it is not needed.
+        """
         self.ensure_valid(dataset)
         view = self._view(dataset)
         dims = plan.dimensions
@@ -316,9 +326,12 @@ class SparkEngine(ValidationCache):
             params: dict[str, Any] = {}
             where = ["s.k > 0", *universe_sql(plan, _DIALECT, params, prefix="t.")]
             mix = mix32_spark(f"t.{key}", "s.seed")
+            ties = [fixed_sql("t." + _ident(c)) for c in ([plan.weight] if plan.weight else [])]
+            ties += [fixed_sql("t." + _ident(r)) for r in plan.replicates]
+            order = ", ".join([mix, f"t.{key}", *ties])
             ranked = (
                 f"SELECT s.cell, s.k, {', '.join([*values, '1 AS ts_one'])}, "
-                f"ROW_NUMBER() OVER (PARTITION BY s.cell ORDER BY {mix}, t.{key}) AS ts_rank "
+                f"ROW_NUMBER() OVER (PARTITION BY s.cell ORDER BY {order}) AS ts_rank "
                 f"FROM {view} AS t JOIN {sel_view} AS s ON {on} WHERE {' AND '.join(where)}"
             )
             sums = ["COUNT(*) AS ts_n"]
