@@ -8,13 +8,15 @@ The text format shows one two-way cross-tabulation per layer, with totals.
 
 from __future__ import annotations
 
+import csv
 import io
 import itertools
-import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import orjson
 import pandas as pd
 from rich import box
 from rich.console import Console
@@ -22,7 +24,15 @@ from rich.table import Table
 
 from tablesafe._request import DimensionPlan
 
-__all__ = ["TOTAL_CODE", "TOTAL_LABEL", "long_frame", "render_text", "to_csv", "to_json"]
+__all__ = [
+    "TOTAL_CODE",
+    "TOTAL_LABEL",
+    "long_frame",
+    "render_text",
+    "to_csv",
+    "to_json",
+    "to_json_bytes",
+]
 
 #: Code of a total (margin) in machine formats, as in SDMX.
 TOTAL_CODE = "_T"
@@ -60,18 +70,64 @@ def long_frame(
 
 
 def to_csv(frame: pd.DataFrame) -> str:
-    """CSV text of a long frame, with full float precision."""
+    """CSV text of a long frame, with exact numbers.
+
+    Integers as integers, floats in their shortest exact form (an integral
+    float without its ``.0``), missing values empty, booleans ``True`` and
+    ``False``. Written column by column and joined by the standard
+    library's C CSV writer: a 100k-cell table takes a few hundredths of a
+    second (pandas' writer took 0.1-0.3 s).
+    """
     buf = io.StringIO()
-    frame.to_csv(buf, index=False, float_format="%.17g", lineterminator="\n")
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([str(c) for c in frame.columns])
+    writer.writerows(zip(*[_csv_column(frame[c].to_numpy()) for c in frame.columns], strict=True))
     return buf.getvalue()
 
 
 def to_json(frame: pd.DataFrame, meta: Mapping[str, Any]) -> str:
-    """JSON text: ``{"meta": ..., "cells": [...]}`` with exact numbers."""
-    cells = []
-    for rec in frame.to_dict(orient="records"):
-        cells.append({str(k): _plain(v) for k, v in rec.items()})
-    return json.dumps({"meta": meta, "cells": cells}, indent=1, allow_nan=False)
+    """JSON text: ``{"meta": ..., "cells": [...]}`` with exact numbers (orjson).
+
+    Floats are written in their shortest exact form, missing values
+    (``NaN``, ``None``) as ``null``.
+    """
+    return to_json_bytes(frame, meta).decode()
+
+
+def to_json_bytes(frame: pd.DataFrame, meta: Mapping[str, Any]) -> bytes:
+    """:func:`to_json` as UTF-8 bytes (what the server sends)."""
+    names = [str(c) for c in frame.columns]
+    columns = [frame[c].to_numpy().tolist() for c in frame.columns]
+    cells = [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+    return orjson.dumps(
+        {"meta": meta, "cells": cells}, option=orjson.OPT_SERIALIZE_NUMPY, default=_plain
+    )
+
+
+def _csv_column(values: np.ndarray) -> list[str]:
+    kind = values.dtype.kind
+    if kind in "iu":
+        return list(map(str, values.tolist()))
+    if kind == "b":
+        return ["True" if v else "False" for v in values.tolist()]
+    cache: dict[Any, str] = {}
+    out = []
+    for v in values.tolist():
+        text = cache.get(v)
+        if text is None:
+            text = cache[v] = _csv_value(v)
+        out.append(text)
+    return out
+
+
+def _csv_value(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, bool):
+        return "True" if v else "False"
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() else repr(v)
+    return str(v)
 
 
 def _plain(v: Any) -> Any:
@@ -81,7 +137,9 @@ def _plain(v: Any) -> Any:
         return float(v)
     if isinstance(v, np.bool_):
         return bool(v)
-    return v
+    if isinstance(v, tuple | set | frozenset):
+        return list(v)
+    raise TypeError(f"cannot write {type(v).__name__} as JSON")
 
 
 def _fmt(value: Any, statistic: str) -> str:

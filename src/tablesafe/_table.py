@@ -19,7 +19,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from tablesafe._errors import FormatError, RequestError
-from tablesafe._render import long_frame, render_text, to_csv, to_json
+from tablesafe._render import long_frame, render_text, to_csv, to_json, to_json_bytes
 from tablesafe._request import DimensionPlan, TableRequest
 
 __all__ = ["ProtectedTable"]
@@ -168,6 +168,10 @@ class ProtectedTable:
     def to_json(self) -> str:
         """JSON text: ``{"meta": ..., "cells": [...]}``."""
         return to_json(self.to_frame(), self.public_metadata())
+
+    def to_json_bytes(self) -> bytes:
+        """:meth:`to_json` as UTF-8 bytes."""
+        return to_json_bytes(self.to_frame(), self.public_metadata())
 
     def to_xlsx(self, path: str | Path) -> Path:
         """Write an Excel workbook: sheet ``cells`` (long format) and sheet ``about``."""

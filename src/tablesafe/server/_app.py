@@ -295,7 +295,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
                 headers={"content-disposition": f'attachment; filename="{name}-table.xlsx"'},
             )
         else:
-            response = Response(result.to_json(), media_type="application/json")
+            response = Response(result.to_json_bytes(), media_type="application/json")
         _audit(request, 200, "ok")
         return response
 

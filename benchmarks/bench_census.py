@@ -1,0 +1,412 @@
+"""Benchmark: every method at census scale (the census-scale issue).
+
+Makes a census-like dataset (12 regions, 350 local areas nested in them,
+single-year age 0-100, sex, marital status, tenure and ethnic group; one
+record per person, no weights, as a census; 10M records by default) and
+prints, for each method, the time of a protected table against a plain
+DuckDB GROUP BY of the same cells run in the same process, for a small
+table (REGION x SEX) and a 70k-cell one (AREA x AGE x SEX, 107k cells with
+margins), and each method's peak memory in a fresh process against that of
+tabulation alone. Then the cost of a command-line call (process start,
+imports, a second call on an unchanged file), the time to write the
+107k-cell table as CSV and JSON, and the served latency (p50, p99) of 16
+clients asking area-level tables of the demo table builder's HTTP API.
+
+Usage:
+    python benchmarks/bench_census.py [--records 10000000] [--repeat 3]
+        [--skip-memory] [--skip-server] [--methods none,ckm,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+DATA = Path(__file__).parent / "_data"
+SECRET = "census-benchmark-secret-0123456789abcdef"
+AREAS, REGIONS = 350, 12
+METHODS = {
+    # name: (method, extra options of protection_from_options)
+    "none": ("none", {}),
+    "ckm": ("ckm", {}),
+    "ckm-dynamic": ("ckm", {"seeds": "dynamic"}),
+    "dp": ("dp", {}),
+    "pram": ("pram", {}),
+    "q": ("q", {}),
+    "q-records": ("q-records", {"seeds": "dynamic"}),
+}
+TABLES = {"small": ("REGION", "SEX"), "large": ("AREA", "AGE", "SEX")}
+
+
+# -- the data ---------------------------------------------------------------------------------
+
+
+def catalog(records: int) -> str:
+    def cats(codes: range | list[int], label: str) -> list[dict[str, object]]:
+        return [{"code": c, "label": f"{label} {c}"} for c in codes]
+
+    from tablesafe._catalog import Catalog
+
+    raw = {
+        "dataset": {
+            "title": f"census-like benchmark data, {records:,} persons",
+            "file": "microdata.parquet",
+            "record_key": "RKEY",
+        },
+        "variables": [
+            {"name": "REGION", "categories": cats(range(1, REGIONS + 1), "Region")},
+            {"name": "AREA", "categories": cats(range(1, AREAS + 1), "Area")},
+            {"name": "AGE", "categories": cats(range(0, 101), "Age")},
+            {"name": "SEX", "categories": cats([1, 2], "Sex")},
+            {"name": "MARSTAT", "categories": cats(range(1, 6), "Marital status")},
+            {"name": "TENURE", "categories": cats(range(1, 5), "Tenure")},
+            {"name": "ETHNIC", "categories": cats(range(1, 7), "Ethnic group")},
+        ],
+    }
+    return Catalog.from_dict(raw).to_toml()
+
+
+def make_census(records: int) -> Path:
+    """Write (once) the census-like dataset of ``records`` persons; return its folder."""
+    folder = DATA / f"census_{records}"
+    if (folder / "catalog.toml").exists():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(2026)
+    # Area sizes vary (a few large towns, many small areas), as in a census.
+    area_p = rng.lognormal(0.0, 0.8, AREAS)
+    area_p /= area_p.sum()
+    age_p = np.exp(-np.arange(101) / 60.0) * (1 - 1 / (1 + np.exp(-(np.arange(101) - 85) / 4)))
+    age_p /= age_p.sum()
+    tmp = folder / "microdata.parquet.tmp"
+    writer = None
+    chunk = 2_000_000
+    for start in range(0, records, chunk):
+        m = min(chunk, records - start)
+        area = rng.choice(AREAS, m, p=area_p) + 1
+        age = rng.choice(101, m, p=age_p)
+        cols = {
+            "REGION": ((area - 1) * REGIONS // AREAS + 1).astype(np.int16),
+            "AREA": area.astype(np.int16),
+            "AGE": age.astype(np.int16),
+            "SEX": rng.integers(1, 3, m).astype(np.int8),
+            "MARSTAT": np.where(age < 16, 1, rng.integers(1, 6, m)).astype(np.int8),
+            "TENURE": rng.integers(1, 5, m).astype(np.int8),
+            "ETHNIC": rng.choice(6, m, p=[0.8, 0.07, 0.05, 0.04, 0.02, 0.02]).astype(np.int8) + 1,
+            "RKEY": rng.integers(0, 2**32, m, dtype=np.uint32).astype(np.int64),
+        }
+        table = pa.table(cols)
+        if writer is None:
+            writer = pq.ParquetWriter(tmp, table.schema)
+        writer.write_table(table, row_group_size=500_000)
+    assert writer is not None
+    writer.close()
+    tmp.replace(folder / "microdata.parquet")
+    (folder / "catalog.toml").write_text(catalog(records))
+    return folder
+
+
+# -- in-process timings -----------------------------------------------------------------------
+
+
+def median_time(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def plain_group_by(con, folder: Path, dims: tuple[str, ...]) -> None:
+    cols = ", ".join(dims)
+    con.execute(
+        f"SELECT {cols}, COUNT(*), SUM(RKEY) FROM read_parquet('{folder}/microdata.parquet') "
+        f"GROUP BY {cols}"
+    ).fetchall()
+
+
+def builder_for(folder: Path, name: str):
+    from tablesafe._builder import TableBuilder
+    from tablesafe._cli._methods import protection_from_options
+    from tablesafe._dataset import Dataset
+    from tablesafe.engines import DuckDBEngine
+
+    method, extra = METHODS[name]
+    os.environ["TS_BENCH_SECRET"] = SECRET
+    secret = {"secret_env": "TS_BENCH_SECRET"} if extra.get("seeds") == "dynamic" else {}
+    protection = protection_from_options(method, **extra, **secret)
+    return TableBuilder(Dataset.open(folder), protection, engine=DuckDBEngine())
+
+
+def time_methods(folder: Path, methods: list[str], repeat: int) -> list[dict[str, object]]:
+    import duckdb
+
+    from tablesafe._request import TableRequest
+
+    con = duckdb.connect()
+    rows = []
+    for table, dims in TABLES.items():
+        request = TableRequest(dims, statistic="count")
+        for name in methods:
+            builder = builder_for(folder, name)
+            builder.build(request)  # validation (remembered) and warm caches
+            base = median_time(lambda d=dims: plain_group_by(con, folder, d), repeat)
+            ours = median_time(lambda b=builder: b.build(request), repeat)
+            rows.append(
+                {
+                    "table": table,
+                    "method": name,
+                    "group_by_s": base,
+                    "method_s": ours,
+                    "ratio": ours / base,
+                }
+            )
+            print(
+                f"  {table:<5} {'*'.join(dims):<14} {name:<12} GROUP BY {base:6.3f} s   "
+                f"method {ours:6.3f} s   ratio {ours / base:5.2f}",
+                flush=True,
+            )
+    return rows
+
+
+# -- peak memory, each in a fresh process -----------------------------------------------------
+
+_MEMORY_CHILD = """
+import resource, sys
+sys.path.insert(0, {bench!r})
+from bench_census import builder_for
+from tablesafe._request import TableRequest
+from pathlib import Path
+builder = builder_for(Path({folder!r}), {method!r})
+request = TableRequest({dims!r}, statistic="count")
+builder.engine.ensure_valid(builder.dataset)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+if {tabulate_only!r}:
+    builder.tabulate(request)
+else:
+    builder.build(request)
+print(before // 1024, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def peak_mib(
+    folder: Path, method: str, dims: tuple[str, ...], tabulate_only: bool
+) -> tuple[int, int]:
+    """Peak resident memory (MiB) before and after the table, in a fresh process."""
+    code = _MEMORY_CHILD.format(
+        bench=str(Path(__file__).parent),
+        folder=str(folder),
+        method=method,
+        dims=dims,
+        tabulate_only=tabulate_only,
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    before, after = out.split()[-2:]
+    return int(before), int(after)
+
+
+# -- command line, output ---------------------------------------------------------------------
+
+
+def wall(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, capture_output=True, check=True, env=env)
+    return time.perf_counter() - t0
+
+
+def cli_costs(folder: Path) -> dict[str, float]:
+    exe = str(Path(sys.executable).with_name("tablesafe"))
+    table = [
+        exe,
+        "table",
+        str(folder),
+        "--rows",
+        "REGION",
+        "--cols",
+        "SEX",
+        "--format",
+        "csv",
+        "--statistic",
+        "count",
+    ]
+    out = {
+        "python_start_s": min(wall([sys.executable, "-c", "pass"]) for _ in range(3)),
+        "help_s": min(wall([exe, "--help"]) for _ in range(3)),
+        "import_tablesafe_s": min(
+            wall([sys.executable, "-c", "import tablesafe"]) for _ in range(3)
+        ),
+    }
+    wall(table)  # first call validates (or finds the validation remembered)
+    out["table_second_call_s"] = min(wall(table) for _ in range(3))
+    return out
+
+
+def output_costs(folder: Path, repeat: int) -> dict[str, float]:
+    from tablesafe._request import TableRequest
+
+    builder = builder_for(folder, "ckm")
+    table = builder.build(TableRequest(TABLES["large"], statistic="count"))
+    cells = len(table.to_frame())
+    return {
+        "cells": cells,
+        "csv_s": median_time(lambda: table.to_csv(), repeat),
+        "json_s": median_time(lambda: table.to_json(), repeat),
+    }
+
+
+# -- served latency ---------------------------------------------------------------------------
+
+
+def served_latency(folder: Path, clients: int = 16, requests_each: int = 8) -> dict[str, float]:
+    import httpx
+
+    tmp = Path(tempfile.mkdtemp(prefix="ts-census-"))
+    (tmp / "secret").write_text(SECRET)
+    (tmp / "site.toml").write_text(
+        textwrap.dedent(
+            f"""
+            [server]
+            title = "census benchmark"
+            audit_db = "{tmp}/audit.sqlite"
+            [engine]
+            kind = "duckdb"
+            materialize = true
+            [[datasets]]
+            name = "census"
+            path = "{folder}"
+            [datasets.protection]
+            method = "ckm"
+            seeds = "dynamic"
+            secret_file = "{tmp}/secret"
+            [datasets.rules]
+            max_dimensions = 3
+            max_cells = 200000
+            min_universe_size = 50
+            query_timeout_seconds = 60
+            sliver_min_difference = 0
+            """
+        )
+    )
+    exe = str(Path(sys.executable).with_name("tablesafe"))
+    port = "8765"
+    server = subprocess.Popen(
+        [exe, "serve", "--config", str(tmp / "site.toml"), "--port", port],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(f"{base}/api/datasets", timeout=1).status_code < 500:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        # Warm: materialize the dataset once.
+        url = f"{base}/api/datasets/census/tables"
+        body = {"dimensions": ["AREA", "AGE", "SEX"], "statistic": "count"}
+        r = httpx.post(url, json=body, timeout=600)
+        r.raise_for_status()
+        latencies: list[float] = []
+        lock = threading.Lock()
+
+        def client(c: int) -> None:
+            with httpx.Client(timeout=600) as http:
+                for j in range(requests_each):
+                    # Area-level tables over different universes (an age band each).
+                    lo = (c * requests_each + j) % 90
+                    body = {
+                        "dimensions": ["AREA", "AGE", "SEX"],
+                        "universe": {"AGE": list(range(lo, lo + 11))},
+                        "statistic": "count",
+                    }
+                    t0 = time.perf_counter()
+                    http.post(url, json=body).raise_for_status()
+                    with lock:
+                        latencies.append(time.perf_counter() - t0)
+
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        q = np.quantile(latencies, [0.5, 0.99])
+        return {"clients": clients, "requests": len(latencies), "p50_s": q[0], "p99_s": q[1]}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--records", type=int, default=10_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--skip-server", action="store_true")
+    ap.add_argument("--json", type=Path, help="also write the results to this file")
+    args = ap.parse_args()
+    methods = args.methods.split(",")
+    t0 = time.perf_counter()
+    folder = make_census(args.records)
+    print(
+        f"census-like data, {args.records:,} records: {folder} ({time.perf_counter() - t0:.0f} s)"
+    )
+    results: dict[str, object] = {"records": args.records}
+    print("time against a plain GROUP BY of the same cells (DuckDB, Parquet scan, median):")
+    results["methods"] = time_methods(folder, methods, args.repeat)
+    if not args.skip_memory:
+        print("peak memory (MiB) of a fresh process: tabulation alone, then each method:")
+        mem = []
+        for table, dims in TABLES.items():
+            start, base = peak_mib(folder, "none", dims, tabulate_only=True)
+            for name in methods:
+                _, peak = peak_mib(folder, name, dims, tabulate_only=False)
+                mem.append(
+                    {
+                        "table": table,
+                        "method": name,
+                        "start_mib": start,
+                        "tabulate_mib": base,
+                        "peak_mib": peak,
+                    }
+                )
+                print(
+                    f"  {table:<5} {name:<12} after imports {start:6d}   tabulation {base:6d}   "
+                    f"method {peak:6d}   (+{peak - base} MiB over the tabulation)",
+                    flush=True,
+                )
+        results["memory"] = mem
+    print("command line (wall time, best of 3):")
+    results["cli"] = cli_costs(folder)
+    for k, v in results["cli"].items():
+        print(f"  {k:<22} {v:6.3f} s")
+    print("writing the 107k-cell AREA x AGE x SEX table:")
+    results["output"] = output_costs(folder, args.repeat)
+    print(f"  {results['output']}")
+    if not args.skip_server:
+        print("served AREA x AGE x SEX tables, 16 clients:")
+        results["served"] = served_latency(folder)
+        print(f"  {results['served']}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
