@@ -138,3 +138,40 @@ def test_subpackage_apis_are_pinned():
         "percent_perturbed",
         "relative_absolute_difference",
     }
+
+
+def test_lazy_exports_name_the_defining_modules():
+    """Each lazily exported name is found in the module the package names for it."""
+    import importlib
+
+    import tablesafe.engines
+    import tablesafe.mechanisms
+    import tablesafe.postprocess
+
+    for package in (tablesafe, tablesafe.engines, tablesafe.mechanisms, tablesafe.postprocess):
+        exports = package._EXPORTS
+        assert set(exports) <= set(package.__all__), package.__name__
+        for name, module in exports.items():
+            assert getattr(importlib.import_module(module), name) is getattr(package, name)
+        assert set(package.__all__) <= set(dir(package))
+    modules = {"_cellwise", "_cyclic", "_records", "_resampling"}
+    names = set()
+    for m in modules:
+        names |= set(importlib.import_module(f"tablesafe.mechanisms.{m}").__all__)
+    assert names == set(tablesafe.mechanisms.__all__)
+
+
+def test_import_and_help_load_no_heavy_library():
+    """``import tablesafe`` and ``tablesafe --help`` stay fast: no scipy, pandas or DuckDB."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tablesafe, tablesafe.engines, tablesafe.mechanisms\n"
+        "from tablesafe._cli import get_app\n"
+        "get_app()\n"
+        "heavy = {'scipy', 'pandas', 'duckdb', 'pyspark', 'fastapi', 'matplotlib', 'pyarrow'}\n"
+        "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -8,11 +8,8 @@ their own: :mod:`tablesafe.engines`, :mod:`tablesafe.mechanisms`,
 
 from __future__ import annotations
 
-from tablesafe._aggregates import CellAggregates
-from tablesafe._builder import TableBuilder
-from tablesafe._catalog import Catalog, Category, ReplicateDesign, StructuralZero, Variable
-from tablesafe._dataset import Dataset
-from tablesafe._demo import write_demo_data
+from typing import TYPE_CHECKING
+
 from tablesafe._errors import (
     CatalogError,
     ComputationError,
@@ -26,13 +23,51 @@ from tablesafe._errors import (
     TablesafeError,
     UserError,
 )
-from tablesafe._keys import add_record_keys, cell_key_uniform, cell_keys, draw_record_keys
-from tablesafe._protection import Protection, Rounding, protection_from_settings
-from tablesafe._ptable import PrivacyFigures, PTable
-from tablesafe._request import DimensionPlan, TableRequest, TabulationPlan
-from tablesafe._settings import ProtectionSettings
-from tablesafe._table import ProtectedTable
-from tablesafe._tabulation import Tabulation, tabulate
+from tablesafe._lazy import attach
+
+if TYPE_CHECKING:
+    from tablesafe._aggregates import CellAggregates
+    from tablesafe._builder import TableBuilder
+    from tablesafe._catalog import Catalog, Category, ReplicateDesign, StructuralZero, Variable
+    from tablesafe._dataset import Dataset
+    from tablesafe._demo import write_demo_data
+    from tablesafe._keys import add_record_keys, cell_key_uniform, cell_keys, draw_record_keys
+    from tablesafe._protection import Protection, Rounding, protection_from_settings
+    from tablesafe._ptable import PrivacyFigures, PTable
+    from tablesafe._request import DimensionPlan, TableRequest, TabulationPlan
+    from tablesafe._settings import ProtectionSettings
+    from tablesafe._table import ProtectedTable
+    from tablesafe._tabulation import Tabulation, tabulate
+
+_EXPORTS = {
+    "Catalog": "tablesafe._catalog",
+    "Category": "tablesafe._catalog",
+    "CellAggregates": "tablesafe._aggregates",
+    "Dataset": "tablesafe._dataset",
+    "DimensionPlan": "tablesafe._request",
+    "PTable": "tablesafe._ptable",
+    "PrivacyFigures": "tablesafe._ptable",
+    "ProtectedTable": "tablesafe._table",
+    "Protection": "tablesafe._protection",
+    "ProtectionSettings": "tablesafe._settings",
+    "ReplicateDesign": "tablesafe._catalog",
+    "Rounding": "tablesafe._protection",
+    "StructuralZero": "tablesafe._catalog",
+    "TableBuilder": "tablesafe._builder",
+    "TableRequest": "tablesafe._request",
+    "Tabulation": "tablesafe._tabulation",
+    "TabulationPlan": "tablesafe._request",
+    "Variable": "tablesafe._catalog",
+    "add_record_keys": "tablesafe._keys",
+    "cell_key_uniform": "tablesafe._keys",
+    "cell_keys": "tablesafe._keys",
+    "draw_record_keys": "tablesafe._keys",
+    "protection_from_settings": "tablesafe._protection",
+    "tabulate": "tablesafe._tabulation",
+    "write_demo_data": "tablesafe._demo",
+}
+
+__getattr__, __dir__ = attach(__name__, _EXPORTS)
 
 __version__ = "0.1.0"
 

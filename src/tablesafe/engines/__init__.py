@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
-from tablesafe.engines._base import DatasetSummary, Engine
-from tablesafe.engines._duckdb import DuckDBEngine
-from tablesafe.engines._memory import MemoryEngine
-from tablesafe.engines._spark import SparkEngine
+from typing import TYPE_CHECKING
+
+from tablesafe._lazy import attach
+
+if TYPE_CHECKING:
+    from tablesafe.engines._base import DatasetSummary, Engine
+    from tablesafe.engines._duckdb import DuckDBEngine
+    from tablesafe.engines._memory import MemoryEngine
+    from tablesafe.engines._spark import SparkEngine
+
+_EXPORTS = {
+    "DatasetSummary": "tablesafe.engines._base",
+    "DuckDBEngine": "tablesafe.engines._duckdb",
+    "Engine": "tablesafe.engines._base",
+    "MemoryEngine": "tablesafe.engines._memory",
+    "SparkEngine": "tablesafe.engines._spark",
+}
+
+__getattr__, __dir__ = attach(__name__, _EXPORTS)
 
 __all__ = ["DatasetSummary", "DuckDBEngine", "Engine", "MemoryEngine", "SparkEngine"]

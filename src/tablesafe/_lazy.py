@@ -1,0 +1,41 @@
+"""Lazy re-exports for packages (PEP 562), so that ``import tablesafe`` is cheap.
+
+A package lists which module defines each public name; the module is
+imported the first time the name is used. Commands import only what they
+need, so ``tablesafe --help`` does not load scipy, pandas or DuckDB.
+Type checkers see ordinary imports under ``TYPE_CHECKING`` in each package.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["attach"]
+
+
+def attach(
+    package: str, exports: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """Return ``__getattr__`` and ``__dir__`` for ``package``.
+
+    Args:
+        package: The package's ``__name__``.
+        exports: Public name -> the module that defines it.
+    """
+
+    def __getattr__(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        # Cache on the package so the next access is a plain attribute.
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(exports))
+
+    return __getattr__, __dir__
