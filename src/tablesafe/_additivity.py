@@ -42,7 +42,6 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import optimize, sparse
 
 from tablesafe._errors import ComputationError, ParameterError
 
@@ -266,6 +265,8 @@ def _least_squares_margins(
     values: np.ndarray, grouping_sets: tuple[tuple[int, ...], ...], sz: np.ndarray
 ) -> np.ndarray:
     """Margins of the non-negative inner table closest (least squares) to all released cells."""
+    from scipy import optimize, sparse  # imported when needed: a slow import
+
     shape = values.shape
     k = len(shape)
     inner_shape = tuple(s - 1 for s in shape)
@@ -326,6 +327,8 @@ def controlled_rounding(
     Raises:
         ComputationError: if the solver fails.
     """
+    from scipy import optimize, sparse  # imported when needed: a slow import
+
     shape = values.shape
     k = len(shape)
     inner_shape = tuple(s - 1 for s in shape)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
 
 from tablesafe._catalog import ReplicateDesign
 from tablesafe._errors import ParameterError
@@ -48,6 +47,8 @@ def confidence_interval(
     """Normal confidence intervals ``estimate ± z * se`` at ``level``."""
     if not 0 < level < 1:
         raise ParameterError(f"confidence level must lie in (0, 1), not {level}")
+    from scipy import stats  # imported when needed: a slow import
+
     z = float(stats.norm.ppf(0.5 + level / 2))
     return estimate - z * se, estimate + z * se
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import optimize
 
 from tablesafe._errors import ComputationError, ParameterError
 from tablesafe._ptable import PTable
@@ -481,6 +480,8 @@ def _maxent(v: np.ndarray, var: float, lb: np.ndarray, mono: bool, i: int) -> np
 
     def grad(p: np.ndarray) -> np.ndarray:
         return np.asarray(np.log(p) + 1.0)
+
+    from scipy import optimize  # imported when needed: a slow import
 
     x0 = np.clip(np.full(n, 1.0 / n), lb, 1.0)
     res = optimize.minimize(
