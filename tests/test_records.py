@@ -56,6 +56,20 @@ def test_mix_in_sql_equals_numpy():
     assert ((mix32(keys, seeds) >= 0) & (mix32(keys, seeds) < 2**32)).all()
 
 
+def test_staged_mix_in_sql_equals_numpy():
+    import duckdb
+
+    from tablesafe._selection import mix32_staged_sql
+
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 2**32, 500)
+    seeds = rng.integers(0, 2**32, 500)
+    source = "(SELECT UNNEST(?) AS k, UNNEST(?) AS s, generate_subscripts(?, 1) AS i)"
+    sql = f"SELECT ts_mix FROM ({mix32_staged_sql(source, 'k', 's')}) ORDER BY i"
+    got = duckdb.connect().execute(sql, [keys.tolist(), seeds.tolist(), keys.tolist()]).fetchall()
+    assert [r[0] for r in got] == mix32(keys, seeds).tolist()
+
+
 def test_engines_choose_the_same_records(random_data):
     dataset, frame = random_data
     plan = TableRequest(("A", "CG"), universe={"D": [1]}, replicates=True).bind(dataset.catalog)

@@ -40,6 +40,7 @@ __all__ = [
     "SelectedSums",
     "mix32",
     "mix32_sql",
+    "mix32_staged_sql",
     "mix_thresholds",
     "selection_rows",
 ]
@@ -57,6 +58,22 @@ def mix32(record_key: npt.ArrayLike, seed: npt.ArrayLike) -> npt.NDArray[np.int6
     x = (np.bitwise_xor(x >> 16, x) * MIX_MULTIPLIER) % _M32
     x = (np.bitwise_xor(x >> 16, x) * MIX_MULTIPLIER) % _M32
     return np.asarray(np.bitwise_xor(x >> 16, x), dtype=np.int64)
+
+
+def mix32_staged_sql(source: str, key: str, seed: str) -> str:
+    """``SELECT *`` of ``source`` plus the mix of ``key`` and ``seed`` as ``ts_mix`` (DuckDB).
+
+    The same function as :func:`mix32_sql`, computed one step per subquery:
+    written as one expression, each step repeats the previous one twice and
+    DuckDB evaluates every copy (0.41 s against 0.15 s on 10M records).
+    ``& (2**32 - 1)`` equals ``% 2**32`` here, as every value is non-negative.
+    """
+    mask = _M32 - 1
+    step = f"((xor(ts_m{{i}} >> 16, ts_m{{i}}) * {MIX_MULTIPLIER}) & {mask})"
+    sql = f"SELECT *, xor(CAST({key} AS BIGINT), CAST({seed} AS BIGINT)) AS ts_m0 FROM {source}"
+    for i in range(2):
+        sql = f"SELECT * EXCLUDE (ts_m{i}), {step.format(i=i)} AS ts_m{i + 1} FROM ({sql})"
+    return f"SELECT * EXCLUDE (ts_m2), xor(ts_m2 >> 16, ts_m2) AS ts_mix FROM ({sql})"
 
 
 def mix32_sql(key: str, seed: str) -> str:

@@ -27,7 +27,7 @@ from tablesafe._request import TabulationPlan
 from tablesafe._selection import (
     MIX_RANGE,
     SelectedSums,
-    mix32_sql,
+    mix32_staged_sql,
     mix_thresholds,
     selection_rows,
 )
@@ -369,13 +369,13 @@ class DuckDBEngine(ValidationCache):
         values = [f"{fixed_sql('t.' + _ident(c))} AS ts_v{i}" for i, c in enumerate(weights)]
         params: list[Any] = []
         where = universe_sql(plan, _DIALECT, params, prefix="t.")
-        mix = mix32_sql(f"t.{key}", "s.seed")
         joined = (
-            f"SELECT s.cell, s.k, s.thr, t.{key} AS ts_key, "
-            f"{', '.join([*values, f'{mix} AS ts_mix'])} "
+            f"SELECT s.cell, s.k, s.thr, s.seed AS ts_seed, t.{key} AS ts_key, "
+            f"{', '.join(values) if values else '1 AS ts_one'} "
             f"FROM {src} AS t JOIN ts_sel AS s ON {on}"
             + (f" WHERE {' AND '.join(where)}" if where else "")
         )
+        joined = mix32_staged_sql(f"({joined})", "ts_key", "ts_seed")
         v = [f"ts_v{i}" for i in range(len(weights))]
         ranked = (
             f"SELECT {', '.join(['cell', 'k', *v])}, ROW_NUMBER() OVER (PARTITION BY cell "
