@@ -28,6 +28,7 @@ def _register() -> None:
     # function so that importing this module stays cheap and cycle-free.
     from tablesafe._cli import (  # noqa: F401
         _attack,
+        _catalog,
         _cyclic,
         _data,
         _evaluate,
