@@ -34,3 +34,11 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tablesafe._demo import write_demo_data
 
     return write_demo_data(tmp_path_factory.mktemp("demo"), 20_000, seed=7, replicates=10)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Keep the suite's ptable cache out of the user's ~/.cache."""
+    import os
+
+    os.environ["TABLESAFE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))

@@ -269,7 +269,10 @@ class TableBuilder:
                 # No protection (the data owner's own use): the exact sums.
                 weighted, reps = agg.weight_sum.copy(), agg.replicate_sums
             else:
-                w_mean, _ = self.overall_mean_weights()
+                # The dataset's mean weight only stands in where even the universe is
+                # empty; it costs a query, so it is read only then.
+                empty = int(agg.n[(-1,) * agg.n.ndim]) == 0
+                w_mean = self.overall_mean_weights()[0] if empty else 1.0
                 mean = enclosing_means(agg.weight_sum, agg.n, w_mean)
                 assert u_w is not None
                 weighted = protected_weighted(counts, mean, u_w, prot.weight_noise)

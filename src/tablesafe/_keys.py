@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from tablesafe._errors import DataError, FormatError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "KEY_MODULUS",
@@ -73,6 +73,10 @@ def cell_key_uniform(cell_key: npt.ArrayLike) -> npt.NDArray[np.float64]:
 
 
 def _read_table(path: Path) -> pa.Table:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
     suffix = path.suffix.lower()
     try:
         if suffix == ".parquet":
@@ -117,6 +121,10 @@ def add_record_keys(
         DataError: if the key column exists and ``overwrite_keys`` is false,
             or the source cannot be read.
     """
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
     source, target = Path(source), Path(target)
     if target.suffix.lower() not in (".parquet", ".csv"):
         raise FormatError(f"output file {target} must end in .parquet or .csv")
@@ -148,6 +156,9 @@ def add_record_keys(
 
 def check_record_keys(table: pa.Table, column: str) -> None:
     """Check that a column holds valid record keys: integers in 0 .. 2**32 - 1, no nulls."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if column not in table.column_names:
         raise DataError(f"record-key column {column!r} is missing")
     col = table.column(column)

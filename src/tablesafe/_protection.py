@@ -322,7 +322,9 @@ def mechanism_from_settings(
     elif m == "pram":
         mech = mechanisms.pram_shlomo_young()
     elif m == "ckm":
-        mech = mechanisms.destatis(settings.max_deviation, settings.variance, js=settings.js)
+        from tablesafe._ptable_cache import cached_destatis
+
+        mech = cached_destatis(settings.max_deviation, settings.variance, settings.js)
     else:
         from tablesafe._ptable import PTable
 

@@ -13,20 +13,27 @@ import io
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import orjson
-import pandas as pd
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from tablesafe._request import DimensionPlan
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: A long table: columns by name (numpy arrays), or a pandas DataFrame.
+Columns: TypeAlias = "Mapping[str, np.ndarray] | pd.DataFrame"
+
 __all__ = [
     "TOTAL_CODE",
     "TOTAL_LABEL",
+    "Columns",
+    "long_columns",
     "long_frame",
     "render_text",
     "to_csv",
@@ -40,14 +47,14 @@ TOTAL_CODE = "_T"
 TOTAL_LABEL = "Total"
 
 
-def long_frame(
+def long_columns(
     dimensions: Sequence[DimensionPlan],
     columns: Mapping[str, np.ndarray],
     computed: np.ndarray,
     *,
     labels: bool = False,
-) -> pd.DataFrame:
-    """One row per computed cell: dimension codes (``_T`` for totals) and statistics.
+) -> dict[str, np.ndarray]:
+    """Columns of one row per computed cell: dimension codes (``_T`` for totals), statistics.
 
     Args:
         dimensions: The table's dimensions.
@@ -66,10 +73,23 @@ def long_frame(
             data[f"{d.name}_label"] = np.array([*d.labels, TOTAL_LABEL], dtype=object)[pos]
     for name, arr in columns.items():
         data[name] = arr.reshape(-1)[idx]
-    return pd.DataFrame(data)
+    return data
 
 
-def to_csv(frame: pd.DataFrame) -> str:
+def long_frame(
+    dimensions: Sequence[DimensionPlan],
+    columns: Mapping[str, np.ndarray],
+    computed: np.ndarray,
+    *,
+    labels: bool = False,
+) -> pd.DataFrame:
+    """:func:`long_columns` as a pandas DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame(long_columns(dimensions, columns, computed, labels=labels))
+
+
+def to_csv(frame: Columns) -> str:
     """CSV text of a long frame, with exact numbers.
 
     Integers as integers, floats in their shortest exact form (an integral
@@ -78,14 +98,15 @@ def to_csv(frame: pd.DataFrame) -> str:
     library's C CSV writer: a 100k-cell table takes a few hundredths of a
     second (pandas' writer took 0.1-0.3 s).
     """
+    cols = _columns(frame)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([str(c) for c in frame.columns])
-    writer.writerows(zip(*[_csv_column(frame[c].to_numpy()) for c in frame.columns], strict=True))
+    writer.writerow(list(cols))
+    writer.writerows(zip(*[_csv_column(v) for v in cols.values()], strict=True))
     return buf.getvalue()
 
 
-def to_json(frame: pd.DataFrame, meta: Mapping[str, Any]) -> str:
+def to_json(frame: Columns, meta: Mapping[str, Any]) -> str:
     """JSON text: ``{"meta": ..., "cells": [...]}`` with exact numbers (orjson).
 
     Floats are written in their shortest exact form, missing values
@@ -94,14 +115,22 @@ def to_json(frame: pd.DataFrame, meta: Mapping[str, Any]) -> str:
     return to_json_bytes(frame, meta).decode()
 
 
-def to_json_bytes(frame: pd.DataFrame, meta: Mapping[str, Any]) -> bytes:
+def to_json_bytes(frame: Columns, meta: Mapping[str, Any]) -> bytes:
     """:func:`to_json` as UTF-8 bytes (what the server sends)."""
-    names = [str(c) for c in frame.columns]
-    columns = [frame[c].to_numpy().tolist() for c in frame.columns]
+    cols = _columns(frame)
+    names = list(cols)
+    columns = [v.tolist() for v in cols.values()]
     cells = [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
     return orjson.dumps(
         {"meta": meta, "cells": cells}, option=orjson.OPT_SERIALIZE_NUMPY, default=_plain
     )
+
+
+def _columns(frame: Columns) -> dict[str, np.ndarray]:
+    """Name -> values of a long table given as columns or as a DataFrame."""
+    if isinstance(frame, Mapping):
+        return {str(k): np.asarray(v) for k, v in frame.items()}
+    return {str(c): frame[c].to_numpy() for c in frame.columns}
 
 
 def _csv_column(values: np.ndarray) -> list[str]:

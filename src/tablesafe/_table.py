@@ -12,15 +12,17 @@ import io
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from tablesafe._errors import FormatError, RequestError
-from tablesafe._render import long_frame, render_text, to_csv, to_json, to_json_bytes
+from tablesafe._render import long_columns, render_text, to_csv, to_json, to_json_bytes
 from tablesafe._request import DimensionPlan, TableRequest
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["ProtectedTable"]
 
@@ -140,6 +142,14 @@ class ProtectedTable:
                 (under DP it breaks the privacy guarantee): for the data
                 owner's evaluation only, never for publication.
         """
+        import pandas as pd
+
+        return pd.DataFrame(self.long_columns(labels=labels, flags=flags, owner=owner))
+
+    def long_columns(
+        self, *, labels: bool = False, flags: bool = True, owner: bool = False
+    ) -> dict[str, np.ndarray]:
+        """The columns of :meth:`to_frame` as numpy arrays (no pandas needed)."""
         cols = self.shown_statistics()
         if flags:
             cols["structural_zero"] = self.structural_zero
@@ -148,7 +158,7 @@ class ProtectedTable:
         if owner:
             cols["perturbed"] = self.perturbed
             cols["adjusted"] = self.adjusted
-        return long_frame(self.dimensions, cols, self.computed, labels=labels)
+        return long_columns(self.dimensions, cols, self.computed, labels=labels)
 
     def public_metadata(self) -> dict[str, Any]:
         """Everything published with the table besides its cells."""
@@ -163,15 +173,15 @@ class ProtectedTable:
 
     def to_csv(self) -> str:
         """CSV text, one row per cell, with exact numbers."""
-        return to_csv(self.to_frame())
+        return to_csv(self.long_columns())
 
     def to_json(self) -> str:
         """JSON text: ``{"meta": ..., "cells": [...]}``."""
-        return to_json(self.to_frame(), self.public_metadata())
+        return to_json(self.long_columns(), self.public_metadata())
 
     def to_json_bytes(self) -> bytes:
         """:meth:`to_json` as UTF-8 bytes."""
-        return to_json_bytes(self.to_frame(), self.public_metadata())
+        return to_json_bytes(self.long_columns(), self.public_metadata())
 
     def to_xlsx(self, path: str | Path) -> Path:
         """Write an Excel workbook: sheet ``cells`` (long format) and sheet ``about``."""
@@ -188,6 +198,8 @@ class ProtectedTable:
         entries; both are fixed so that the same table always gives the
         same bytes (the API promises byte-identical answers).
         """
+        import pandas as pd
+
         about = pd.DataFrame(
             [(k, _flat(v)) for k, v in self.public_metadata().items()], columns=["key", "value"]
         )

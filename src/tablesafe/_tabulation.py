@@ -8,16 +8,18 @@ protected table. Every rendering of it says that it is unprotected.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from tablesafe._aggregates import CellAggregates
 from tablesafe._dataset import Dataset
 from tablesafe._errors import RequestError
-from tablesafe._render import long_frame, render_text, to_csv, to_json
+from tablesafe._render import long_columns, long_frame, render_text, to_csv, to_json
 from tablesafe._request import TableRequest
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Tabulation", "tabulate"]
 
@@ -48,6 +50,9 @@ class Tabulation:
             out["weighted"] = agg.weight_sum
         return out
 
+    def _columns(self) -> dict[str, np.ndarray]:
+        return long_columns(self.aggregates.dimensions, self.statistics(), self.aggregates.computed)
+
     def to_frame(self, *, labels: bool = False) -> pd.DataFrame:
         """Long DataFrame: one row per cell, ``_T`` codes for totals."""
         return long_frame(
@@ -68,9 +73,9 @@ class Tabulation:
     def render(self, fmt: str = "text") -> str:
         """Render as ``"text"`` (pretty, via rich), ``"csv"`` or ``"json"``."""
         if fmt == "csv":
-            return f"# {UNPROTECTED}\n" + to_csv(self.to_frame())
+            return f"# {UNPROTECTED}\n" + to_csv(self._columns())
         if fmt == "json":
-            return to_json(self.to_frame(), self.metadata()) + "\n"
+            return to_json(self._columns(), self.metadata()) + "\n"
         if fmt == "text":
             universe = (
                 " and ".join(f"{k} in {list(v)}" for k, v in self.request.universe.items())

@@ -28,11 +28,14 @@ def parse_where(items: list[str]) -> dict[str, tuple[str, ...]]:
 
 
 def _engine(name: str, spark_master: str) -> Any:
-    from tablesafe.engines import DuckDBEngine, MemoryEngine
-
+    # Each engine imported only when chosen (the memory engine loads pandas).
     if name == "duckdb":
+        from tablesafe.engines import DuckDBEngine
+
         return DuckDBEngine()
     if name == "memory":
+        from tablesafe.engines import MemoryEngine
+
         return MemoryEngine()
     if name == "spark":
         from tablesafe import engines

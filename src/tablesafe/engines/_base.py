@@ -19,7 +19,6 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from tablesafe._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe._dataset import Dataset
@@ -220,20 +219,24 @@ def assemble_grouped(
     index = []
     for i, d in enumerate(dims):
         aggregated = (np.asarray(grouping) >> (k - 1 - i)) & 1 == 1
-        lookup = pd.Index([c for members in d.members for c in members])
-        target = np.array(
-            [j for j, members in enumerate(d.members) for _ in members], dtype=np.int64
-        )
-        raw = pd.Index(np.asarray(codes[i], dtype=object)[~aggregated]) if rows else pd.Index([])
-        pos = lookup.get_indexer(raw)
+        # Raw code -> output category (a grouped category has several raw codes).
+        lookup = {c: j for j, members in enumerate(d.members) for c in members}
+        raw = np.asarray(codes[i])[~aggregated] if rows else np.zeros(0, dtype=np.int64)
+        if raw.size:
+            distinct, inverse = np.unique(raw, return_inverse=True)
+            pos = np.array([lookup.get(c, -1) for c in distinct.tolist()], dtype=np.int64)[
+                inverse.reshape(-1)
+            ]
+        else:
+            pos = np.zeros(0, dtype=np.int64)
         if (pos < 0).any():
-            bad = sorted({str(v) for v in raw[pos < 0]})[:10]
+            bad = sorted({str(v) for v in raw[pos < 0].tolist()})[:10]
             raise DataError(
                 f"column {d.column} holds code(s) {', '.join(bad)} that the catalog's "
                 f"{d.name} does not list"
             )
         idx = np.full(rows, d.size, dtype=np.int64)
-        idx[~aggregated] = target[pos]
+        idx[~aggregated] = pos
         index.append(idx)
     flat = np.ravel_multi_index(tuple(index), shape) if rows else np.zeros(0, dtype=np.int64)
     size = int(np.prod(shape))
