@@ -287,14 +287,16 @@ class DimensionPlan:
     @classmethod
     def from_variable(cls, var: Variable, only: Sequence[Code] | None = None) -> DimensionPlan:
         """Build the plan of ``var``, keeping only categories ``only`` if given."""
-        keep = [i for i, c in enumerate(var.codes) if only is None or c in only]
+        codes = var.codes
+        wanted = None if only is None else set(only)
+        keep = [i for i, c in enumerate(codes) if wanted is None or c in wanted]
         return cls(
             name=var.name,
             label=var.label,
             column=var.column,
-            codes=tuple(var.codes[i] for i in keep),
+            codes=tuple(codes[i] for i in keep),
             labels=tuple(var.categories[i].label for i in keep),
-            members=tuple(var.source_codes(var.codes[i]) for i in keep),
+            members=tuple((codes[i],) if var.members is None else var.members[i] for i in keep),
         )
 
     @property
