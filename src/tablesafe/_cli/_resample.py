@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from tablesafe._cli import app
-from tablesafe._cli._cyclic import check_format, format_table, read_table
+from tablesafe._cli._tablefiles import check_format, format_table, read_table
 from tablesafe._errors import ParameterError
 
 resample_app = typer.Typer(
