@@ -1,0 +1,501 @@
+"""Replicate weights from the sample design: ``tablesafe replicates add``.
+
+Survey variances come from the design: strata ``h = 1..H``, each with
+``n_h`` primary sampling units (PSUs) drawn from it, and a weight per
+record. :func:`replicate_weights` turns such a design into replicate
+weights by the textbook formulas (Wolter, *Introduction to Variance
+Estimation*, 2nd ed., chapters 3-5; Rust & Rao 1996, *Statistical Methods in
+Medical Research* 5, 283-310; Rao & Wu 1988, *JASA* 83, 231-241). With
+``y_hj`` the weighted total of PSU ``j`` of stratum ``h``, each method's
+variance of a total equals, exactly or in expectation, the Taylor
+(linearisation) variance ``sum_h n_h/(n_h - 1) sum_j (y_hj - ybar_h)**2``
+of the same with-replacement design:
+
+- **JK1** (delete-one-PSU jackknife; JKn when there are strata): one
+  replicate per PSU; the PSU's records get weight 0 and the other PSUs of
+  its stratum ``n_h/(n_h - 1)`` times their weight. Variance
+  ``sum_r c_h(r) (theta_r - theta)**2`` with ``c_h = (n_h - 1)/n_h``. When
+  every stratum has the same ``n_h`` (or there are no strata) the catalog's
+  single coefficient is ``(n - 1)/n``; otherwise each replicate is rescaled
+  to ``w + sqrt(c_h) (w_r - w)`` and the coefficient is 1 (the same
+  variance for every linear estimator, and non-negative weights).
+- **JK2** (paired jackknife; exactly two PSUs per stratum): one replicate
+  per stratum; its first PSU (in sorted order of the PSU codes) gets weight
+  0 and the second twice its weight. Coefficient 1; for totals the variance
+  equals the Taylor variance exactly.
+- **BRR** (balanced repeated replication, two PSUs per stratum), with Fay's
+  factor ``rho``: replicate ``r`` multiplies the first PSU of stratum ``h``
+  by ``1 + (1 - rho) a_rh`` and the second by ``1 - (1 - rho) a_rh``, where
+  ``a_rh = ±1`` is column ``h + 1`` of a Sylvester Hadamard matrix of order
+  ``R``, the smallest power of two above ``H``. The columns are orthogonal,
+  so for totals ``sum_r (theta_r - theta)**2 / (R (1 - rho)**2)`` equals the
+  Taylor variance exactly.
+- **bootstrap** (Rao-Wu rescaling bootstrap with ``n_h - 1`` PSUs drawn
+  with replacement in each stratum): replicate weights
+  ``w * n_h/(n_h - 1) * m_hj`` with ``m_hj`` the number of times PSU ``j``
+  was drawn. Coefficient ``1/R`` (deviations from the full-sample
+  estimate); the expected variance of a total is the Taylor variance.
+
+PSUs are identified within their stratum (PSU 1 of stratum 1 and PSU 1 of
+stratum 2 are different PSUs), as in NHANES and most public-use files.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from tablesafe._catalog import REPLICATE_METHODS, Catalog, _check_name, _toml_value
+from tablesafe._errors import CatalogError, DataError, ParameterError
+
+__all__ = ["DesignReplicates", "ReplicatesReport", "add_replicates", "replicate_weights"]
+
+Method = Literal["JK1", "JK2", "BRR", "bootstrap"]
+
+#: Replicates drawn by the bootstrap unless told otherwise.
+DEFAULT_BOOTSTRAP_REPLICATES = 200
+
+
+@dataclass(frozen=True)
+class DesignReplicates:
+    """Replicate factors for a design, and how to turn replicates into a variance.
+
+    The replicate weight ``r`` of record ``i`` is
+    ``weight[i] * factors[r, psu_index[i]]``.
+
+    Attributes:
+        factors: Shape ``(R, P)``: the factor of each PSU in each replicate.
+        psu_index: For each record, the index of its PSU (0 .. P-1).
+        method: The replication method.
+        coefficient: The factor in front of ``sum_r (theta_r - theta)**2``.
+        fay: Fay's factor (BRR only; 0 otherwise).
+        strata: Number of strata ``H``.
+    """
+
+    factors: npt.NDArray[np.float64]
+    psu_index: npt.NDArray[np.int64]
+    method: Method
+    coefficient: float
+    fay: float
+    strata: int
+
+    @property
+    def replicates(self) -> int:
+        """The number of replicates ``R``."""
+        return int(self.factors.shape[0])
+
+    def columns(self, weight: npt.NDArray[np.float64]) -> Iterator[npt.NDArray[np.float64]]:
+        """The replicate weights, one column (all records) at a time."""
+        for row in self.factors:
+            yield weight * row[self.psu_index]
+
+
+def _codes(values: npt.ArrayLike, what: str, column: str) -> npt.NDArray[np.int64]:
+    import pandas as pd
+
+    series = pd.Series(np.asarray(values))
+    missing = int(series.isna().sum())
+    if missing:
+        raise DataError(
+            f"{what} column {column} has {missing} missing values; every record needs a {what}"
+        )
+    codes, _ = pd.factorize(series, sort=True)
+    return np.asarray(codes, dtype=np.int64)
+
+
+def _sylvester(order: int) -> npt.NDArray[np.int64]:
+    h = np.ones((1, 1), dtype=np.int64)
+    while h.shape[0] < order:
+        h = np.block([[h, h], [h, -h]])
+    return h
+
+
+def _label(values: npt.ArrayLike, index: int) -> str:
+    import pandas as pd
+
+    uniques = pd.unique(pd.Series(np.asarray(values)))
+    return str(sorted(uniques, key=lambda v: (str(type(v)), v))[index])
+
+
+def replicate_weights(
+    strata: npt.ArrayLike | None,
+    psu: npt.ArrayLike,
+    method: str,
+    *,
+    replicates: int | None = None,
+    fay: float = 0.0,
+    rng: np.random.Generator | None = None,
+    strata_column: str = "strata",
+    psu_column: str = "psu",
+) -> DesignReplicates:
+    """Make replicate factors from a stratified cluster design.
+
+    Args:
+        strata: The stratum of each record, or ``None`` for an unstratified design.
+        psu: The PSU of each record (identified within its stratum).
+        method: ``"JK1"``, ``"JK2"``, ``"BRR"`` or ``"bootstrap"``.
+        replicates: The number of replicates: for BRR a power of two above
+            the number of strata (default the smallest), for the bootstrap
+            at least 2 (default 200); JK1 and JK2 have one replicate per PSU
+            or per stratum and accept only that number.
+        fay: Fay's factor in [0, 1) (BRR only).
+        rng: The bootstrap's Generator; ``None`` draws a seed from the
+            secure source.
+        strata_column: The stratum column's name, for messages.
+        psu_column: The PSU column's name, for messages.
+
+    Returns:
+        The replicate factors per PSU and the variance coefficient.
+
+    Raises:
+        ParameterError: for an unknown method, a bad number of replicates or
+            a Fay factor outside [0, 1) or with another method than BRR.
+        DataError: for missing strata or PSUs, a stratum with one PSU, or
+            (JK2, BRR) a stratum without exactly two PSUs.
+    """
+    if method not in REPLICATE_METHODS:
+        raise ParameterError(
+            f"unknown replication method {method!r}; allowed: {', '.join(REPLICATE_METHODS)}"
+        )
+    if not isinstance(fay, int | float) or not 0 <= fay < 1:
+        raise ParameterError(f"Fay's factor must lie in [0, 1), not {fay!r}")
+    if fay and method != "BRR":
+        raise ParameterError(f"Fay's factor applies to BRR only, not to {method}")
+    p_codes = _codes(psu, "PSU", psu_column)
+    n = p_codes.size
+    if n == 0:
+        raise DataError("the microdata has no records")
+    s_codes = (
+        np.zeros(n, dtype=np.int64) if strata is None else _codes(strata, "stratum", strata_column)
+    )
+    # PSUs within strata, numbered in sorted (stratum, PSU) order.
+    pairs = s_codes * (int(p_codes.max()) + 1) + p_codes
+    uniq, psu_index = np.unique(pairs, return_inverse=True)
+    stratum_of = (uniq // (int(p_codes.max()) + 1)).astype(np.int64)
+    n_strata = int(stratum_of.max()) + 1
+    n_h = np.bincount(stratum_of, minlength=n_strata)
+
+    def where(h: int) -> str:
+        return f"stratum {_label(strata, h)}" if strata is not None else "the one stratum"
+
+    single = np.flatnonzero(n_h < 2)
+    if single.size:
+        raise DataError(
+            f"{where(int(single[0]))} of {strata_column} has only one PSU ({single.size} strata "
+            "in all); a variance needs at least two PSUs per stratum: collapse such strata "
+            "with a neighbouring one first"
+        )
+    n_psu = uniq.size
+    first = np.searchsorted(stratum_of, np.arange(n_strata))  # index of each stratum's first PSU
+    if method in ("JK2", "BRR"):
+        other = np.flatnonzero(n_h != 2)
+        if other.size:
+            raise DataError(
+                f"{method} needs exactly two PSUs per stratum; {where(int(other[0]))} of "
+                f"{strata_column} has {n_h[other[0]]}. Use JK1 or bootstrap, or pair the PSUs"
+            )
+    natural = {"JK1": n_psu, "JK2": n_strata}
+    if method in natural and replicates is not None and replicates != natural[method]:
+        raise ParameterError(
+            f"{method} makes one replicate per {'PSU' if method == 'JK1' else 'stratum'}: "
+            f"{natural[method]} here, not {replicates}; leave out --replicates"
+        )
+    coefficient: float
+    if method == "JK1":
+        factors = np.ones((n_psu, n_psu))
+        c_h = (n_h - 1) / n_h
+        for r in range(n_psu):
+            h = stratum_of[r]
+            members = stratum_of == h
+            factors[r, members] = n_h[h] / (n_h[h] - 1)
+            factors[r, r] = 0.0
+        if np.all(n_h == n_h[0]):
+            coefficient = float(c_h[0])
+        else:
+            scale = np.sqrt(c_h[stratum_of])[:, None]  # per replicate (= per PSU)
+            factors = 1.0 + scale * (factors - 1.0)
+            coefficient = 1.0
+    elif method == "JK2":
+        factors = np.ones((n_strata, n_psu))
+        for h in range(n_strata):
+            factors[h, first[h]] = 0.0
+            factors[h, first[h] + 1] = 2.0
+        coefficient = 1.0
+    elif method == "BRR":
+        order = 1 << max(n_strata, 1).bit_length()  # smallest power of two > H
+        if replicates is not None:
+            if replicates < order or replicates & (replicates - 1):
+                raise ParameterError(
+                    f"BRR with {n_strata} strata needs a power of two above {n_strata} "
+                    f"replicates (at least {order}), not {replicates}"
+                )
+            order = replicates
+        alpha = _sylvester(order)[:, 1 : n_strata + 1].astype(np.float64)  # (R, H)
+        factors = np.empty((order, n_psu))
+        factors[:, first] = 1.0 + (1.0 - fay) * alpha
+        factors[:, first + 1] = 1.0 - (1.0 - fay) * alpha
+        coefficient = 1.0 / (order * (1.0 - fay) ** 2)
+    else:
+        r_count = DEFAULT_BOOTSTRAP_REPLICATES if replicates is None else replicates
+        if r_count < 2:
+            raise ParameterError(f"the bootstrap needs at least 2 replicates, not {r_count}")
+        gen = rng if rng is not None else np.random.default_rng(secrets.randbits(128))
+        factors = np.empty((r_count, n_psu))
+        for h in range(n_strata):
+            k = int(n_h[h])
+            draws = gen.multinomial(k - 1, np.full(k, 1.0 / k), size=r_count)
+            factors[:, first[h] : first[h] + k] = draws * (k / (k - 1))
+        coefficient = 1.0 / r_count
+    return DesignReplicates(
+        factors=factors,
+        psu_index=psu_index.astype(np.int64),
+        method=method,  # type: ignore[arg-type]
+        coefficient=coefficient,
+        fay=float(fay),
+        strata=n_strata,
+    )
+
+
+# -- writing to a dataset ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplicatesReport:
+    """What :func:`add_replicates` wrote.
+
+    Attributes:
+        columns: The replicate-weight columns.
+        method: The replication method.
+        coefficient: The variance coefficient written to the catalog.
+        strata: Number of strata.
+        psus: Number of PSUs.
+        records: Number of records.
+    """
+
+    columns: tuple[str, ...]
+    method: str
+    coefficient: float
+    strata: int
+    psus: int
+    records: int
+
+
+_DESIGN_KEYS = ("replicate_weights", "replicate_method", "replicate_coefficient", "fay")
+
+
+def _edit_catalog(text: str, new_lines: list[str]) -> str:
+    """Replace the replicate keys of ``[dataset]`` in the catalog text, keeping the rest."""
+    lines = text.splitlines()
+    try:
+        start = next(
+            i for i, line in enumerate(lines) if re.match(r"\s*\[dataset\]\s*(#.*)?$", line)
+        )
+    except StopIteration:
+        raise CatalogError(
+            "the catalog has no [dataset] table to add replicate weights to"
+        ) from None
+    end = next(
+        (i for i in range(start + 1, len(lines)) if re.match(r"\s*\[", lines[i])), len(lines)
+    )
+    key = re.compile(r"\s*(" + "|".join(_DESIGN_KEYS) + r")\s*=")
+    marker = "# replicate weights made by `tablesafe replicates add`"
+    kept: list[str] = []
+    i = start + 1
+    while i < end:
+        line = lines[i]
+        if line.startswith(marker):
+            i += 1
+            continue
+        if key.match(line):
+            # A value may span lines (an array): skip until its brackets close.
+            depth = _depth(line)
+            i += 1
+            while depth > 0 and i < end:
+                depth += _depth(lines[i])
+                i += 1
+            continue
+        kept.append(line)
+        i += 1
+    last = max((j for j, line in enumerate(kept) if line.strip()), default=-1)
+    body = kept[: last + 1] + new_lines + kept[last + 1 :]
+    return "\n".join([*lines[: start + 1], *body, *lines[end:]]) + "\n"
+
+
+def _depth(line: str) -> int:
+    code = re.sub(r'"(\\.|[^"\\])*"', "", line).split("#", 1)[0]
+    return code.count("[") - code.count("]")
+
+
+def add_replicates(
+    directory: str | Path,
+    *,
+    strata: str | None,
+    psu: str,
+    method: str,
+    replicates: int | None = None,
+    fay: float = 0.0,
+    prefix: str = "RW",
+    seed: int | None = None,
+    replace: bool = False,
+) -> ReplicatesReport:
+    """Make replicate weights from the design and write them to a dataset.
+
+    The weights are appended to the microdata file (``<prefix>1`` ..
+    ``<prefix>R``) and the catalog's ``[dataset]`` table gets
+    ``replicate_weights``, ``replicate_method``, ``replicate_coefficient``
+    (and ``fay`` for BRR); the rest of the catalog, comments included, is
+    kept. Both files are written only after every check passed.
+
+    Args:
+        directory: The dataset folder (or its catalog file).
+        strata: The stratum column, or ``None`` for an unstratified design.
+        psu: The PSU column.
+        method: ``"JK1"``, ``"JK2"``, ``"BRR"`` or ``"bootstrap"``.
+        replicates: The number of replicates (see :func:`replicate_weights`).
+        fay: Fay's factor (BRR only).
+        prefix: Prefix of the replicate-weight column names.
+        seed: The bootstrap's seed (for a reproducible file); ``None`` draws
+            one from the secure source.
+        replace: Replace replicate weights the dataset already has.
+
+    Returns:
+        What was written.
+
+    Raises:
+        CatalogError: if the catalog declares no weight, or already declares
+            replicate weights and ``replace`` is false.
+        DataError: for missing design columns, bad weights or a bad design.
+        ParameterError: for impossible options.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from tablesafe._dataset import Dataset
+
+    dataset = Dataset.open(directory)
+    catalog = dataset.catalog
+    catalog_path = Path(directory)
+    if catalog_path.is_dir():
+        catalog_path = catalog_path / "catalog.toml"
+    if catalog.weight is None:
+        raise CatalogError(
+            "the catalog declares no weight (dataset.weight); replicate weights are made from "
+            "the survey weight: add it to the catalog (or run `tablesafe catalog init --weight`)"
+        )
+    old = tuple(catalog.replicates.columns) if catalog.replicates else ()
+    if old and not replace:
+        raise CatalogError(
+            f"the dataset already has {len(old)} replicate weights ({old[0]} ..); pass "
+            "replace (--replace) to make new ones"
+        )
+    try:
+        _check_name(prefix + "1", "replicate-weight column")
+    except CatalogError:
+        raise ParameterError(
+            f"prefix {prefix!r} does not make valid column names: use a letter followed by "
+            "letters, digits or underscores"
+        ) from None
+    table = _read(dataset)
+    names = table.column_names
+    for what, col in (("stratum", strata), ("PSU", psu)):
+        if col is not None and col not in names:
+            raise DataError(
+                f"{what} column {col!r} is not in the microdata; columns: {', '.join(names)}"
+            )
+    w = table.column(catalog.weight)
+    if not pa.types.is_floating(w.type) and not pa.types.is_integer(w.type):
+        raise DataError(f"weight column {catalog.weight} must hold numbers, not {w.type}")
+    weight = np.asarray(pc.cast(w, pa.float64()).to_numpy(zero_copy_only=False), dtype=float)
+    if np.isnan(weight).any() or not np.isfinite(weight).all() or (weight < 0).any():
+        raise DataError(
+            f"weight column {catalog.weight} has missing, infinite or negative values; "
+            "weights must be finite and >= 0"
+        )
+    design = replicate_weights(
+        None if strata is None else table.column(strata).to_numpy(zero_copy_only=False),
+        table.column(psu).to_numpy(zero_copy_only=False),
+        method,
+        replicates=replicates,
+        fay=fay,
+        rng=None if seed is None else np.random.default_rng(seed),
+        strata_column=strata or "strata",
+        psu_column=psu,
+    )
+    columns = tuple(f"{prefix}{r + 1}" for r in range(design.replicates))
+    keep = [c for c in names if c not in old]
+    clash = [c for c in columns if c in keep]
+    if clash:
+        raise DataError(f"the microdata already has a column {clash[0]}; choose another --prefix")
+    if {strata, psu} & {catalog.weight, catalog.record_key}:
+        raise DataError("the stratum and PSU columns must not be the weight or the record key")
+    table = table.select(keep)
+    for name, values in zip(columns, design.columns(weight), strict=True):
+        table = table.append_column(name, pa.array(values, type=pa.float64()))
+
+    lines = [
+        f"# replicate weights made by `tablesafe replicates add`: {method}"
+        + (f" (Fay {fay:g})" if method == "BRR" and fay else "")
+        + f" from strata {strata or '(none)'} and PSUs {psu}",
+        "replicate_weights = [",
+        *(
+            "  " + ", ".join(_toml_value(c) for c in columns[i : i + 8]) + ","
+            for i in range(0, len(columns), 8)
+        ),
+        "]",
+        f"replicate_method = {_toml_value(method)}",
+        f"replicate_coefficient = {_toml_value(design.coefficient)}",
+    ]
+    if method == "BRR":
+        lines.append(f"fay = {_toml_value(float(fay))}")
+    text = _edit_catalog(catalog_path.read_text(encoding="utf-8"), lines)
+    new_catalog = Catalog.from_dict(tomllib.loads(text), base=catalog_path.parent)
+    if new_catalog.replicates is None or not math.isclose(
+        new_catalog.replicates.coefficient, design.coefficient, rel_tol=1e-15
+    ):
+        raise CatalogError("the edited catalog does not read back as written")  # pragma: no cover
+    _write(dataset.path, table, catalog_path, text)
+    return ReplicatesReport(
+        columns=columns,
+        method=method,
+        coefficient=design.coefficient,
+        strata=design.strata,
+        psus=int(design.factors.shape[1]),
+        records=int(weight.size),
+    )
+
+
+def _read(dataset: Any) -> Any:
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    if dataset.format == "parquet":
+        return pq.read_table(dataset.path)
+    return pacsv.read_csv(dataset.path)
+
+
+def _write(path: Path, table: Any, catalog_path: Path, text: str) -> None:
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    tmp_data = path.with_name(f".{path.name}.tmp")
+    tmp_cat = catalog_path.with_name(f".{catalog_path.name}.tmp")
+    try:
+        if path.suffix.lower() == ".parquet":
+            pq.write_table(table, tmp_data)
+        else:
+            pacsv.write_csv(table, tmp_data)
+        tmp_cat.write_text(text, encoding="utf-8")
+        tmp_data.replace(path)
+        tmp_cat.replace(catalog_path)
+    finally:
+        tmp_data.unlink(missing_ok=True)
+        tmp_cat.unlink(missing_ok=True)
