@@ -43,6 +43,10 @@ EXPECTED = {
     "TableBuilder",
     "PTable",
     "PrivacyFigures",
+    "parse_ptable",
+    "ptable_csv",
+    "read_ptable",
+    "write_ptable",
 }
 
 

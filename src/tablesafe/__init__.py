@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from tablesafe._keys import add_record_keys, cell_key_uniform, cell_keys, draw_record_keys
     from tablesafe._protection import Protection, Rounding, protection_from_settings
     from tablesafe._ptable import PrivacyFigures, PTable
+    from tablesafe._ptable_io import parse_ptable, ptable_csv, read_ptable, write_ptable
     from tablesafe._request import DimensionPlan, TableRequest, TabulationPlan
     from tablesafe._settings import ProtectionSettings
     from tablesafe._table import ProtectedTable
@@ -62,9 +63,13 @@ _EXPORTS = {
     "cell_key_uniform": "tablesafe._keys",
     "cell_keys": "tablesafe._keys",
     "draw_record_keys": "tablesafe._keys",
+    "parse_ptable": "tablesafe._ptable_io",
     "protection_from_settings": "tablesafe._protection",
+    "ptable_csv": "tablesafe._ptable_io",
+    "read_ptable": "tablesafe._ptable_io",
     "tabulate": "tablesafe._tabulation",
     "write_demo_data": "tablesafe._demo",
+    "write_ptable": "tablesafe._ptable_io",
 }
 
 __getattr__, __dir__ = attach(__name__, _EXPORTS)
@@ -106,7 +111,11 @@ __all__ = [
     "cell_key_uniform",
     "cell_keys",
     "draw_record_keys",
+    "parse_ptable",
     "protection_from_settings",
+    "ptable_csv",
+    "read_ptable",
     "tabulate",
     "write_demo_data",
+    "write_ptable",
 ]

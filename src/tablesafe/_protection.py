@@ -326,10 +326,10 @@ def mechanism_from_settings(
 
         mech = cached_destatis(settings.max_deviation, settings.variance, settings.js)
     else:
-        from tablesafe._ptable import PTable
+        from tablesafe._ptable_io import read_ptable
 
         assert settings.ptable_file is not None
-        mech = PTable.read_csv(resolve(settings.ptable_file))
+        mech = read_ptable(resolve(settings.ptable_file))
     return mech  # type: ignore[no-any-return]
 
 

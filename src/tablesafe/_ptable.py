@@ -48,7 +48,6 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -132,7 +131,7 @@ class PTable:
 
     Build one with a constructor (:func:`tablesafe.mechanisms.dp_geometric`,
     ``pram_shlomo_young``, ``drop_add_q``, ``destatis``), :meth:`from_rows`
-    or :meth:`read_csv`. Instances are immutable; rows are validated and
+    or :func:`tablesafe.read_ptable`. Instances are immutable; rows are validated and
     normalised on construction.
 
     Attributes:
@@ -576,7 +575,7 @@ class PTable:
         params = ", ".join(f"{k}={v!r}" for k, v in self.parameters.items())
         return f"PTable({self.name}: {params}; {len(self.rows)} rows, {self.selector})"
 
-    # -- conversion and files ---------------------------------------------------------
+    # -- conversion ---------------------------------------------------------
 
     def to_sampled(self, keys: int = 256) -> PTable:
         """The sampled (ABS/ONS) form: rows 0..750, an integer perturbation per cell key.
@@ -610,18 +609,43 @@ class PTable:
         table = self.perturbation(np.repeat(counts, keys), np.tile(u, counts.size)).reshape(
             counts.size, keys
         )
-        from tablesafe._ptable_io import _shares
-
-        rows = _shares(table)
         params = dict(self.parameters)
         params["cell_keys"] = keys
-        base = PTable.from_rows(
-            self.name,
-            rows,
+        return PTable.from_sampled(self.name, table, parameters=params, paper=self.paper)
+
+    @classmethod
+    def from_sampled(
+        cls,
+        name: str,
+        sampled: npt.ArrayLike,
+        *,
+        parameters: Mapping[str, Any] | None = None,
+        paper: str = "",
+    ) -> PTable:
+        """A looped ptable from a sampled one: ``sampled[i, k]`` perturbs count ``i`` at key ``k``.
+
+        Rows are counts ``0 .. 750`` (counts above 750 loop onto rows
+        501-750, the ABS/ONS rule), columns the integer cell keys ``0 ..
+        K-1``. Each row's distribution is the share of keys giving each
+        perturbation, and the table itself is kept for exact lookups.
+
+        Raises:
+            ParameterError: if ``sampled`` is not a 751-row integer table, or
+                for rows :meth:`from_rows` refuses.
+        """
+        table = np.asarray(sampled)
+        if table.ndim != 2 or table.shape[0] != ONS_LAST_ROW + 1 or table.dtype.kind not in "iu":
+            raise ParameterError(
+                f"a sampled ptable is an integer table of {ONS_LAST_ROW + 1} rows (counts "
+                f"0-{ONS_LAST_ROW}) by the cell keys; got {table.dtype} of shape {table.shape}"
+            )
+        base = cls.from_rows(
+            name,
+            _key_shares(table),
             selector="loop",
             loop_start=ONS_LOOP_START,
-            parameters=params,
-            paper=self.paper,
+            parameters=parameters,
+            paper=paper,
         )
         return replace(base, sampled=table)
 
@@ -639,67 +663,20 @@ class PTable:
         uid: np.ndarray = self._row_uid  # type: ignore[attr-defined]
         return bool(np.all(uid[self.row_index(c)] == uid[self.row_index(ons)]))
 
-    def to_csv(self, layout: Layout = "destatis", *, keys: int = 256) -> str:
-        """The ptable as CSV text in the Destatis or the ABS/ONS layout.
 
-        ``destatis``: columns ``i, j, p, v, p_int_lb, p_int_ub, type`` as the R
-        package ``ptable`` writes them (the last ``i`` stands for all larger
-        counts; PRAM's residue rows, a tablesafe extension, have type
-        ``mod<M>``, ``i`` the residue m and ``j = m - v``). ``abs``: columns
-        ``pcv, ckey, pvalue`` for counts 0..750 and ``keys`` cell keys
-        (see :meth:`to_sampled`).
-
-        Raises:
-            ParameterError: for an unknown layout or a ptable the layout
-                cannot hold exactly.
-        """
-        from tablesafe._ptable_io import to_abs_csv, to_destatis_csv
-
-        if layout == "destatis":
-            return to_destatis_csv(self)
-        if layout == "abs":
-            return to_abs_csv(self.to_sampled(keys))
-        raise ParameterError(f"unknown layout {layout!r}; allowed: destatis, abs")
-
-    def write_csv(self, path: str | Path, layout: Layout = "destatis", *, keys: int = 256) -> Path:
-        """Write :meth:`to_csv` to ``path`` (nothing is written if conversion fails)."""
-        text = self.to_csv(layout, keys=keys)
-        path = Path(path)
-        path.write_text(text)
-        return path
-
-    @classmethod
-    def read_csv(cls, path: str | Path, *, name: str | None = None) -> PTable:
-        """Read a ptable file in the Destatis or the ABS/ONS layout.
-
-        See :meth:`from_csv_text` for the variants accepted.
-
-        Raises:
-            FormatError: for a missing file, missing columns, non-numeric
-                values or rows whose probabilities do not sum to 1.
-        """
-        from tablesafe._ptable_io import read_ptable_file
-
-        return read_ptable_file(Path(path), name=name)
-
-    @classmethod
-    def from_csv_text(cls, text: str, *, name: str = "ptable", source: str = "ptable") -> PTable:
-        """Parse ptable CSV text.
-
-        Accepted: the Destatis layout (header with ``i`` and ``j`` or ``v``,
-        and ``p`` or ``p_int_ub``; ``p_int_lb``, ``type`` and extra columns
-        such as R's row names are optional), including the R package's
-        exports for Tau-Argus and SAS (``;``-separated) and headerless
-        numeric exports (``i j p v p_int_lb p_int_ub`` or ``i j p v p_int_ub``);
-        and the ABS/ONS layout (``pcv, ckey, pvalue``). Separators: comma,
-        semicolon, tab or spaces.
-
-        Raises:
-            FormatError: for anything else.
-        """
-        from tablesafe._ptable_io import parse_ptable_text
-
-        return parse_ptable_text(text, name=name, source=source)
+def _key_shares(sampled: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per row of a sampled table: its distinct perturbations and their shares of the keys."""
+    lo = int(sampled.min())
+    span = int(sampled.max()) - lo + 1
+    n, k = sampled.shape
+    counts = np.bincount(
+        (sampled - lo + span * np.arange(n)[:, None]).ravel(), minlength=n * span
+    ).reshape(n, span)
+    out = []
+    for row in counts:
+        nz = np.flatnonzero(row)
+        out.append((nz + lo, row[nz] / k))
+    return out
 
 
 #: Marks a guide-table bin that needs a search.

@@ -27,16 +27,14 @@ import io
 import itertools
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from tablesafe._errors import FormatError, ParameterError
+from tablesafe._ptable import ONS_LAST_ROW, ONS_LOOP_START, Layout, PTable
 
-if TYPE_CHECKING:
-    from tablesafe._ptable import PTable
-
-__all__ = ["parse_ptable_text", "read_ptable_file", "to_abs_csv", "to_destatis_csv"]
+__all__ = ["parse_ptable", "ptable_csv", "read_ptable", "write_ptable"]
 
 _DESTATIS_COLUMNS = ("i", "j", "p", "v", "p_int_lb", "p_int_ub", "type")
 _HEADERLESS = {
@@ -53,6 +51,37 @@ def _num(x: float) -> str:
     # 15 significant digits: exact for the 8-digit bounds of the R package, and
     # free of the last-bit noise of differences (0.01666667, not 0.016666669999999995).
     return f"{float(x):.15g}"
+
+
+def ptable_csv(table: PTable, layout: Layout = "destatis", *, keys: int = 256) -> str:
+    """The ptable as CSV text in the Destatis or the ABS/ONS layout.
+
+    ``destatis``: columns ``i, j, p, v, p_int_lb, p_int_ub, type`` as the R
+    package ``ptable`` writes them (the last ``i`` stands for all larger
+    counts; PRAM's residue rows, a tablesafe extension, have type
+    ``mod<M>``, ``i`` the residue m and ``j = m - v``). ``abs``: columns
+    ``pcv, ckey, pvalue`` for counts 0..750 and ``keys`` cell keys
+    (see :meth:`PTable.to_sampled`).
+
+    Raises:
+        ParameterError: for an unknown layout or a ptable the layout
+            cannot hold exactly.
+    """
+    if layout == "destatis":
+        return to_destatis_csv(table)
+    if layout == "abs":
+        return to_abs_csv(table.to_sampled(keys))
+    raise ParameterError(f"unknown layout {layout!r}; allowed: destatis, abs")
+
+
+def write_ptable(
+    table: PTable, path: str | Path, layout: Layout = "destatis", *, keys: int = 256
+) -> Path:
+    """Write :func:`ptable_csv` to ``path`` (nothing is written if conversion fails)."""
+    text = ptable_csv(table, layout, keys=keys)
+    path = Path(path)
+    path.write_text(text)
+    return path
 
 
 def to_destatis_csv(table: PTable) -> str:
@@ -112,13 +141,21 @@ def to_abs_csv(table: PTable) -> str:
     return "".join(parts)
 
 
-def read_ptable_file(path: Path, *, name: str | None = None) -> PTable:
-    """Read a ptable file (either layout); see :func:`parse_ptable_text`."""
+def read_ptable(path: str | Path, *, name: str | None = None) -> PTable:
+    """Read a ptable file in the Destatis or the ABS/ONS layout.
+
+    See :func:`parse_ptable` for the variants accepted.
+
+    Raises:
+        FormatError: for a missing file, missing columns, non-numeric
+            values or rows whose probabilities do not sum to 1.
+    """
+    path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError):
         raise FormatError(f"cannot read ptable file {path}") from None
-    return parse_ptable_text(text, name=name or path.stem, source=str(path))
+    return parse_ptable(text, name=name or path.stem, source=str(path))
 
 
 def _split(line: str, sep: str | None) -> list[str]:
@@ -127,8 +164,16 @@ def _split(line: str, sep: str | None) -> list[str]:
     return next(csv.reader([line], delimiter=sep))
 
 
-def parse_ptable_text(text: str, *, name: str = "ptable", source: str = "ptable") -> PTable:
-    """Parse ptable text in the Destatis or the ABS/ONS layout.
+def parse_ptable(text: str, *, name: str = "ptable", source: str = "ptable") -> PTable:
+    """Parse ptable CSV text.
+
+    Accepted: the Destatis layout (header with ``i`` and ``j`` or ``v``,
+    and ``p`` or ``p_int_ub``; ``p_int_lb``, ``type`` and extra columns
+    such as R's row names are optional), including the R package's
+    exports for Tau-Argus and SAS (``;``-separated) and headerless
+    numeric exports (``i j p v p_int_lb p_int_ub`` or ``i j p v p_int_ub``);
+    and the ABS/ONS layout (``pcv, ckey, pvalue``). Separators: comma,
+    semicolon, tab or spaces.
 
     Raises:
         FormatError: for a file that is neither layout, or a malformed one.
@@ -209,8 +254,6 @@ def _float(rec: dict[str, str], col: str, source: str) -> float:
 
 
 def _from_destatis(records: list[dict[str, str]], cols: set[str], name: str, source: str) -> PTable:
-    from tablesafe._ptable import PTable
-
     # Per (block, i): entries (order key, v, p).
     blocks: dict[str, dict[int, list[_Entry]]] = {}
     modulus = 0
@@ -347,8 +390,6 @@ def _abs_columns(body: list[str], header: list[str], sep: str | None, source: st
 
 
 def _from_abs(data: np.ndarray, name: str, source: str) -> PTable:
-    from tablesafe._ptable import ONS_LAST_ROW, ONS_LOOP_START, PTable
-
     if data.shape[0] == 0:
         raise FormatError(f"{source}: the ptable has no rows")
     pcv, ckey, pvalue = data[:, 0], data[:, 1], data[:, 2]
@@ -380,32 +421,9 @@ def _from_abs(data: np.ndarray, name: str, source: str) -> PTable:
     filled = np.zeros((ONS_LAST_ROW + 1) * keys, dtype=np.int64)
     filled[flat] = pvalue
     sampled = filled.reshape(ONS_LAST_ROW + 1, keys)
-    rows = _shares(sampled)
     try:
-        base = PTable.from_rows(
-            name,
-            rows,
-            selector="loop",
-            loop_start=ONS_LOOP_START,
-            parameters={"file": Path(source).name, "cell_keys": keys},
+        return PTable.from_sampled(
+            name, sampled, parameters={"file": Path(source).name, "cell_keys": keys}
         )
     except ParameterError as exc:
         raise FormatError(f"{source}: {exc}") from None
-    from dataclasses import replace
-
-    return replace(base, sampled=sampled)
-
-
-def _shares(sampled: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per row of a sampled table: its distinct perturbations and their shares of the keys."""
-    lo = int(sampled.min())
-    span = int(sampled.max()) - lo + 1
-    n, k = sampled.shape
-    counts = np.bincount(
-        (sampled - lo + span * np.arange(n)[:, None]).ravel(), minlength=n * span
-    ).reshape(n, span)
-    out = []
-    for row in counts:
-        nz = np.flatnonzero(row)
-        out.append((nz + lo, row[nz] / k))
-    return out

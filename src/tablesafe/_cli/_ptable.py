@@ -34,11 +34,12 @@ Keys = Annotated[int, typer.Option("--keys", help="abs layout: cell keys per cou
 
 def _write(table: PTable, out: Path, layout: str, keys: int) -> None:
     from tablesafe._errors import ParameterError
+    from tablesafe._ptable_io import write_ptable
 
     if layout not in ("destatis", "abs"):
         raise ParameterError(f"unknown layout {layout!r}; allowed: destatis, abs")
     # Converted in memory first, so a ptable the layout cannot hold leaves no file behind.
-    table.write_csv(out, "abs" if layout == "abs" else "destatis", keys=keys)
+    write_ptable(table, out, "abs" if layout == "abs" else "destatis", keys=keys)
     fig = table.privacy()
     typer.echo(
         f"wrote {table.name} ptable ({table.n_rows} rows, {layout} layout) to {out}; "
@@ -120,9 +121,9 @@ def show(
     from rich.console import Console
     from rich.table import Table
 
-    from tablesafe._ptable import PTable
+    from tablesafe._ptable_io import read_ptable
 
-    table = PTable.read_csv(file)
+    table = read_ptable(file)
     fig = table.privacy()
     console = Console()
     sampled = table.sampled is not None
