@@ -325,7 +325,11 @@ def _edit_catalog(text: str, new_lines: list[str]) -> str:
             continue
         kept.append(line)
         i += 1
-    last = max((j for j, line in enumerate(kept) if line.strip()), default=-1)
+    # After the last key of [dataset] (comments below it stay below it).
+    last = max(
+        (j for j, line in enumerate(kept) if line.strip() and not line.lstrip().startswith("#")),
+        default=-1,
+    )
     body = kept[: last + 1] + new_lines + kept[last + 1 :]
     return "\n".join([*lines[: start + 1], *body, *lines[end:]]) + "\n"
 
