@@ -9,7 +9,12 @@ tablesafe's fixed-point sums, once with plain DOUBLE sums, and prints the
 ratio (target: within 10%). It also checks that the float sums differ
 between 1 and 2 threads or a shuffled file while the fixed-point sums do not.
 
-Usage: python benchmarks/bench_exact_sums.py [--records 10000000] [--repeat 5]
+With ``--tables`` it also builds protected tables end to end (weight, 10
+replicate weights, standard errors; methods none, ckm and q-records) and
+compares their CSV and JSON bytes across DuckDB with 2 and 1 threads, the
+shuffled file, and the in-memory engine.
+
+Usage: python benchmarks/bench_exact_sums.py [--records 10000000] [--repeat 5] [--tables]
 """
 
 from __future__ import annotations
@@ -91,10 +96,76 @@ def timed(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+def dataset_folder(path: Path) -> Path:
+    """A dataset folder (catalog + link to the Parquet file) for the builder."""
+    from tablesafe._catalog import Catalog
+
+    folder = path.with_suffix("")
+    folder.mkdir(exist_ok=True)
+    link = folder / "microdata.parquet"
+    if not link.exists():
+        link.symlink_to(path.resolve())
+    raw = {
+        "dataset": {
+            "title": "exact sums benchmark",
+            "record_key": "RKEY",
+            "weight": "W",
+            "replicate_weights": [f"R{r}" for r in range(REPLICATES)],
+            "replicate_method": "JK1",
+        },
+        "variables": [
+            {"name": "REGION", "categories": [{"code": c, "label": str(c)} for c in range(12)]},
+            {"name": "AREA", "categories": [{"code": c, "label": str(c)} for c in range(350)]},
+            {"name": "AGE", "categories": [{"code": c, "label": str(c)} for c in range(100)]},
+            {"name": "SEX", "categories": [{"code": c, "label": str(c)} for c in (1, 2)]},
+        ],
+    }
+    (folder / "catalog.toml").write_text(Catalog.from_dict(raw).to_toml())
+    return folder
+
+
+def compare_tables(path: Path, shuffled: Path) -> None:
+    """Same CSV and JSON bytes across threads, row order and engines, per method."""
+    import os
+
+    from tablesafe._builder import TableBuilder
+    from tablesafe._cli._methods import protection_from_options
+    from tablesafe._dataset import Dataset
+    from tablesafe._request import TableRequest
+    from tablesafe.engines import DuckDBEngine, MemoryEngine
+
+    os.environ["TS_EXACT_SECRET"] = "exact-sums-benchmark-secret-0123456789"
+    folders = {"file": dataset_folder(path), "shuffled": dataset_folder(shuffled)}
+    request = TableRequest(("AREA", "SEX"), statistic="both", replicates=True)
+    print("protected AREA x SEX tables with SEs: identical CSV and JSON bytes?")
+    for method, extra in (
+        ("none", {}),
+        ("ckm", {}),
+        ("q-records", {"seeds": "dynamic", "secret_env": "TS_EXACT_SECRET"}),
+    ):
+        protection = protection_from_options(method, **extra)
+        outputs = {}
+        for name, folder, engine in (
+            ("duckdb 2 threads", folders["file"], DuckDBEngine(threads=2)),
+            ("duckdb 1 thread", folders["file"], DuckDBEngine(threads=1)),
+            ("shuffled file", folders["shuffled"], DuckDBEngine(threads=2)),
+            ("memory engine", folders["file"], MemoryEngine()),
+        ):
+            # One dataset name: the folder names differ, the data does not.
+            dataset = Dataset.open(folder, name="exact")
+            builder = TableBuilder(dataset, protection, engine=engine)
+            table = builder.build(request)
+            outputs[name] = (table.to_csv(), table.to_json())
+        ref = outputs["duckdb 2 threads"]
+        same = {k: v == ref for k, v in outputs.items() if k != "duckdb 2 threads"}
+        print(f"  {method:<10} " + "  ".join(f"{k}: {v}" for k, v in same.items()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--records", type=int, default=10_000_000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--tables", action="store_true", help="also compare protected tables")
     args = ap.parse_args()
     path = make(args.records, DATA / f"exact_{args.records}.parquet")
     shuffled = make(args.records, DATA / f"exact_{args.records}_shuffled.parquet", shuffle=True)
@@ -113,6 +184,9 @@ def main() -> None:
             f"{'*'.join(dims):<16} {f:8.3f} {e:8.3f} {e / f:6.2f}  {float_same!s:>11}  "
             f"{exact_same!s:>11}"
         )
+
+    if args.tables:
+        compare_tables(path, shuffled)
 
 
 if __name__ == "__main__":
