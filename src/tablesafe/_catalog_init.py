@@ -214,6 +214,9 @@ def _decide(
 ) -> tuple[str, pd.Series | None, list[tuple[Code, str, str]], str]:
     """Decide about one column.
 
+    Works on the column's distinct values; only the final coding touches
+    every record (vectorised).
+
     Returns:
         ``(reason, coded, categories, note)``: an empty reason, the coded
         column and its categories (code, label, comment) for a
@@ -224,10 +227,29 @@ def _decide(
     if pd.api.types.is_bool_dtype(series.dtype):
         series = series.astype("Int64")
         labels = {0: "False", 1: "True", **labels}
-    values = series.to_numpy(dtype=object)
-    isnull = np.asarray(pd.isna(series), dtype=bool)
-    present = [v for v, null in zip(values, isnull, strict=True) if not null]
-    letters = {v for v in present if _is_letter_missing(v)}
+    n_rows = len(series)
+    numeric_dtype = pd.api.types.is_numeric_dtype(series.dtype)
+    letters: set[str] = set()
+    present: list[Any]
+    if numeric_dtype:
+        x = series.to_numpy(dtype=np.float64, na_value=np.nan)
+        isnull = np.isnan(x)
+        vals = x[~isnull]
+        integral = np.isfinite(vals) & (np.mod(vals, 1.0) == 0) & (np.abs(vals) < 2**53)
+        if not integral.all():
+            return "continuous (values that are not integers)", None, [], ""
+        if not labels and measure == "scale":
+            return "continuous (measure 'scale' in the file, no value labels)", None, [], ""
+        uniq = np.unique(vals)
+        if not labels and n_rows > 1 and uniq.size == n_rows:
+            return "an identifier (every value distinct)", None, [], ""
+        if not labels and uniq.size > max_categories:
+            return _too_many(uniq.size, max_categories), None, [], ""
+        present = [int(v) for v in uniq]
+    else:
+        isnull = np.asarray(pd.isna(series), dtype=bool)
+        present = list(pd.unique(series[~isnull]))
+        letters = {v for v in present if _is_letter_missing(v)}
     numeric = [v for v in present if not isinstance(v, str)]
     texts = [v for v in present if isinstance(v, str) and v not in letters]
     # Single letters are Stata/SAS extended missing values only beside numbers.
@@ -244,7 +266,7 @@ def _decide(
     else:
         if any(not _is_integral(float(v)) for v in numeric):
             return "continuous (values that are not integers)", None, [], ""
-        data_codes = {int(float(v)) for v in numeric}
+        data_codes = {int(v) for v in numeric}
         has_empty = False
     lab: dict[Code, str] = {}
     for k, v in labels.items():
@@ -256,18 +278,11 @@ def _decide(
     if not lab and measure == "scale":
         return "continuous (measure 'scale' in the file, no value labels)", None, [], ""
     unlabelled = data_codes - set(lab)
-    n_rows = len(series)
     if not lab:
-        if n_rows > 1 and len(data_codes) == n_rows:
+        if n_rows > 1 and len(present) == n_rows:
             return "an identifier (every value distinct)", None, [], ""
         if len(data_codes) > max_categories:
-            return (
-                f"{len(data_codes)} distinct values, more than --max-categories {max_categories}"
-                " (group them, or raise the limit)",
-                None,
-                [],
-                "",
-            )
+            return _too_many(len(data_codes), max_categories), None, [], ""
     elif len(unlabelled) > max_categories:
         return (
             f"{len(unlabelled)} values without a value label, more than --max-categories "
@@ -296,17 +311,16 @@ def _decide(
                 used.add(code)
                 missing.append((code, lab.get(code, f"Missing ({code})"), "missing-value code"))
     missing.sort(key=lambda c: (isinstance(c[0], str), c[0]))
-    mapping: dict[Any, Code] = {}
+    letter_codes: dict[str, int] = {}
     for letter in sorted(letters | {k for k in labels if _is_letter_missing(k)}):
         code = _free_code(-2 - (ord(letter) - ord("a")), used)
         used.add(code)
-        mapping[letter] = code
+        letter_codes[letter] = code
         missing.append(
             (code, str(labels.get(letter, f"Missing (.{letter})")), f"missing value .{letter}")
         )
-    n_null = int(isnull.sum()) + (1 if has_empty else 0)
     sys_code: Code | None = None
-    if n_null:
+    if isnull.any() or has_empty:
         if text_kind:
             sys_code = _MISSING_TEXT
             while sys_code in used:
@@ -315,20 +329,33 @@ def _decide(
             sys_code = _free_code(-1, used)
         missing.append((sys_code, "Missing", "empty in the file (system missing)"))
     # The coded column: integers or stripped text, missing values as their codes.
-    out: list[Code] = []
-    for v, null in zip(values, isnull, strict=True):
-        if null:
-            out.append(sys_code)  # type: ignore[arg-type]
-        elif v in mapping:
-            out.append(mapping[v])
-        elif text_kind:
-            s = str(v).strip()
-            out.append(s if s else sys_code)  # type: ignore[arg-type]
-        else:
-            out.append(int(float(v)))
-    coded = pd.Series(out, index=series.index, dtype="str" if text_kind else "int64")
+    coded: pd.Series
+    if numeric_dtype:
+        fill = float(sys_code) if isinstance(sys_code, int) else 0.0
+        coded = pd.Series(np.where(isnull, fill, x).astype(np.int64), index=series.index)
+    else:
+        mapping: dict[Any, Code] = {}
+        for v in present:
+            if v in letter_codes:
+                mapping[v] = letter_codes[v]
+            elif text_kind:
+                s = str(v).strip()
+                mapping[v] = s if s else sys_code  # type: ignore[assignment]
+            else:
+                mapping[v] = int(v)
+        values = series.map(mapping)
+        if sys_code is not None:
+            values = values.where(~isnull, sys_code)
+        coded = values.astype("str" if text_kind else "int64")
     note = "" if lab else "the file has no value labels: the labels are the codes"
     return "", coded, regular + missing, note
+
+
+def _too_many(count: int, max_categories: int) -> str:
+    return (
+        f"{count} distinct values, more than --max-categories {max_categories}"
+        " (group them, or raise the limit)"
+    )
 
 
 def _check_weight(series: pd.Series, name: str) -> pd.Series:
