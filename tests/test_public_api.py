@@ -31,6 +31,8 @@ EXPECTED = {
     "Variable",
     "__version__",
     "add_record_keys",
+    "add_replicates",
+    "init_catalog",
     "cell_key_uniform",
     "cell_keys",
     "draw_record_keys",

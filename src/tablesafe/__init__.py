@@ -29,18 +29,22 @@ if TYPE_CHECKING:
     from tablesafe._aggregates import CellAggregates
     from tablesafe._builder import TableBuilder
     from tablesafe._catalog import Catalog, Category, ReplicateDesign, StructuralZero, Variable
+    from tablesafe._catalog_init import init_catalog
     from tablesafe._dataset import Dataset
     from tablesafe._demo import write_demo_data
     from tablesafe._keys import add_record_keys, cell_key_uniform, cell_keys, draw_record_keys
     from tablesafe._protection import Protection, Rounding, protection_from_settings
     from tablesafe._ptable import PrivacyFigures, PTable
     from tablesafe._ptable_io import parse_ptable, ptable_csv, read_ptable, write_ptable
+    from tablesafe._replicates import add_replicates
     from tablesafe._request import DimensionPlan, TableRequest, TabulationPlan
     from tablesafe._settings import ProtectionSettings
     from tablesafe._table import ProtectedTable
     from tablesafe._tabulation import Tabulation, tabulate
 
 _EXPORTS = {
+    "add_replicates": "tablesafe._replicates",
+    "init_catalog": "tablesafe._catalog_init",
     "Catalog": "tablesafe._catalog",
     "Category": "tablesafe._catalog",
     "CellAggregates": "tablesafe._aggregates",
@@ -108,9 +112,11 @@ __all__ = [
     "Variable",
     "__version__",
     "add_record_keys",
+    "add_replicates",
     "cell_key_uniform",
     "cell_keys",
     "draw_record_keys",
+    "init_catalog",
     "parse_ptable",
     "protection_from_settings",
     "ptable_csv",
