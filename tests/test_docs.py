@@ -15,6 +15,10 @@ returns, a cluster) has ``<!-- docs-runner: skip -->`` (optionally followed by a
 reason) on the line before it. Record counts are scaled down by the substitutions in
 ``SCALE`` (the same commands on 20,000 instead of 200,000 records). A failure names
 the file and line of the block; Python tracebacks point at the Markdown lines.
+
+The blocks are ``system`` tests (about a minute together on an idle machine, most of
+it in the command-line blocks); ``-k 'docs/python-api.md'`` runs one page, and a block
+selected alone runs the earlier blocks of its page first.
 """
 
 from __future__ import annotations
@@ -199,6 +203,7 @@ def run_python(block: Block, state: PageState, monkeypatch: pytest.MonkeyPatch) 
     exec(code, state.namespace)  # running the documentation is the point
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("block", [b for b in BLOCKS if not b.skip], ids=lambda b: b.where)
 def test_docs_block(
     block: Block,
