@@ -41,7 +41,7 @@ import numpy.typing as npt
 
 from tablesafe._errors import ParameterError
 from tablesafe._random import resolve_generator
-from tablesafe.mechanisms import dp_geometric, drop_add_q, invariant_matrix, pram_shlomo_young
+from tablesafe.mechanisms import dp_geometric, drop_add_q
 from tablesafe.metrics import (
     chi_square_independence,
     entropy_risk,
@@ -97,6 +97,8 @@ class Shlomo2019:
         table4: Method -> measure -> value (percent perturbed, RM).
         table5: Table type -> row -> (mean, standard error, percent RAD, HD).
         chi_square: Table type -> method -> list of (statistic, p-value) per replication.
+        pram: The reading of PRAM used (``tablesafe.experiments._pram_readings``).
+        pram_alpha: Its weight of M* against the identity.
     """
 
     reps: int
@@ -104,12 +106,15 @@ class Shlomo2019:
     table4: dict[str, dict[str, float]]
     table5: dict[str, dict[str, tuple[float, float, float | None, float | None]]]
     chi_square: dict[str, dict[str, list[tuple[float, float]]]] = field(default_factory=dict)
+    pram: str = "values"
+    pram_alpha: float = 1.0
 
     def as_dict(self) -> dict[str, Any]:
         """Every number, with the paper's beside it."""
         return {
             "reps": self.reps,
             "seed": self.seed,
+            "pram": {"reading": self.pram, "alpha": self.pram_alpha},
             "table4": {"ours": self.table4, "paper": PAPER_TABLE_4},
             "table5": {"ours": self.table5, "paper": PAPER_TABLE_5},
         }
@@ -122,28 +127,14 @@ def _population(rng: np.random.Generator, const: float) -> np.ndarray:
     return np.asarray(rng.poisson(np.exp(6.5 + a[:, None] + b[None, :] + const * g)))
 
 
-def _pram_invariant(n: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """PRAM with the invariant matrix M* of the table's cell-value frequencies."""
-    pram = pram_shlomo_young()
-    top = int(n.max()) + 8
-    m = np.zeros((top + 1, top + 1))
-    for i in range(top + 1):
-        for j, p in pram.distribution(i).items():
-            m[i, min(j, top)] += p
-    t = np.bincount(n.ravel(), minlength=top + 1).astype(np.float64)
-    star = invariant_matrix(m, t)
-    cum = np.cumsum(star[n.ravel()], axis=1)
-    cum[:, -1] = 1.0
-    out = (u.ravel()[:, None] >= cum).sum(axis=1)
-    return np.asarray(out.reshape(n.shape) - n, dtype=np.int64)
+def _methods(pram: str, alpha: float) -> dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]:
+    from tablesafe.experiments._pram_readings import reading_method
 
-
-def _methods() -> dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]:
     dp = dp_geometric(2.0, cap=7)
     q = drop_add_q(0.01, 7)
     return {
         "DP": lambda n, u: dp.perturbation(n.ravel(), u.ravel()).reshape(n.shape),
-        "PRAM": _pram_invariant,
+        "PRAM": reading_method(pram, alpha),
         "Q": lambda n, u: q.perturbation(n.ravel(), u.ravel()).reshape(n.shape),
     }
 
@@ -153,6 +144,8 @@ def run_shlomo2019(
     *,
     rng: np.random.Generator | int | None = 2019,
     progress: Callable[[int, int], None] | None = None,
+    pram: str = "values",
+    pram_alpha: float = 1.0,
 ) -> Shlomo2019:
     """Run the simulation study and return Tables 4 and 5 (and chi-square results).
 
@@ -160,12 +153,19 @@ def run_shlomo2019(
         reps: Replications per table type (the paper: 500).
         rng: Generator or seed (deterministic for a fixed seed).
         progress: Called with (done, total).
+        pram: The reading of PRAM's invariant matrix (see
+            ``tablesafe.experiments._pram_readings``); ``values`` is the
+            construction used so far.
+        pram_alpha: Weight of the invariant matrix against the identity.
+
+    Raises:
+        ParameterError: for reps below 1, an unknown reading or a bad alpha.
     """
     if reps < 1:
         raise ParameterError("reps must be at least 1")
     seed = rng if isinstance(rng, int) else None
+    methods = _methods(pram, pram_alpha)
     gen = resolve_generator(rng)
-    methods = _methods()
     table4: dict[str, dict[str, float]] = {m: {} for m in methods}
     table5: dict[str, dict[str, tuple[float, float, float | None, float | None]]] = {}
     chi: dict[str, dict[str, list[tuple[float, float]]]] = {}
@@ -217,7 +217,15 @@ def run_shlomo2019(
             row: _summarise(vals)
             for row, vals in sorted(rows.items(), key=lambda kv: _order(kv[0]))
         }
-    return Shlomo2019(reps=reps, seed=seed, table4=table4, table5=table5, chi_square=chi)
+    return Shlomo2019(
+        reps=reps,
+        seed=seed,
+        table4=table4,
+        table5=table5,
+        chi_square=chi,
+        pram=pram,
+        pram_alpha=float(pram_alpha),
+    )
 
 
 def _rad(a: npt.ArrayLike, b: npt.ArrayLike) -> float:

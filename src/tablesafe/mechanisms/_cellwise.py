@@ -306,7 +306,7 @@ def pram_shlomo_young(epsilon: float = 2.0, cap: int = 7) -> PTable:
 
 
 def invariant_matrix(
-    transition: npt.ArrayLike, frequencies: npt.ArrayLike
+    transition: npt.ArrayLike, frequencies: npt.ArrayLike, *, alpha: float = 1.0
 ) -> npt.NDArray[np.float64]:
     """The invariant PRAM matrix M* with ``t M* = t`` (Shlomo & Young 2008).
 
@@ -318,18 +318,30 @@ def invariant_matrix(
     the cell values are preserved. ``M*`` depends on the data (``t``), so
     it is not differentially private.
 
+    The perturbation level is controlled, as in Shlomo & Young (2008), by
+    mixing with the identity: ``alpha M* + (1 - alpha) I`` is invariant for
+    every ``alpha`` and changes a value with ``alpha`` times M*'s
+    probability. ``alpha`` above 1 perturbs more; it may go up to the point
+    where the diagonal entry of a value present in t reaches 0 (the rows of
+    absent values, which t M* = t does not involve, are mixed with the
+    largest weight up to ``alpha`` that keeps them non-negative).
+
     Args:
         transition: A row-stochastic L x L matrix M over cell values 0 .. L-1
             (e.g. :meth:`PTable.transition_matrix`).
         frequencies: t, the number of cells with each value (length L).
+        alpha: The weight of M* against the identity (1: M* itself).
 
     Returns:
-        The row-stochastic L x L matrix M*.
+        The row-stochastic L x L matrix ``alpha M* + (1 - alpha) I``.
 
     Raises:
-        ParameterError: for a non-square or non-stochastic M, or a t of
-            another length or with negative entries.
+        ParameterError: for a non-square or non-stochastic M, a t of
+            another length or with negative entries, or an ``alpha`` that is
+            not positive or would make a diagonal entry negative.
     """
+    if not isinstance(alpha, int | float) or not math.isfinite(alpha) or alpha <= 0:
+        raise ParameterError(f"alpha must be a positive number, not {alpha!r}")
     m = np.asarray(transition, dtype=np.float64)
     t = np.asarray(frequencies, dtype=np.float64)
     if m.ndim != 2 or m.shape[0] != m.shape[1]:
@@ -345,7 +357,24 @@ def invariant_matrix(
     unreached = lam <= 0
     q[unreached, :] = 0
     q[unreached, unreached] = 1
-    return np.asarray(m @ q, dtype=np.float64)
+    star = m @ q
+    if alpha == 1:
+        return np.asarray(star, dtype=np.float64)
+    moved = 1.0 - np.diag(star)
+    used = t > 0
+    top = float(moved[used].max()) if used.any() else 0.0
+    limit = 1.0 / top if top > 0 else math.inf
+    if alpha > limit * (1 + 1e-12):
+        raise ParameterError(
+            f"alpha {alpha:g} would make a diagonal entry negative; allowed: 0 < alpha <= "
+            f"{limit:.6g} for this matrix and these frequencies"
+        )
+    # Rows of values absent from t play no part in t M* = t; where alpha > 1 would
+    # take them below zero they are mixed with the largest weight they allow.
+    weight = np.where(used, alpha, np.minimum(alpha, 1.0 / np.maximum(moved, 1e-300)))
+    mixed = weight[:, None] * star
+    mixed[np.diag_indices_from(mixed)] = 1.0 - weight * moved
+    return np.asarray(np.maximum(mixed, 0.0), dtype=np.float64)
 
 
 #: The R package's smallest probability (its ``epsilon``, 1e-8) and digits of the intervals.
