@@ -14,7 +14,6 @@ the same integer mix (:mod:`tablesafe._selection`) in a window function.
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import threading
 from typing import Any
@@ -27,7 +26,13 @@ from tablesafe._dataset import Dataset
 from tablesafe._errors import ConfigError, DataError
 from tablesafe._fixed import fixed_sql, from_fixed, range_error
 from tablesafe._request import TabulationPlan
-from tablesafe._selection import MIX_MULTIPLIER, SelectedSums
+from tablesafe._selection import (
+    MIX_MULTIPLIER,
+    MIX_RANGE,
+    SelectedSums,
+    mix_thresholds,
+    selection_rows,
+)
 from tablesafe.engines._base import DatasetSummary, ValidationCache, assemble_grouped
 from tablesafe.engines._sql import Dialect, tabulation_sql, universe_sql
 
@@ -292,73 +297,86 @@ class SparkEngine(ValidationCache):
     ) -> SelectedSums:
         """Sum the weights of the first ``k`` records of each inner cell in mix order.
 
-        Ties of mix and key are broken by the fixed-point weights, as in
-        every engine. ``counts`` is accepted for the common signature; Spark
-        ranks within partitions that spill to disk, so it is not needed.
+        As the DuckDB engine: ties of mix and key broken by the fixed-point
+        weights; with ``counts``, only the records under each cell's mix
+        threshold are ranked (:func:`~tablesafe._selection.mix_thresholds`)
+        and short cells are ranked again in full, so the choice is the same.
         """
         self.ensure_valid(dataset)
+        shape = tuple(d.size for d in plan.dimensions)
+        flat_k = np.asarray(k, dtype=np.int64).reshape(-1)
+        flat_seed = np.asarray(seed, dtype=np.int64).reshape(-1)
+        cells = np.flatnonzero(flat_k > 0)
+        out_n = np.zeros(int(np.prod(shape)), dtype=np.int64)
+        sums = np.zeros((1 + len(plan.replicates), out_n.size), dtype=np.int64)
+        flat_counts = None if counts is None else np.asarray(counts, dtype=np.int64).reshape(-1)
+        threshold = mix_thresholds(flat_k, flat_counts)
+        if cells.size:
+            at, n_at, s_at = self._select_sums(dataset, plan, cells, flat_seed, flat_k, threshold)
+            out_n[at], sums[:, at] = n_at, s_at
+            if flat_counts is not None:
+                short = cells[out_n[cells] < np.minimum(flat_k[cells], flat_counts[cells])]
+                if short.size:
+                    full = np.full_like(threshold, MIX_RANGE)
+                    at, n_at, s_at = self._select_sums(
+                        dataset, plan, short, flat_seed, flat_k, full
+                    )
+                    out_n[at], sums[:, at] = n_at, s_at
+        w = from_fixed(sums[0]).reshape(shape) if plan.weight else None
+        reps = from_fixed(sums[1:]).reshape((-1, *shape)) if plan.replicates else None
+        return SelectedSums(n=out_n.reshape(shape), weight_sum=w, replicate_sums=reps)
+
+    def _select_sums(
+        self,
+        dataset: Dataset,
+        plan: TabulationPlan,
+        cells: np.ndarray,
+        seed: np.ndarray,
+        k: np.ndarray,
+        threshold: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Cells, chosen counts and fixed-point sums (weight first) of one ranking query."""
         view = self._view(dataset)
         dims = plan.dimensions
-        shape = tuple(d.size for d in dims)
-        cells = np.flatnonzero(np.asarray(k).reshape(-1) > 0)
-        out_n = np.zeros(int(np.prod(shape)), dtype=np.int64)
-        w = np.zeros(out_n.size) if plan.weight else None
-        reps = np.zeros((len(plan.replicates), out_n.size)) if plan.replicates else None
-        if cells.size:
-            idx = np.unravel_index(cells, shape)
-            flat_seed = np.asarray(seed).reshape(-1)
-            flat_k = np.asarray(k).reshape(-1)
-            rows = []
-            for j, cell in enumerate(cells):
-                members = [dims[i].members[int(idx[i][j])] for i in range(len(dims))]
-                for combo in itertools.product(*members):
-                    rows.append((*combo, int(cell), int(flat_seed[cell]), int(flat_k[cell])))
-            names = [f"c{i}" for i in range(len(dims))]
-            sel = self.spark.createDataFrame(rows, schema=[*names, "cell", "seed", "k"])
-            sel_view = f"ts_sel_{threading.get_ident()}"
-            sel.createOrReplaceTempView(sel_view)
-            key = _ident(plan.record_key)
-            on = " AND ".join(f"t.{_ident(d.column)} = s.c{i}" for i, d in enumerate(dims))
-            values = [f"{fixed_sql('t.' + _ident(plan.weight))} AS ts_w"] if plan.weight else []
-            values += [
-                f"{fixed_sql('t.' + _ident(r))} AS ts_r{i}" for i, r in enumerate(plan.replicates)
-            ]
-            params: dict[str, Any] = {}
-            where = ["s.k > 0", *universe_sql(plan, _DIALECT, params, prefix="t.")]
-            mix = mix32_spark(f"t.{key}", "s.seed")
-            ties = [fixed_sql("t." + _ident(c)) for c in ([plan.weight] if plan.weight else [])]
-            ties += [fixed_sql("t." + _ident(r)) for r in plan.replicates]
-            order = ", ".join([mix, f"t.{key}", *ties])
-            ranked = (
-                f"SELECT s.cell, s.k, {', '.join([*values, '1 AS ts_one'])}, "
-                f"ROW_NUMBER() OVER (PARTITION BY s.cell ORDER BY {order}) AS ts_rank "
-                f"FROM {view} AS t JOIN {sel_view} AS s ON {on} WHERE {' AND '.join(where)}"
-            )
-            sums = ["COUNT(*) AS ts_n"]
-            if plan.weight:
-                sums.append("CAST(SUM(ts_w) AS BIGINT) AS ts_w")
-            sums += [
-                f"CAST(SUM(ts_r{i}) AS BIGINT) AS ts_r{i}" for i in range(len(plan.replicates))
-            ]
-            result = self._run(
-                f"SELECT cell, {', '.join(sums)} FROM ({ranked}) WHERE ts_rank <= k GROUP BY cell",
-                params,
-            )
-            for r in result:
-                c = int(r[0])
-                out_n[c] = int(r[1])
-                pos = 2
-                if w is not None:
-                    w[c] = from_fixed(int(r[pos]))
-                    pos += 1
-                if reps is not None:
-                    for i in range(len(plan.replicates)):
-                        reps[i, c] = from_fixed(int(r[pos + i]))
-        return SelectedSums(
-            n=out_n.reshape(shape),
-            weight_sum=None if w is None else w.reshape(shape),
-            replicate_sums=None if reps is None else reps.reshape((-1, *shape)),
+        rows = selection_rows(plan, cells, seed, k, threshold)
+        names = [*[f"c{i}" for i in range(len(dims))], "cell", "seed", "k", "thr"]
+        columns = [np.asarray(rows[c]).tolist() for c in names]
+        sel = self.spark.createDataFrame(list(zip(*columns, strict=True)), schema=names)
+        sel_view = f"ts_sel_{threading.get_ident()}"
+        sel.createOrReplaceTempView(sel_view)
+        key = _ident(plan.record_key)
+        on = " AND ".join(f"t.{_ident(d.column)} = s.c{i}" for i, d in enumerate(dims))
+        weights = ([plan.weight] if plan.weight else []) + list(plan.replicates)
+        values = [f"{fixed_sql('t.' + _ident(c))} AS ts_v{i}" for i, c in enumerate(weights)]
+        params: dict[str, Any] = {}
+        where = universe_sql(plan, _DIALECT, params, prefix="t.")
+        mix = mix32_spark(f"t.{key}", "s.seed")
+        joined = (
+            f"SELECT s.cell, s.k, s.thr, t.{key} AS ts_key, "
+            f"{', '.join([*values, f'{mix} AS ts_mix'])} "
+            f"FROM {view} AS t JOIN {sel_view} AS s ON {on}"
+            + (f" WHERE {' AND '.join(where)}" if where else "")
         )
+        v = [f"ts_v{i}" for i in range(len(weights))]
+        ranked = (
+            f"SELECT {', '.join(['cell', 'k', *v])}, ROW_NUMBER() OVER (PARTITION BY cell "
+            f"ORDER BY {', '.join(['ts_mix', 'ts_key', *v])}) AS ts_rank "
+            f"FROM ({joined}) AS j WHERE ts_mix < thr"
+        )
+        agg = ["COUNT(*) AS ts_n"] + [
+            f"CAST(SUM(ts_v{i}) AS BIGINT) AS ts_v{i}" for i in range(len(weights))
+        ]
+        result = self._run(
+            f"SELECT cell, {', '.join(agg)} FROM ({ranked}) AS r WHERE ts_rank <= k GROUP BY cell",
+            params,
+        )
+        at = np.array([int(r[0]) for r in result], dtype=np.int64)
+        n_at = np.array([int(r[1]) for r in result], dtype=np.int64)
+        sums = np.zeros((1 + len(plan.replicates), at.size), dtype=np.int64)
+        offset = 0 if plan.weight else 1
+        for i in range(len(weights)):
+            sums[i + offset] = [int(r[2 + i]) for r in result]
+        return at, n_at, sums
 
 
 def _csv_types(cat: Catalog) -> dict[str, str]:
