@@ -83,3 +83,16 @@ def test_same_frame_same_bytes():
     frame = _frame()
     assert to_csv(frame) == to_csv(frame.copy())
     assert to_json(frame, {"a": 1}) == to_json(frame.copy(), {"a": 1})
+
+
+def test_streamed_pieces_join_to_the_same_bytes():
+    from tablesafe._render import iter_csv, iter_json
+
+    frame = _frame()
+    meta = {"protected": True, "n": 3}
+    for chunk in (1, 7, 50, 1000):
+        assert b"".join(iter_json(frame, meta, chunk=chunk)) == to_json_bytes(frame, meta)
+        assert b"".join(iter_csv(frame, chunk=chunk)).decode() == to_csv(frame)
+    empty = frame.iloc[:0]
+    assert b"".join(iter_json(empty, meta)) == to_json_bytes(empty, meta)
+    assert json.loads(to_json_bytes(empty, meta)) == {"meta": meta, "cells": []}

@@ -12,7 +12,7 @@ import csv
 import io
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
@@ -33,6 +33,8 @@ __all__ = [
     "TOTAL_CODE",
     "TOTAL_LABEL",
     "Columns",
+    "iter_csv",
+    "iter_json",
     "long_columns",
     "long_frame",
     "render_text",
@@ -117,13 +119,49 @@ def to_json(frame: Columns, meta: Mapping[str, Any]) -> str:
 
 def to_json_bytes(frame: Columns, meta: Mapping[str, Any]) -> bytes:
     """:func:`to_json` as UTF-8 bytes (what the server sends)."""
+    return b"".join(iter_json(frame, meta))
+
+
+def iter_json(frame: Columns, meta: Mapping[str, Any], *, chunk: int = 16384) -> Iterator[bytes]:
+    """:func:`to_json_bytes` in pieces of ``chunk`` cells, for a streamed response.
+
+    The pieces joined are exactly the bytes of
+    ``orjson.dumps({"meta": meta, "cells": [...]})``.
+    """
     cols = _columns(frame)
     names = list(cols)
     columns = [v.tolist() for v in cols.values()]
-    cells = [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
-    return orjson.dumps(
-        {"meta": meta, "cells": cells}, option=orjson.OPT_SERIALIZE_NUMPY, default=_plain
-    )
+    rows = len(columns[0]) if columns else 0
+    yield b'{"meta":' + _dumps(meta) + b',"cells":['
+    for start in range(0, rows, chunk):
+        part = [
+            dict(zip(names, row, strict=True))
+            for row in zip(*(c[start : start + chunk] for c in columns), strict=True)
+        ]
+        body = _dumps(part)[1:-1]  # the list's items, without its brackets
+        yield body if start == 0 else b"," + body
+    yield b"]}"
+
+
+def iter_csv(frame: Columns, *, chunk: int = 16384) -> Iterator[bytes]:
+    """:func:`to_csv` as UTF-8 pieces of ``chunk`` rows (joined: the same bytes)."""
+    cols = _columns(frame)
+    text = [_csv_column(v) for v in cols.values()]
+    rows = len(text[0]) if text else 0
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(list(cols))
+    for start in range(0, rows, chunk):
+        writer.writerows(zip(*(c[start : start + chunk] for c in text), strict=True))
+        yield buf.getvalue().encode()
+        buf.seek(0)
+        buf.truncate()
+    if rows == 0:
+        yield buf.getvalue().encode()
+
+
+def _dumps(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY, default=_plain)
 
 
 def _columns(frame: Columns) -> dict[str, np.ndarray]:
