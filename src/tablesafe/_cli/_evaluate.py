@@ -27,11 +27,11 @@ def evaluate_cmd(
 ) -> None:
     """Risk and utility of each mechanism and parameter on a dataset's tables."""
     from rich.console import Console
-    from rich.table import Table
 
     from tablesafe._dataset import Dataset
     from tablesafe._errors import ParameterError, RequestError
     from tablesafe.experiments._evaluate import evaluate, mechanism_grid
+    from tablesafe.experiments._report import evaluation_text, write_evaluation_report
 
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
@@ -46,66 +46,8 @@ def evaluate_cmd(
         results = evaluate(Dataset.open(data_dir), tables, configs)
     rows = [r.as_dict() for r in results]
     if out is not None:
-        _write(rows, out)
+        write_evaluation_report(rows, out)
     if fmt == "json":
         typer.echo(json.dumps(rows, indent=1))
         return
-    t = Table("table", "method", "epsilon", "delta", "% perturbed", "RM", "HD", "utility", "MAD")
-    for r in rows:
-        t.add_row(
-            r["table"],
-            r["method"],
-            f"{r['epsilon']:.3g}",
-            f"{r['delta']:.3g}",
-            f"{r['percent_perturbed']:.1f}",
-            f"{r['rm']:.4f}",
-            f"{r['hellinger']:.3f}",
-            f"{r['utility']:.4f}",
-            f"{r['mad']:.3f}",
-        )
-    Console().print(t)
-
-
-def _write(rows: list[dict[str, object]], out: Path) -> None:
-    import base64
-    import html
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(rows, indent=1))
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    for r in rows:
-        x, y = float(r["hellinger"]), float(r["rm"])  # type: ignore[arg-type]
-        ax.scatter([x], [y], s=30)
-        ax.annotate(
-            f"{r['method']} ({r['table']})",
-            (x, y),
-            fontsize=6,
-            textcoords="offset points",
-            xytext=(4, 2),
-        )
-    ax.invert_xaxis()
-    ax.set_xlabel("Hellinger distance (reversed)")
-    ax.set_ylabel("RM")
-    ax.set_title("Risk-utility map")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    (out / "risk_utility.png").write_bytes(buf.getvalue())
-    b64 = base64.b64encode(buf.getvalue()).decode()
-    head = "".join(f"<th>{html.escape(str(k))}</th>" for k in rows[0]) if rows else ""
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r.values()) + "</tr>"
-        for r in rows
-    )
-    (out / "report.html").write_text(
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>tablesafe "
-        "evaluation</title></head><body><h1>Risk and utility of the protections</h1>"
-        f"<img alt='risk-utility map' src='data:image/png;base64,{b64}'>"
-        f"<table border='1'><tr>{head}</tr>{body}</table></body></html>"
-    )
+    typer.echo(evaluation_text(rows), nl=False)
