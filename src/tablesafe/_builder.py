@@ -172,6 +172,8 @@ class TableBuilder:
         sz = structural_zero_mask(self.dataset.catalog, plan)
         want_w = request.statistic != "count" and agg.weight_sum is not None
         meta: dict[str, Any] = {"dataset": self.dataset.name, "additivity": prot.additivity}
+        if self.dataset.catalog.citation:
+            meta["citation"] = self.dataset.catalog.citation
         if prot.record_level:
             counts, weighted, reps = self._records(request, plan, agg, sz, want_w)
             meta["additivity"] = "aggregate (record level)"

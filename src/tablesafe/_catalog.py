@@ -21,6 +21,7 @@ The TOML layout::
 
     [dataset]
     title = "Demo survey"
+    citation = "Office (2026), Demo survey [data set]"   # optional; printed under every table
     file = "microdata.parquet"        # Parquet or CSV, relative to the catalog
     record_key = "RKEY"
     weight = "WEIGHT"                  # optional
@@ -240,6 +241,7 @@ class Catalog:
         replicates: The replicate-weight design, or ``None``.
         structural_zeros: Impossible combinations of categories.
         title: A human-readable title of the dataset.
+        citation: How to cite the dataset; printed in every table's footnotes.
         data_file: The microdata file named by the catalog (may be ``None``).
     """
 
@@ -249,6 +251,7 @@ class Catalog:
     replicates: ReplicateDesign | None = None
     structural_zeros: tuple[StructuralZero, ...] = ()
     title: str = ""
+    citation: str = ""
     data_file: Path | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -352,6 +355,7 @@ class Catalog:
             raise CatalogError("[dataset] must be a table")
         allowed_ds = {
             "title",
+            "citation",
             "file",
             "record_key",
             "weight",
@@ -390,6 +394,9 @@ class Catalog:
         title = ds.get("title", "")
         if not isinstance(title, str):
             raise CatalogError("dataset.title must be a string")
+        citation = ds.get("citation", "")
+        if not isinstance(citation, str) or len(citation) > 1000:
+            raise CatalogError("dataset.citation must be a string of at most 1000 characters")
         return cls(
             variables=variables,
             record_key=_check_name(record_key, "record-key column"),
@@ -397,6 +404,7 @@ class Catalog:
             replicates=replicates,
             structural_zeros=zeros,
             title=title,
+            citation=citation.strip(),
             data_file=(base / data_file if base is not None else Path(data_file))
             if data_file
             else None,
@@ -405,6 +413,8 @@ class Catalog:
     def to_dict(self) -> dict[str, Any]:
         """Return the catalog in its TOML structure (the inverse of :meth:`from_dict`)."""
         ds: dict[str, Any] = {"title": self.title, "record_key": self.record_key}
+        if self.citation:
+            ds["citation"] = self.citation
         if self.data_file is not None:
             ds["file"] = self.data_file.name
         if self.weight:

@@ -220,6 +220,8 @@ def demo_catalog(replicates: int = REPLICATES, data_file: str = "microdata.parqu
 
     ds: dict[str, Any] = {
         "title": "tablesafe demo survey (synthetic)",
+        "citation": "tablesafe demo survey (synthetic records, no real person), "
+        "written by `tablesafe demo-data`",
         "file": data_file,
         "record_key": "RKEY",
         "weight": "WEIGHT",

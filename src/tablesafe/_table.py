@@ -169,11 +169,39 @@ class ProtectedTable:
             "statistic": self.request.statistic,
             "mechanism": dict(self.mechanism),
             **dict(self.metadata),
+            "footnotes": self.footnotes(),
         }
 
-    def to_csv(self) -> str:
-        """CSV text, one row per cell, with exact numbers."""
-        return to_csv(self.long_columns())
+    def footnotes(self) -> dict[str, Any]:
+        """The plain-language statement of the protection, the flag legend and the citation.
+
+        Built from public facts only (see :mod:`tablesafe._footnotes`).
+        """
+        from tablesafe._footnotes import footnotes
+
+        return footnotes(
+            self.mechanism,
+            self.metadata,
+            statistic=self.request.statistic,
+            rounding=self.rounding,
+            suppressed_display=self.suppressed_display,
+        )
+
+    def to_csv(self, *, footnotes: bool = False) -> str:
+        """CSV text, one row per cell, with exact numbers.
+
+        Args:
+            footnotes: Append the footnotes after the cells: a blank line,
+                then one line per sentence starting with ``#`` (read the
+                cells back with ``pandas.read_csv(..., comment="#")``).
+        """
+        text = to_csv(self.long_columns())
+        if footnotes:
+            from tablesafe._footnotes import footnote_lines
+
+            lines = footnote_lines(self.footnotes())
+            text += "\n" + "".join(f"# {line.replace(chr(10), ' ')}\n" for line in lines)
+        return text
 
     def to_json(self) -> str:
         """JSON text: ``{"meta": ..., "cells": [...]}``."""
@@ -184,7 +212,11 @@ class ProtectedTable:
         return to_json_bytes(self.long_columns(), self.public_metadata())
 
     def to_xlsx(self, path: str | Path) -> Path:
-        """Write an Excel workbook: sheet ``cells`` (long format) and sheet ``about``."""
+        """Write an Excel workbook: sheet ``cells`` (long format) and sheet ``about``.
+
+        The ``about`` sheet is the metadata sheet: the footnotes (statement,
+        flag legend, citation) first, one per row, then every public fact.
+        """
         path = Path(path)
         if path.suffix.lower() != ".xlsx":
             raise FormatError(f"an Excel export must end in .xlsx, not {path.suffix!r}")
@@ -200,9 +232,13 @@ class ProtectedTable:
         """
         import pandas as pd
 
-        about = pd.DataFrame(
-            [(k, _flat(v)) for k, v in self.public_metadata().items()], columns=["key", "value"]
-        )
+        from tablesafe._footnotes import footnote_lines
+
+        meta = self.public_metadata()
+        notes = meta.pop("footnotes")
+        rows = [("note", line) for line in footnote_lines(notes)]
+        rows += [(k, _flat(v)) for k, v in meta.items()]
+        about = pd.DataFrame(rows, columns=["key", "value"])
         raw = io.BytesIO()
         with pd.ExcelWriter(raw, engine="openpyxl") as xl:
             self.to_frame(labels=True).to_excel(xl, sheet_name="cells", index=False)

@@ -277,14 +277,20 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         body: TableBody,
         who: Principal = Depends(principal),
         format: Annotated[Literal["json", "csv", "xlsx"], Query()] = "json",
+        footnotes: Annotated[bool, Query()] = True,
     ) -> Response:
-        """A protected table, as JSON (default), CSV or XLSX."""
+        """A protected table, as JSON (default), CSV or XLSX.
+
+        The CSV ends with the table's footnotes (lines starting with ``#``)
+        unless ``footnotes=false``; JSON carries them in ``meta.footnotes``,
+        the XLSX in its ``about`` sheet.
+        """
         request.state.body = {**body.model_dump(), "format": format}
         served(request, name)
         result = service.table(who, name, body.to_request())
         if format == "csv":
             response: Response = Response(
-                result.to_csv(),
+                result.to_csv(footnotes=footnotes),
                 media_type="text/csv; charset=utf-8",
                 headers={"content-disposition": f'attachment; filename="{name}-table.csv"'},
             )

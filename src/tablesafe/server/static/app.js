@@ -3,6 +3,7 @@
 
 const state = { datasets: [], meta: null, conditions: {}, last: null };
 const $ = (id) => document.getElementById(id);
+const FLAG_SYMBOL = { structural_zero: "z", suppressed: "x" };
 const apiKey = new URLSearchParams(location.search).get("key") || localStorage.getItem("tablesafe-key");
 
 async function api(path, options = {}) {
@@ -138,8 +139,14 @@ function renderTable(doc) {
           const td = document.createElement("td");
           if (cc === "_T") td.className = "total";
           td.textContent = cell ? fmt(cell[stat], stat) : "";
-          if (cell && cell.structural_zero) { td.title = "structural zero"; td.textContent += " †"; }
-          if (cell && cell.suppressed) { td.title = "suppressed: below the small-cell threshold"; }
+          for (const flag of ["structural_zero", "suppressed"]) {
+            if (cell && cell[flag]) {
+              const sup = document.createElement("sup");
+              sup.className = "flag"; sup.textContent = FLAG_SYMBOL[flag];
+              sup.title = (doc.meta.footnotes && doc.meta.footnotes.flags[flag]) || flag;
+              td.appendChild(document.createTextNode(" ")); td.appendChild(sup);
+            }
+          }
           tr.appendChild(td);
         }
         table.appendChild(tr);
@@ -147,12 +154,35 @@ function renderTable(doc) {
       section.appendChild(table);
     }
   }
-  const note = document.createElement("p");
-  note.className = "footnote";
-  const m = doc.meta.mechanism;
-  const params = Object.entries(m).filter(([k]) => k !== "name").map(([k, v]) => `${k} = ${typeof v === "object" ? JSON.stringify(v) : v}`).join(", ");
-  note.textContent = `Protection: ${m.name}${params ? " (" + params + ")" : ""}; additivity: ${doc.meta.additivity}. † structural zero. Blank or "<k" cells are below the small-cell threshold.`;
-  section.appendChild(note);
+  section.appendChild(renderFootnotes(doc.meta));
+}
+
+// The table's footnotes: the statement of its protection, the flag legend, the citation.
+function renderFootnotes(meta) {
+  const notes = meta.footnotes || { statement: [], flags: {}, citation: null };
+  const box = document.createElement("section");
+  box.id = "footnotes"; box.className = "footnote";
+  box.setAttribute("aria-labelledby", "footnotes-title");
+  const h = document.createElement("h2"); h.id = "footnotes-title"; h.textContent = "About this table";
+  box.appendChild(h);
+  const list = document.createElement("ul");
+  for (const line of notes.statement) { const li = document.createElement("li"); li.textContent = line; list.appendChild(li); }
+  box.appendChild(list);
+  const legend = document.createElement("dl");
+  legend.className = "legend";
+  for (const [column, meaning] of Object.entries(notes.flags)) {
+    const dt = document.createElement("dt"); dt.textContent = FLAG_SYMBOL[column] || column;
+    const dd = document.createElement("dd"); dd.textContent = meaning;
+    legend.append(dt, dd);
+  }
+  box.appendChild(legend);
+  const m = meta.mechanism;
+  const params = Object.entries(m).filter(([k]) => k !== "name" && k !== "paper").map(([k, v]) => `${k} = ${typeof v === "object" ? JSON.stringify(v) : v}`).join(", ");
+  const tech = document.createElement("p");
+  tech.className = "technical";
+  tech.textContent = `Technical: ${m.name}${params ? " (" + params + ")" : ""}; additivity: ${meta.additivity}.`;
+  box.appendChild(tech);
+  return box;
 }
 
 async function build(event) {
