@@ -42,6 +42,13 @@ The TOML layout::
     [[structural_zeros]]
     AGEGRP = [1]
     MARSTAT = [2, 3, 4]
+
+    [[magnitudes]]                     # continuous variables (tablesafe._magnitude_catalog)
+    name = "INCOME"
+    label = "Annual income"
+    unit = "EUR"
+    lower = 0
+    upper = 2000000
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tablesafe._errors import CatalogError, FormatError, RequestError
+from tablesafe._magnitude_catalog import Magnitude, parse_magnitudes
 
 __all__ = [
     "REPLICATE_METHODS",
@@ -253,6 +261,7 @@ class Catalog:
     title: str = ""
     citation: str = ""
     data_file: Path | None = field(default=None, compare=False)
+    magnitudes: Mapping[str, Magnitude] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         special = [self.record_key, *([self.weight] if self.weight else [])]
@@ -269,6 +278,13 @@ class Catalog:
                 raise CatalogError(
                     f"variable {var.name} reads column {var.column}, which is the record key, "
                     "weight or a replicate weight"
+                )
+        categorical = {v.column for v in self.variables.values()}
+        for mag in self.magnitudes.values():
+            if mag.column in special or mag.column in categorical:
+                raise CatalogError(
+                    f"magnitude {mag.name} reads column {mag.column}, which is already a "
+                    "categorical variable, the record key or a weight"
                 )
         for zero in self.structural_zeros:
             for name, codes in zero.codes.items():
@@ -294,6 +310,23 @@ class Catalog:
             raise RequestError(
                 f"unknown variable {name!r}; available: {', '.join(self.variables)}"
             ) from None
+
+    def magnitude(self, name: str) -> Magnitude:
+        """Return the continuous variable (magnitude) called ``name``.
+
+        Raises:
+            RequestError: if there is none (a categorical variable is not a
+                magnitude), naming the magnitudes that exist.
+        """
+        if isinstance(name, str) and name in self.magnitudes:
+            return self.magnitudes[name]
+        what = "a categorical variable, not a continuous one" if name in self.variables else (
+            "not a variable of this dataset"
+        )
+        allowed = ", ".join(self.magnitudes) or "none (the catalog declares no [[magnitudes]])"
+        raise RequestError(
+            f"{name!r} is {what}; sums and means are available for: {allowed}"
+        )
 
     @property
     def source_variables(self) -> tuple[Variable, ...]:
@@ -344,11 +377,11 @@ class Catalog:
         """
         if not isinstance(raw, Mapping):
             raise CatalogError("a catalog must be a table (mapping) at the top level")
-        unknown = set(raw) - {"dataset", "variables", "structural_zeros"}
+        unknown = set(raw) - {"dataset", "variables", "structural_zeros", "magnitudes"}
         if unknown:
             raise CatalogError(
                 f"unknown catalog section(s) {sorted(unknown)}; allowed: dataset, variables, "
-                "structural_zeros"
+                "structural_zeros, magnitudes"
             )
         ds = raw.get("dataset", {})
         if not isinstance(ds, Mapping):
@@ -388,6 +421,7 @@ class Catalog:
         if dup:
             raise CatalogError(f"column(s) {sorted(dup)} are read by more than one variable")
         zeros = _parse_zeros(raw.get("structural_zeros", []), variables)
+        magnitudes = parse_magnitudes(raw.get("magnitudes", []), _check_name, list(variables))
         data_file = ds.get("file")
         if data_file is not None and not isinstance(data_file, str):
             raise CatalogError("dataset.file must be a path (string)")
@@ -408,6 +442,7 @@ class Catalog:
             data_file=(base / data_file if base is not None else Path(data_file))
             if data_file
             else None,
+            magnitudes=magnitudes,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -453,6 +488,8 @@ class Catalog:
             out["structural_zeros"] = [
                 {k: sorted(v, key=str) for k, v in z.codes.items()} for z in self.structural_zeros
             ]
+        if self.magnitudes:
+            out["magnitudes"] = [m.to_dict() for m in self.magnitudes.values()]
         return out
 
     def to_toml(self) -> str:
@@ -677,4 +714,7 @@ def _dump_toml(doc: Mapping[str, Any]) -> str:
     for z in doc.get("structural_zeros", []):
         lines += ["", "[[structural_zeros]]"]
         lines += [f"{k} = {_toml_value(v)}" for k, v in z.items()]
+    for m in doc.get("magnitudes", []):
+        lines += ["", "[[magnitudes]]"]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in m.items()]
     return "\n".join(lines) + "\n"

@@ -209,7 +209,42 @@ def _chunk(rng: np.random.Generator, n: int, replicates: int) -> dict[str, np.nd
         for r in range(replicates):
             out[f"RW{r + 1}"] = np.where(group == r, 0.0, weight * factor)
     out["RKEY"] = rng.integers(0, 2**32, size=n, dtype=np.uint32)
+    # Magnitudes, drawn after every other column so those stay as they were.
+    out["INCOME"], out["HOURS"] = _income_hours(rng, a, e, occ, empstat, female)
     return out
+
+
+def _income_hours(
+    rng: np.random.Generator,
+    a: np.ndarray,
+    e: np.ndarray,
+    occ: np.ndarray,
+    empstat: np.ndarray,
+    female: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Annual income (skewed, zeros, a few very large values) and weekly hours worked.
+
+    Employed people earn a lognormal wage rising with education, occupation
+    and age; 0.05% of them earn a Pareto-tailed multiple (up to the bound
+    of 5 million). Others have a small transfer income or nothing; children
+    have none. Hours: full time near 40, part time near 20, zero when not
+    employed.
+    """
+    n = a.size
+    employed = empstat == 1
+    occ_pay = np.array([0.0, 0.55, 0.4, 0.2, 0.0, -0.15, -0.3, -0.05, -0.05, -0.35])[occ]
+    mid = np.clip(a - 18, 0, None)
+    log_wage = 10.1 + 0.09 * (e - 3) + occ_pay + 0.03 * mid - 0.0005 * mid**2 - 0.12 * female
+    wage = np.exp(log_wage + rng.normal(0.0, 0.55, n))
+    top = rng.random(n) < 0.0005
+    wage = np.where(top, wage * (1 + rng.pareto(1.2, n)) * 8, wage)
+    transfer = np.where(rng.random(n) < 0.55, rng.gamma(2.0, 4500.0, n), 0.0)
+    income = np.where(employed, wage, np.where(empstat == 4, 0.0, transfer))
+    income = np.minimum(np.round(income), 5_000_000.0)
+    part_time = rng.random(n) < np.where(female, 0.32, 0.11)
+    hours = np.where(part_time, rng.normal(21, 6, n), rng.normal(40.5, 5.5, n))
+    hours = np.where(employed, np.clip(np.round(hours * 2) / 2, 1.0, 98.0), 0.0)
+    return income, hours
 
 
 def demo_catalog(replicates: int = REPLICATES, data_file: str = "microdata.parquet") -> Catalog:
@@ -269,6 +304,24 @@ def demo_catalog(replicates: int = REPLICATES, data_file: str = "microdata.parqu
             {"AGEGRP": [1], "MARSTAT": [2, 3, 4]},
             {"AGEGRP": [1], "EMPSTAT": [1, 2, 3]},
             {"AGEGRP": [2, 3, 4, 5, 6, 7, 8], "EMPSTAT": [4]},
+        ],
+        "magnitudes": [
+            {
+                "name": "INCOME",
+                "label": "Annual income",
+                "unit": "currency units",
+                "lower": 0,
+                "upper": 5_000_000,
+                "negative": False,
+            },
+            {
+                "name": "HOURS",
+                "label": "Weekly hours worked",
+                "unit": "hours",
+                "lower": 0,
+                "upper": 99,
+                "negative": False,
+            },
         ],
     }
     return Catalog.from_dict(raw)

@@ -264,8 +264,25 @@ class DuckDBEngine(ValidationCache):
                     f"column {var.column} holds code(s) {shown} that the catalog does not list "
                     f"for {var.name}"
                 )
+        if cat.magnitudes:
+            self._check_magnitudes(cat, src, types)
         self._check_structural_zeros(cat, src)
         return DatasetSummary(records=int(records), columns=len(types))
+
+    def _check_magnitudes(self, cat: Catalog, src: str, types: dict[str, str]) -> None:
+        """Continuous variables: numeric, finite, inside the bounds, summable exactly."""
+        from tablesafe._magnitude_catalog import (
+            magnitude_check_result,
+            magnitude_check_sql,
+            require_numeric,
+        )
+
+        mags = list(cat.magnitudes.values())
+        require_numeric(mags, types, numeric=(*_INT_TYPES, "DOUBLE", "FLOAT", "DECIMAL"))
+        exprs = magnitude_check_sql(mags, _ident, cat.weight)
+        row = self._run(f"SELECT {', '.join(exprs)} FROM {src}", [], fetch="one")
+        assert row is not None
+        magnitude_check_result(mags, row, cat.weight is not None)
 
     def _check_structural_zeros(self, cat: Catalog, src: str) -> None:
         for i, zero in enumerate(cat.structural_zeros):
@@ -461,6 +478,7 @@ def _csv_types(cat: Catalog) -> str:
         items.append(f"'{cat.weight}': 'DOUBLE'")
     if cat.replicates:
         items += [f"'{r}': 'DOUBLE'" for r in cat.replicates.columns]
+    items += [f"'{m.column}': 'DOUBLE'" for m in cat.magnitudes.values()]
     return "{" + ", ".join(items) + "}"
 
 

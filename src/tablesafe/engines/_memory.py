@@ -98,6 +98,17 @@ class MemoryEngine(ValidationCache):
                     f"column {var.column} holds code(s) {shown} that the catalog does not list "
                     f"for {var.name}"
                 )
+        if cat.magnitudes:
+            from tablesafe._magnitude_catalog import check_magnitude_values, require_numeric
+
+            mags = list(cat.magnitudes.values())
+            require_numeric(
+                mags,
+                {str(c): str(t) for c, t in df.dtypes.items()},
+                numeric=("int", "uint", "float"),
+            )
+            weight = df[cat.weight].to_numpy(dtype=np.float64) if cat.weight else None
+            check_magnitude_values(mags, {m.column: df[m.column] for m in mags}, weight)
         return DatasetSummary(records=len(df), columns=len(df.columns))
 
     def select(

@@ -253,6 +253,18 @@ class SparkEngine(ValidationCache):
                     f"{n} records fall in structural zero {i + 1} ({', '.join(zero.codes)}), "
                     "which the catalog declares impossible"
                 )
+        if cat.magnitudes:
+            from tablesafe._magnitude_catalog import (
+                magnitude_check_result,
+                magnitude_check_sql,
+                require_numeric,
+            )
+
+            mags = list(cat.magnitudes.values())
+            require_numeric(mags, schema, numeric=(*ints, "double", "float", "decimal"))
+            exprs = magnitude_check_sql(mags, _ident, cat.weight)
+            check = self._run(f"SELECT {', '.join(exprs)} FROM {view}")[0]
+            magnitude_check_result(mags, list(check), cat.weight is not None)
         return DatasetSummary(records=int(records), columns=len(schema))
 
     # -- tabulation --------------------------------------------------------------------
@@ -386,4 +398,5 @@ def _csv_types(cat: Catalog) -> dict[str, str]:
         types[cat.weight] = "DOUBLE"
     if cat.replicates:
         types.update(dict.fromkeys(cat.replicates.columns, "DOUBLE"))
+    types.update({m.column: "DOUBLE" for m in cat.magnitudes.values()})
     return types

@@ -1,0 +1,295 @@
+"""Continuous variables of a catalog: what magnitude tables sum.
+
+A *magnitude* (continuous variable) is a numeric microdata column that
+tables sum or average (annual income, hours worked, turnover), as opposed
+to the categorical variables that classify records into cells. The data
+owner declares each one in the catalog with its unit and bounds::
+
+    [[magnitudes]]
+    name = "INCOME"
+    label = "Annual income"
+    unit = "EUR"
+    column = "INCOME"     # optional, defaults to the name
+    lower = 0             # the owner's bounds: every value must lie inside
+    upper = 2000000
+    negative = false      # whether negative values occur (then lower < 0)
+
+The bounds are the owner's, never learnt from the data: they give the
+sensitivity of differentially private sums and are checked when the
+microdata is validated (a value outside them, a missing, NaN or infinite
+value is a :class:`~tablesafe.DataError`, in every engine).
+
+Sums are exact (:data:`MAGNITUDE_BITS` fractional bits of binary fixed
+point, as :mod:`tablesafe._fixed` does for weights), so the total of
+``|x|`` (or ``|w x|`` for weighted tables) over the file must stay below
+:data:`MAX_MAGNITUDE_TOTAL` (2**48, 2.8e14).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tablesafe._errors import CatalogError, DataError
+
+__all__ = [
+    "MAGNITUDE_BITS",
+    "MAGNITUDE_SCALE",
+    "MAX_MAGNITUDE_TOTAL",
+    "Magnitude",
+    "check_magnitude_values",
+    "magnitude_check_result",
+    "magnitude_check_sql",
+    "magnitude_fixed",
+    "magnitude_fixed_sql",
+    "parse_magnitudes",
+    "require_numeric",
+]
+
+#: Fractional bits of the fixed point in which magnitudes are summed (1/16 of a unit).
+MAGNITUDE_BITS = 4
+#: Units per magnitude unit.
+MAGNITUDE_SCALE = 2**MAGNITUDE_BITS
+#: Largest sum of absolute values (weighted: of |w x|) over a file: partial
+#: sums in fixed point stay below 2**52, exact in doubles.
+MAX_MAGNITUDE_TOTAL = 2.0**48
+
+
+@dataclass(frozen=True)
+class Magnitude:
+    """A continuous variable: a numeric column that tables sum or average.
+
+    Attributes:
+        name: The name used in requests (``sum:NAME``, ``mean:NAME``).
+        label: A human-readable label.
+        unit: The unit of the values (``"EUR"``, ``"hours"``); may be empty.
+        column: The microdata column.
+        lower: The owner's lower bound on every value.
+        upper: The owner's upper bound on every value.
+        negative: Whether negative values occur (``lower < 0`` then).
+    """
+
+    name: str
+    label: str
+    unit: str
+    column: str
+    lower: float
+    upper: float
+    negative: bool = False
+
+    @property
+    def bound(self) -> float:
+        """The largest absolute value a record can contribute: ``max(|lower|, |upper|)``."""
+        return max(abs(self.lower), abs(self.upper))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The TOML entry of this variable."""
+        out: dict[str, Any] = {"name": self.name, "label": self.label}
+        if self.unit:
+            out["unit"] = self.unit
+        if self.column != self.name:
+            out["column"] = self.column
+        out.update(lower=_num(self.lower), upper=_num(self.upper), negative=self.negative)
+        return out
+
+
+def _num(x: float) -> float | int:
+    return int(x) if float(x).is_integer() and abs(x) < 2**53 else float(x)
+
+
+def parse_magnitudes(
+    raw: object, check_name: Callable[[object, str], str], taken: Sequence[str]
+) -> dict[str, Magnitude]:
+    """Parse the ``[[magnitudes]]`` entries of a catalog.
+
+    Args:
+        raw: The parsed list of entries (``[]`` when the section is absent).
+        check_name: The catalog's name check (alphabet and reserved words).
+        taken: Names of categorical variables and groupings (a magnitude may
+            not reuse one, nor read the same column).
+
+    Raises:
+        CatalogError: naming the entry and what is wrong with it.
+    """
+    if not isinstance(raw, list):
+        raise CatalogError("[[magnitudes]] must be a list of tables")
+    out: dict[str, Magnitude] = {}
+    allowed = {"name", "label", "unit", "column", "lower", "upper", "negative"}
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, Mapping):
+            raise CatalogError(f"magnitudes entry {i + 1} must be a table")
+        extra = set(entry) - allowed
+        if extra:
+            raise CatalogError(
+                f"unknown key(s) {sorted(extra)} in magnitudes entry {i + 1}; allowed: "
+                f"{', '.join(sorted(allowed))}"
+            )
+        name = check_name(entry.get("name"), "magnitude")
+        where = f"magnitude {name}"
+        if name in out or name in taken:
+            raise CatalogError(
+                f"{where}: the name is already used by a variable, grouping or magnitude"
+            )
+        label = entry.get("label", name)
+        unit = entry.get("unit", "")
+        if not isinstance(label, str) or not isinstance(unit, str):
+            raise CatalogError(f"{where}: label and unit must be strings")
+        column = check_name(entry.get("column", name), f"column of {where}")
+        bounds = []
+        for key in ("lower", "upper"):
+            if key not in entry:
+                raise CatalogError(
+                    f"{where} has no {key} bound; give the owner's bounds lower and upper "
+                    "(every value must lie inside them; they set the noise of DP sums)"
+                )
+            value = entry[key]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise CatalogError(f"{where}: {key} must be a number, not {value!r}")
+            if not math.isfinite(float(value)) or abs(float(value)) >= MAX_MAGNITUDE_TOTAL:
+                raise CatalogError(
+                    f"{where}: {key} must be a finite number of absolute size below 2**48"
+                )
+            bounds.append(float(value))
+        lower, upper = bounds
+        if not lower < upper:
+            raise CatalogError(f"{where}: lower ({lower:g}) must be below upper ({upper:g})")
+        negative = entry.get("negative", False)
+        if not isinstance(negative, bool):
+            raise CatalogError(f"{where}: negative must be true or false")
+        if not negative and lower < 0:
+            raise CatalogError(
+                f"{where}: lower is {lower:g} but negative = false; set lower >= 0 or "
+                "negative = true"
+            )
+        if negative and lower >= 0:
+            raise CatalogError(
+                f"{where}: negative = true needs a lower bound below 0, not {lower:g}"
+            )
+        out[name] = Magnitude(name, label, unit, column, lower, upper, negative)
+    columns = [m.column for m in out.values()]
+    dup = sorted({c for c in columns if columns.count(c) > 1})
+    if dup:
+        raise CatalogError(f"column(s) {dup} are read by more than one magnitude")
+    return out
+
+
+# -- exact sums ---------------------------------------------------------------------------
+
+
+def magnitude_fixed(values: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """Values as fixed-point integers ``round(x * 2**4)``, halves away from zero."""
+    x = np.asarray(values, dtype=np.float64) * float(MAGNITUDE_SCALE)
+    whole = np.trunc(x)
+    return (whole + np.copysign(np.abs(x - whole) >= 0.5, x)).astype(np.int64)
+
+
+def magnitude_fixed_sql(expr: str) -> str:
+    """:func:`magnitude_fixed` as SQL (DuckDB and Spark round halves away from zero alike)."""
+    return f"ROUND(CAST({expr} AS DOUBLE) * CAST({MAGNITUDE_SCALE} AS DOUBLE))"
+
+
+# -- validation ---------------------------------------------------------------------------
+
+
+def require_numeric(
+    magnitudes: Sequence[Magnitude], types: Mapping[str, str], numeric: Sequence[str]
+) -> None:
+    """Raise a :class:`DataError` for a magnitude column that is missing or not numeric.
+
+    Args:
+        magnitudes: The catalog's magnitudes.
+        types: Column name -> type name, as the engine spells it.
+        numeric: Prefixes of the engine's numeric type names (case-insensitive).
+    """
+    for m in magnitudes:
+        if m.column not in types:
+            raise DataError(
+                f"the microdata lacks column {m.column} of magnitude {m.name}; columns: "
+                f"{', '.join(types)}"
+            )
+        t = str(types[m.column])
+        if not any(t.upper().startswith(p.upper()) for p in numeric):
+            raise DataError(
+                f"magnitude column {m.column} ({m.name}) holds {t} values; a continuous "
+                "variable must be numeric"
+            )
+
+
+def magnitude_check_sql(
+    magnitudes: Sequence[Magnitude], ident: Callable[[str], str], weight: str | None
+) -> list[str]:
+    """Aggregate expressions checking every magnitude column (four or five per column).
+
+    Per column: bad values (NULL, NaN, infinite), values below ``lower``,
+    values above ``upper``, the sum of ``|x|`` and, with a weight, of ``|w x|``.
+    Works in DuckDB and Spark SQL.
+    """
+    exprs = []
+    for m in magnitudes:
+        x = f"CAST({ident(m.column)} AS DOUBLE)"
+        exprs += [
+            f"SUM(CASE WHEN {x} IS NULL OR isnan({x}) OR abs({x}) = CAST('Infinity' AS DOUBLE) "
+            "THEN 1 ELSE 0 END)",
+            f"SUM(CASE WHEN {x} < {m.lower!r} THEN 1 ELSE 0 END)",
+            f"SUM(CASE WHEN {x} > {m.upper!r} THEN 1 ELSE 0 END)",
+            f"SUM(ABS({x}))",
+        ]
+        if weight is not None:
+            exprs.append(f"SUM(ABS({x} * CAST({ident(weight)} AS DOUBLE)))")
+    return exprs
+
+
+def magnitude_check_result(
+    magnitudes: Sequence[Magnitude], row: Sequence[Any], weighted: bool
+) -> None:
+    """Raise the :class:`DataError` for the first problem in :func:`magnitude_check_sql`'s row."""
+    width = 5 if weighted else 4
+    for i, m in enumerate(magnitudes):
+        vals = [v or 0 for v in row[i * width : (i + 1) * width]]
+        _raise_first(m, int(vals[0]), int(vals[1]), int(vals[2]), [float(v) for v in vals[3:]])
+
+
+def check_magnitude_values(
+    magnitudes: Sequence[Magnitude], columns: Mapping[str, Any], weight: Any | None
+) -> None:
+    """The same checks on columns in memory (the memory engine)."""
+    w = None if weight is None else np.asarray(weight, dtype=np.float64)
+    for m in magnitudes:
+        x = np.asarray(columns[m.column], dtype=np.float64)
+        finite = np.isfinite(x)
+        inside = x[finite]
+        totals = [float(np.abs(inside).sum())]
+        if w is not None:
+            totals.append(float(np.abs(x[finite] * w[finite]).sum()))
+        _raise_first(
+            m,
+            int((~finite).sum()),
+            int((inside < m.lower).sum()),
+            int((inside > m.upper).sum()),
+            totals,
+        )
+
+
+def _raise_first(m: Magnitude, bad: int, low: int, high: int, totals: list[float]) -> None:
+    where = f"magnitude column {m.column} ({m.name})"
+    if bad:
+        raise DataError(
+            f"{where} has {bad} missing, NaN or infinite values; every record needs a finite "
+            "value (code a missing amount as 0 or drop the magnitude)"
+        )
+    if low or high:
+        raise DataError(
+            f"{where} has {low} values below its lower bound {m.lower:g} and {high} above its "
+            f"upper bound {m.upper:g}; every value must lie inside the catalog's bounds"
+        )
+    for total in totals:
+        if total >= MAX_MAGNITUDE_TOTAL:
+            raise DataError(
+                f"{where} sums to {total:.6g} in absolute value (weighted or not); exact "
+                f"fixed-point sums hold totals below {MAX_MAGNITUDE_TOTAL:.0f} (2**48)"
+            )
