@@ -132,3 +132,16 @@ def test_the_study_runs_a_reading_and_says_which():
     assert result.as_dict()["pram"] == {"reading": "residues", "alpha": 0.8}
     assert run_shlomo2019(4, rng=1).as_dict()["pram"] == {"reading": "values", "alpha": 1.0}
     assert 0 < result.table4["PRAM"]["pp_dep"] < 100
+
+
+def test_cli_takes_a_reading():
+    import json
+
+    from typer.testing import CliRunner
+
+    from tablesafe._cli import get_app
+
+    args = ["reproduce", "shlomo2019", "--reps", "3", "--format", "json"]
+    result = CliRunner().invoke(get_app(), [*args, "--pram", "residues", "--pram-alpha", "0.79"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["pram"] == {"reading": "residues", "alpha": 0.79}

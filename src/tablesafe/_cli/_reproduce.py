@@ -20,6 +20,16 @@ def shlomo2019(
     seed: Annotated[int, typer.Option(help="Seed: the output depends only on it.")] = 2019,
     out: Annotated[Path | None, typer.Option(help="Folder for figures and report.html.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    pram: Annotated[
+        str,
+        typer.Option(
+            help="PRAM reading: values, plain, residues, residues-printed-sign, "
+            "values-pooled (docs/reproduction.md)."
+        ),
+    ] = "values",
+    pram_alpha: Annotated[
+        float, typer.Option(help="Weight of PRAM's invariant matrix against the identity.")
+    ] = 1.0,
 ) -> None:
     """Tables 4 and 5 of Shlomo, Krenzke & Li (2019) beside the paper's values."""
     from rich.console import Console
@@ -34,7 +44,11 @@ def shlomo2019(
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("replications", total=2 * reps)
         result = run_shlomo2019(
-            reps, rng=seed, progress=lambda done, total: progress.update(task, completed=done)
+            reps,
+            rng=seed,
+            progress=lambda done, total: progress.update(task, completed=done),
+            pram=pram,
+            pram_alpha=pram_alpha,
         )
     if out is not None:
         path = write_report(result, out)

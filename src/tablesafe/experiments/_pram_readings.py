@@ -40,7 +40,13 @@ import numpy.typing as npt
 from tablesafe._errors import ParameterError
 from tablesafe.mechanisms import invariant_matrix, pram_matrices, pram_shlomo_young
 
-__all__ = ["PRAM_READINGS", "change_probability", "pram_perturbation", "reading_method"]
+__all__ = [
+    "PRAM_READINGS",
+    "change_probability",
+    "expected_percent_perturbed",
+    "pram_perturbation",
+    "reading_method",
+]
 
 #: Reading -> one-line description (the module docstring has the details).
 PRAM_READINGS: dict[str, str] = {
@@ -193,6 +199,34 @@ def change_probability(
         # p = 0 exactly when w = m, under either sign.
         stay[~sm] = large[res, res]
     return np.asarray(1.0 - stay, dtype=np.float64).reshape(np.shape(counts))
+
+
+def expected_percent_perturbed(
+    reading: str = "values", alpha: float = 1.0, *, tables: int = 500, seed: int = 2019
+) -> dict[str, float]:
+    """Exact expected percent of cells perturbed, averaged over the study's tables.
+
+    The tables are drawn as in :func:`run_shlomo2019` (a fixed generator);
+    for each, the percent is the mean of :func:`change_probability`, so no
+    perturbation is simulated. Clipping at 0 never matters: no reading
+    publishes a negative count.
+
+    Returns:
+        ``{"independent": ..., "dependent": ...}``.
+    """
+    from tablesafe.experiments._shlomo2019 import _population
+
+    _check(reading, alpha)
+    gen = np.random.default_rng(seed)
+    out = {}
+    for kind, const in (("independent", 0.02), ("dependent", 0.2)):
+        values = []
+        for _ in range(tables):
+            pop = _population(gen, const)
+            n = np.round(pop / gen.uniform(20, 40, pop.shape)).astype(np.int64)
+            values.append(100.0 * float(change_probability(n, reading=reading, alpha=alpha).mean()))
+        out[kind] = float(np.mean(values))
+    return out
 
 
 def _counts(counts: npt.ArrayLike) -> np.ndarray:
