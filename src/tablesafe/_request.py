@@ -246,7 +246,12 @@ class TableRequest:
                 "none; use statistic 'count'"
             )
         if self.replicates and catalog.replicates is None:
-            raise RequestError("this dataset has no replicate weights; replicates are unavailable")
+            from tablesafe._hints import missing_replicates_hint
+
+            raise RequestError(
+                "this dataset has no replicate weights, so standard errors and intervals "
+                "(--se) are unavailable" + missing_replicates_hint()
+            )
         dims = tuple(DimensionPlan.from_variable(v, trimmed.get(v.name)) for v in variables)
         source_order = {v.column: v for v in catalog.source_variables}
         return TabulationPlan(

@@ -23,6 +23,7 @@ from tablesafe._catalog import Catalog
 from tablesafe._dataset import Dataset
 from tablesafe._errors import ComputationError, DataError, FormatError
 from tablesafe._fixed import fixed_sql, from_fixed, range_error
+from tablesafe._hints import missing_key_hint
 from tablesafe._request import TabulationPlan
 from tablesafe._selection import (
     MIX_RANGE,
@@ -177,7 +178,8 @@ class DuckDBEngine(ValidationCache):
         if missing:
             raise DataError(
                 f"microdata file {dataset.path.name} lacks column(s) {', '.join(missing)} "
-                f"named by the catalog; it has: {', '.join(types)}"
+                f"named by the catalog{missing_key_hint(cat.record_key, missing)}; "
+                f"it has: {', '.join(types)}"
             )
         for var in cat.source_variables:
             t = types[var.column]

@@ -19,6 +19,7 @@ from tablesafe._aggregates import CellAggregates
 from tablesafe._dataset import Dataset
 from tablesafe._errors import DataError, FormatError
 from tablesafe._fixed import from_fixed, range_error, to_fixed
+from tablesafe._hints import missing_key_hint
 from tablesafe._keys import KEY_MODULUS
 from tablesafe._request import TabulationPlan
 from tablesafe._selection import SelectedSums, mix32
@@ -65,7 +66,7 @@ class MemoryEngine(ValidationCache):
         if missing:
             raise DataError(
                 f"microdata file {dataset.path.name} lacks column(s) {', '.join(missing)} "
-                "named by the catalog"
+                f"named by the catalog{missing_key_hint(cat.record_key, missing)}"
             )
         keys = df[cat.record_key]
         if keys.isna().any() or not pd.api.types.is_integer_dtype(keys):
