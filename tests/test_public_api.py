@@ -122,9 +122,13 @@ def test_subpackage_apis_are_pinned():
     assert set(tablesafe.attacks.__all__) == {
         "SliverResult",
         "WeightedAttackResult",
+        "ReconstructionResult",
         "mechanism_support",
         "sliver_attack",
+        "all_k_way_requests",
         "weighted_attack",
+        "published_intervals",
+        "reconstruction_attack",
     }
     assert set(tablesafe.experiments.__all__) == {
         "PAPER_TABLE_4",

@@ -34,6 +34,7 @@ def _register() -> None:
         _evaluate,
         _postprocess,
         _ptable,
+        _reconstruct,
         _replicates,
         _reproduce,
         _resample,

@@ -34,16 +34,21 @@ def serve(
     uvicorn.run(application, host=host, port=port, log_level="warning")
 
 
-@app.command("audit")
+audit_app = typer.Typer(help="Read the audit log of a site (newest first).")
+app.add_typer(audit_app, name="audit")
+
+
+@audit_app.callback(invoke_without_command=True)
 def audit(
-    config: Annotated[Path, typer.Option(help="Site configuration (TOML).")],
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Option(help="Site configuration (TOML).")] = None,
     key_id: Annotated[str | None, typer.Option(help="Only this API key.")] = None,
     dataset: Annotated[str | None, typer.Option(help="Only this dataset.")] = None,
     since: Annotated[str | None, typer.Option(help="Only from this ISO time on.")] = None,
     limit: Annotated[int, typer.Option(help="Most rows to show.")] = 50,
     fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
 ) -> None:
-    """Read the audit log of a site (newest first)."""
+    """Read the audit log of a site (newest first); `audit reconstruct` attacks what it served."""
     from rich.console import Console
     from rich.table import Table
 
@@ -51,6 +56,10 @@ def audit(
     from tablesafe._settings import load_site_config
     from tablesafe.server import AuditLog
 
+    if ctx.invoked_subcommand is not None:
+        return
+    if config is None:
+        raise RequestError("--config is required: the site configuration (TOML)")
     site = load_site_config(config)
     log = AuditLog(site.resolve(site.server.audit_db))
     rows = log.query(key_id=key_id, dataset=dataset, since=since, limit=limit)

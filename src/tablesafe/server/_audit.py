@@ -8,6 +8,13 @@ Two tables:
 * ``universes``: for the sliver guard, each universe answered per key:
   its definition (the universe filter as JSON), its sample size and a
   fingerprint (a hash of its record-key sum), never its records.
+* ``published_sets``: for the cell-level sliver guard, each record set an
+  answered table published with a breakdown (its universe, and each slice
+  of it by one category of one of its dimensions): definition, the
+  variables it is broken down by, sample size and fingerprint.
+* ``reconstructions``: the results of the reconstruction audit
+  (``tablesafe audit reconstruct``, the admin endpoint): time, the last
+  served request it covers, the number of tables and the figures as JSON.
 
 The universe size is a true value: the audit store is the data owner's and
 is readable only through the admin endpoint and ``tablesafe audit``.
@@ -49,6 +56,15 @@ CREATE TABLE IF NOT EXISTS universes (
     UNIQUE (key_id, dataset, fingerprint, size)
 );
 CREATE INDEX IF NOT EXISTS universes_key ON universes (key_id, dataset, size);
+CREATE TABLE IF NOT EXISTS reconstructions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time TEXT NOT NULL,
+    dataset TEXT NOT NULL,
+    served_until TEXT,
+    tables INTEGER NOT NULL,
+    result TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reconstructions_dataset ON reconstructions (dataset, id);
 """
 
 
@@ -185,3 +201,45 @@ class AuditLog:
                     fingerprint,
                 ),
             )
+
+    # -- the reconstruction audit ---------------------------------------------------
+
+    def served_tables(self, dataset: str) -> list[tuple[str, dict[str, Any]]]:
+        """Every table answered for ``dataset`` (any key), oldest first: (time, request body)."""
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT time, request FROM requests WHERE dataset = ? AND status = 200 AND "
+                "endpoint LIKE 'POST /api/datasets/%/tables' AND request IS NOT NULL "
+                "ORDER BY id",
+                (dataset,),
+            ).fetchall()
+        out = []
+        for time, body in rows:
+            request = json.loads(body)
+            request.pop("format", None)
+            out.append((str(time), request))
+        return out
+
+    def record_reconstruction(
+        self, dataset: str, served_until: str | None, tables: int, result: dict[str, Any]
+    ) -> None:
+        """Store the result of one reconstruction audit."""
+        with self._tx() as con:
+            con.execute(
+                "INSERT INTO reconstructions (time, dataset, served_until, tables, result) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (self._now(), dataset, served_until, tables, json.dumps(result, sort_keys=True)),
+            )
+
+    def reconstructions(self, dataset: str, limit: int = 1000) -> list[dict[str, Any]]:
+        """The stored reconstruction audits of ``dataset``, oldest first."""
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT time, served_until, tables, result FROM (SELECT * FROM reconstructions "
+                "WHERE dataset = ? ORDER BY id DESC LIMIT ?) ORDER BY id",
+                (dataset, int(limit)),
+            ).fetchall()
+        return [
+            {"time": t, "served_until": u, "tables": int(n), **json.loads(r)}
+            for t, u, n, r in rows
+        ]

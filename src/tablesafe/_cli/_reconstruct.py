@@ -1,0 +1,227 @@
+"""Command line: `tablesafe attack reconstruct` and `tablesafe audit reconstruct`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from tablesafe._cli._attack import attack_app
+from tablesafe._cli._server import audit_app
+
+if TYPE_CHECKING:
+    from tablesafe.attacks._reconstruct import Progress
+
+#: Rows of the text report: (label, key).
+_ROWS = (
+    ("tables", "tables"),
+    ("cells of the full cross-classification", "cells"),
+    ("records", "records"),
+    ("sample-unique records", "uniques"),
+    ("cells pinned exactly", "cells_exact_share"),
+    ("cells holding records pinned", "nonzero_cells_exact_share"),
+    ("records in pinned cells", "records_exact_share"),
+    ("sample uniques re-identified", "uniques_exact_share"),
+    ("cells undecided (time limit)", "undecided"),
+    ("seconds", "seconds"),
+)
+
+
+@contextmanager
+def _progress() -> Iterator[Progress]:
+    from rich.console import Console
+    from rich.progress import Progress as Bar
+
+    with Bar(console=Console(stderr=True), transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def tick(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        yield tick
+
+
+def _show(value: Any, key: str) -> str:
+    if key.endswith("_share"):
+        return f"{100 * float(value):.1f}%"
+    return str(value)
+
+
+def _report(result: dict[str, Any], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Table(title=title)
+    out.add_column("measure")
+    out.add_column(str(result["method"]), justify="right")
+    out.add_column("unprotected", justify="right")
+    plain = result["unprotected"]
+    for label, key in _ROWS:
+        mine, theirs = _show(result[key], key), _show(plain[key], key)
+        if key.endswith("_share") and not result["complete"]:
+            mine += f" to {_show(result[key + '_upper'], key)}"
+        if key.endswith("_share") and not plain["complete"]:
+            theirs += f" to {_show(plain[key + '_upper'], key)}"
+        out.add_row(label, mine, theirs)
+    Console(width=120).print(out)
+    if not (result["complete"] and plain["complete"]):
+        typer.echo(
+            "The time limit stopped the attack: shares are given as a range (cells decided "
+            "pinned, to pinned or undecided).",
+            err=True,
+        )
+
+
+@attack_app.command("reconstruct")
+def reconstruct(
+    data_dir: Annotated[Path, typer.Argument(help="Dataset folder (with catalog.toml).")],
+    tables: Annotated[
+        Path | None,
+        typer.Option(help="JSON file: a list of table requests in the HTTP API's format."),
+    ] = None,
+    all_k_way: Annotated[
+        int | None, typer.Option(help="Instead of --tables: every K-way table of --variables.")
+    ] = None,
+    variables: Annotated[
+        str | None, typer.Option(help="Variables of --all-k-way, e.g. AGEGRP,SEX,REGION.")
+    ] = None,
+    method: Annotated[
+        str, typer.Option(help="Protection: ckm, dp, pram, q, q-records, ptable:FILE, none.")
+    ] = "ckm",
+    epsilon: Annotated[float, typer.Option(help="dp: epsilon.")] = 1.0,
+    cap: Annotated[int, typer.Option(help="dp, q: cap.")] = 7,
+    rate: Annotated[float, typer.Option(help="q, q-records: rate.")] = 0.01,
+    max_deviation: Annotated[int, typer.Option(help="ckm: maximum deviation D.")] = 3,
+    variance: Annotated[float, typer.Option(help="ckm: variance V.")] = 1.0,
+    seeds: Annotated[str, typer.Option(help="cellkey or dynamic.")] = "cellkey",
+    secret_env: Annotated[
+        str | None, typer.Option(help="Environment variable with the secret (dynamic seeds).")
+    ] = None,
+    additivity: Annotated[str, typer.Option(help="aggregate, independent or ipf.")] = "aggregate",
+    min_cell_size: Annotated[
+        int, typer.Option(help="Small-cell rule: protected counts below this are suppressed.")
+    ] = 0,
+    time_limit: Annotated[
+        float, typer.Option(help="Seconds for each attack; partial bounds after that.")
+    ] = 60.0,
+    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+) -> None:
+    """Rebuild the full cross-classification from published tables (integer programming)."""
+    import os
+    import secrets
+
+    from tablesafe._cli._methods import protection_from_options
+    from tablesafe._dataset import Dataset
+    from tablesafe._errors import FormatError, ParameterError, RequestError
+    from tablesafe._protection import Protection
+    from tablesafe.attacks._reconstruct import all_k_way_requests, reconstruction_attack
+    from tablesafe.server._cumulative import requests_from_bodies
+
+    if fmt not in ("text", "json"):
+        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
+    if not time_limit > 0:
+        raise ParameterError(
+            f"--time-limit must be a positive number of seconds, not {time_limit:g}"
+        )
+    if min_cell_size < 0:
+        raise ParameterError(f"--min-cell-size must be 0 (off) or more, not {min_cell_size}")
+    if (tables is None) == (all_k_way is None):
+        raise RequestError("give the published tables: either --tables FILE or --all-k-way K")
+    dataset = Dataset.open(data_dir)
+    if tables is not None:
+        try:
+            bodies = json.loads(Path(tables).read_text())
+        except OSError as exc:
+            raise RequestError(f"cannot read --tables {tables}: {exc.strerror}") from None
+        except json.JSONDecodeError as exc:
+            raise FormatError(
+                f"--tables {tables} is not JSON: {exc.msg} at line {exc.lineno}"
+            ) from None
+        requests = requests_from_bodies(bodies, where=f"--tables {tables}")
+    else:
+        if not variables:
+            raise RequestError("--all-k-way needs --variables, e.g. --variables AGEGRP,SEX,REGION")
+        assert all_k_way is not None
+        requests = all_k_way_requests(dataset.catalog, variables.split(","), all_k_way)
+    # The attack is the data owner's experiment: without a configured secret a
+    # fresh random one stands in (dynamic seeds behave the same for any secret).
+    if (seeds == "dynamic" or method == "q-records") and secret_env is None:
+        os.environ.setdefault("TABLESAFE_SECRET", secrets.token_hex(32))
+    protection = protection_from_options(
+        method,
+        epsilon=epsilon,
+        cap=cap,
+        rate=rate,
+        max_deviation=max_deviation,
+        variance=variance,
+        seeds=seeds,
+        secret_env=secret_env,
+        additivity=additivity,
+    )
+    with _progress() as tick:
+        result = reconstruction_attack(
+            dataset,
+            requests,
+            protection,
+            min_cell_size=min_cell_size,
+            time_limit=time_limit,
+            progress=tick,
+            name=method,
+        )
+        plain = reconstruction_attack(
+            dataset, requests, Protection(None), time_limit=time_limit, progress=tick, name="none"
+        )
+    out = {**result.as_dict(), "unprotected": plain.as_dict()}
+    if fmt == "json":
+        typer.echo(json.dumps(out, indent=1))
+        return
+    _report(out, f"Reconstruction of {' x '.join(result.variables)} from {len(requests)} tables")
+
+
+@audit_app.command("reconstruct")
+def audit_reconstruct(
+    config: Annotated[Path, typer.Option(help="Site configuration (TOML).")],
+    dataset: Annotated[str, typer.Option(help="The dataset (its name in the configuration).")],
+    time_limit: Annotated[
+        float, typer.Option(help="Seconds for each attack; partial bounds after that.")
+    ] = 60.0,
+    store: Annotated[
+        bool, typer.Option(help="Store the result in the audit log (the figure over time).")
+    ] = True,
+    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+) -> None:
+    """Attack every table the audit log says was served for a dataset, across all keys."""
+    from tablesafe._errors import ParameterError, RequestError
+    from tablesafe._settings import load_site_config
+    from tablesafe.server._audit import AuditLog
+    from tablesafe.server._cumulative import audit_reconstruction
+
+    if fmt not in ("text", "json"):
+        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
+    if not time_limit > 0:
+        raise ParameterError(
+            f"--time-limit must be a positive number of seconds, not {time_limit:g}"
+        )
+    site = load_site_config(config)
+    log = AuditLog(site.resolve(site.server.audit_db))
+    try:
+        with _progress() as tick:
+            out = audit_reconstruction(
+                site, log, dataset, time_limit=time_limit, progress=tick, store=store
+            )
+    finally:
+        log.close()
+    if fmt == "json":
+        typer.echo(json.dumps(out, indent=1))
+        return
+    _report(
+        out,
+        f"Reconstruction of {dataset} from the {out['tables']} tables served until "
+        f"{out['served_until']}",
+    )
