@@ -12,6 +12,8 @@ EXPECTED = {
     "CellAggregates",
     "ComputationError",
     "ConfigError",
+    "CustomGroup",
+    "CustomGrouping",
     "DataError",
     "Dataset",
     "DimensionPlan",

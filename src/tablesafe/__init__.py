@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from tablesafe._builder import TableBuilder
     from tablesafe._catalog import Catalog, Category, ReplicateDesign, StructuralZero, Variable
     from tablesafe._catalog_init import init_catalog
+    from tablesafe._custom import CustomGroup, CustomGrouping
     from tablesafe._dataset import Dataset
     from tablesafe._demo import write_demo_data
     from tablesafe._keys import add_record_keys, cell_key_uniform, cell_keys, draw_record_keys
@@ -48,6 +49,8 @@ _EXPORTS = {
     "Catalog": "tablesafe._catalog",
     "Category": "tablesafe._catalog",
     "CellAggregates": "tablesafe._aggregates",
+    "CustomGroup": "tablesafe._custom",
+    "CustomGrouping": "tablesafe._custom",
     "Dataset": "tablesafe._dataset",
     "DimensionPlan": "tablesafe._request",
     "PTable": "tablesafe._ptable",
@@ -87,6 +90,8 @@ __all__ = [
     "CellAggregates",
     "ComputationError",
     "ConfigError",
+    "CustomGroup",
+    "CustomGrouping",
     "DataError",
     "Dataset",
     "DimensionPlan",

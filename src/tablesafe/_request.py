@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 from tablesafe._catalog import Catalog, Code, Variable
+from tablesafe._custom import CustomGrouping, extend_catalog, parse_groupings
 from tablesafe._errors import RequestError
 
 __all__ = [
@@ -57,6 +58,9 @@ class TableRequest:
             intervals applied on top of the site's (so never finer): a base
             such as ``"1000"`` or significant figures such as ``"2sf"``;
             ``None`` for the site's rounding alone.
+        groupings: Custom groupings defined for this request
+            (:class:`~tablesafe.CustomGrouping` values or their JSON form);
+            their names can be used as dimensions and in the universe.
 
     Raises:
         RequestError: for an empty, duplicate or too long list of dimensions,
@@ -69,8 +73,10 @@ class TableRequest:
     margins: Margins = "all"
     replicates: bool = False
     rounding: str | None = None
+    groupings: tuple[CustomGrouping, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "groupings", parse_groupings(self.groupings))
         dims = self.dimensions
         if isinstance(dims, str):
             dims = (dims,)
@@ -176,6 +182,7 @@ class TableRequest:
         Raises:
             RequestError: for an unknown variable or category.
         """
+        catalog = extend_catalog(catalog, self.groupings)
         universe = {
             name: tuple(dict.fromkeys(catalog.variable(name).coerce(c) for c in codes))
             for name, codes in self.universe.items()
@@ -219,6 +226,7 @@ class TableRequest:
                 f"this dataset allows at most {max_dimensions} dimensions; "
                 f"{len(self.dimensions)} were given"
             )
+        catalog = extend_catalog(catalog, self.groupings)
         variables = [catalog.variable(d) for d in self.dimensions]
         columns = [v.column for v in variables]
         for i, v in enumerate(variables):

@@ -209,6 +209,15 @@ class RuleSettings(BaseModel):
         description="A universe that differs from one already answered for the same key by "
         "fewer than this many records (but at least one) is refused (0 turns the guard off).",
     )
+    max_custom_groups: int = Field(
+        30,
+        ge=0,
+        description="Most groups a request's custom groupings may define, over all its "
+        "groupings (0 turns custom groupings off).",
+    )
+    max_categories_per_group: int = Field(
+        100, ge=1, description="Most categories one group of a custom grouping may merge."
+    )
 
 
 class DatasetSettings(BaseModel):

@@ -27,6 +27,47 @@ def parse_where(items: list[str]) -> dict[str, tuple[str, ...]]:
     return {k: tuple(v) for k, v in universe.items()}
 
 
+def parse_group(item: str) -> dict[str, Any]:
+    """Parse ``NAME:VAR:CODE=MEMBERS;CODE=MEMBERS[;*=LABEL]`` into a custom grouping.
+
+    Members are comma-separated codes; ``LO..HI`` stands for the integers
+    from LO to HI. ``*=LABEL`` adds an ``other`` group for the rest.
+    """
+    name, _, rest = item.partition(":")
+    variable, sep, spec = rest.partition(":")
+    if not sep or not name.strip() or not variable.strip() or not spec.strip():
+        raise RequestError(
+            f"--group {item!r} is not of the form NAME:VAR:CODE=MEMBERS;CODE=MEMBERS[;*=LABEL], "
+            "e.g. AGEB:AGE:young=0..29;middle=30..59;*=60 and over"
+        )
+    groups: list[dict[str, Any]] = []
+    other = None
+    for part in (p.strip() for p in spec.split(";") if p.strip()):
+        code, eq, members = part.partition("=")
+        if not eq:
+            raise RequestError(f"--group {item!r}: {part!r} is not CODE=MEMBERS")
+        if code.strip() == "*":
+            other = members.strip()
+            continue
+        codes: list[Any] = []
+        for m in (x.strip() for x in members.split(",") if x.strip()):
+            lo, dots, hi = m.partition("..")
+            if dots:
+                try:
+                    codes.extend(range(int(lo), int(hi) + 1))
+                except ValueError:
+                    raise RequestError(
+                        f"--group {item!r}: range {m!r} needs integers, e.g. 0..29"
+                    ) from None
+            else:
+                codes.append(m)
+        groups.append({"code": code.strip(), "label": code.strip(), "members": codes})
+    out: dict[str, Any] = {"name": name.strip(), "variable": variable.strip(), "groups": groups}
+    if other is not None:
+        out["other"] = other
+    return out
+
+
 def _engine(name: str, spark_master: str) -> Any:
     # Each engine imported only when chosen (the memory engine loads pandas).
     if name == "duckdb":
@@ -57,6 +98,13 @@ def table(
     ] = None,
     where: Annotated[
         list[str] | None, typer.Option(help="Universe condition VAR=CODE,CODE (repeatable).")
+    ] = None,
+    group: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Custom grouping NAME:VAR:CODE=MEMBERS;CODE=MEMBERS[;*=LABEL] (repeatable); "
+            "use NAME as a dimension or in --where. Members: codes or LO..HI."
+        ),
     ] = None,
     statistic: Annotated[str, typer.Option(help="count, weighted or both.")] = "both",
     margins: Annotated[str, typer.Option(help="all, none or total.")] = "all",
@@ -106,6 +154,7 @@ def table(
     """Build a protected table: rows by columns (by layers) inside a universe."""
     from tablesafe._builder import TableBuilder
     from tablesafe._cli._methods import protection_from_options
+    from tablesafe._custom import parse_groupings
     from tablesafe._dataset import Dataset
     from tablesafe._request import TableRequest
 
@@ -118,6 +167,7 @@ def table(
         statistic=statistic,  # type: ignore[arg-type]
         margins=margins,  # type: ignore[arg-type]
         replicates=replicates,
+        groupings=parse_groupings([parse_group(g) for g in group or []]),
     )
     dataset = Dataset.open(data_dir)
     # Bad requests are refused before anything else happens.

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tablesafe._custom import parse_groupings
 from tablesafe._errors import RequestError, TablesafeError, UserError
 from tablesafe._request import TableRequest
 from tablesafe._settings import SiteConfig
@@ -46,6 +47,30 @@ __all__ = ["TableBody", "create_app"]
 log = logging.getLogger("tablesafe.server")
 
 Code = Annotated[int, Field(ge=-(2**62), le=2**62)] | Annotated[str, Field(max_length=64)]
+
+
+class GroupBody(BaseModel):
+    """One group of a custom grouping: its code, label and the categories it merges."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: Annotated[str, Field(min_length=1, max_length=40)]
+    label: Annotated[str, Field(max_length=200)] | None = None
+    members: list[Code] = Field(..., max_length=1000, description="Categories merged.")
+
+
+class GroupingBody(BaseModel):
+    """A custom grouping: categories of a variable merged into named groups."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=64)]
+    variable: Annotated[str, Field(min_length=1, max_length=64)]
+    label: Annotated[str, Field(max_length=200)] | None = None
+    groups: list[GroupBody] = Field(..., max_length=200)
+    other: Annotated[str, Field(max_length=200)] | None = Field(
+        None, description="Label of an 'other' group collecting the categories not named."
+    )
 
 
 class TableBody(BaseModel):
@@ -70,6 +95,11 @@ class TableBody(BaseModel):
         description="A coarser rounding of the weighted figures, applied on top of the "
         "site's: a base such as '1000' or significant figures such as '2sf'.",
     )
+    groupings: list[GroupingBody] = Field(
+        default_factory=list,
+        max_length=10,
+        description="Custom groupings: new names usable in dimensions and universe.",
+    )
 
     def to_request(self) -> TableRequest:
         """The validated :class:`~tablesafe.TableRequest`."""
@@ -85,6 +115,16 @@ class TableBody(BaseModel):
             statistic=self.statistic,
             margins=self.margins,
             rounding=self.rounding,
+            groupings=parse_groupings(
+                {
+                    **g.model_dump(exclude_none=True, exclude={"groups"}),
+                    "groups": [
+                        {"code": x.code, "label": x.label or x.code, "members": x.members}
+                        for x in g.groups
+                    ],
+                }
+                for g in self.groupings
+            ),
         )
 
 
@@ -154,7 +194,10 @@ def _validation_message(exc: RequestValidationError) -> str:
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
         msg = err.get("msg", "invalid")
         if err.get("type") == "extra_forbidden":
-            msg = "unknown field; allowed: dimensions, universe, statistic, margins"
+            msg = (
+                "unknown field; allowed: dimensions, universe, statistic, margins, rounding, "
+                "groupings"
+            )
         parts.append(f"{where}: {msg}")
     return "invalid request: " + "; ".join(parts)
 

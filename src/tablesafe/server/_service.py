@@ -18,6 +18,7 @@ from typing import Any
 
 from tablesafe._builder import TableBuilder
 from tablesafe._catalog import Code
+from tablesafe._custom import check_grouping_limits, group_record_sets, plain_universe
 from tablesafe._dataset import Dataset
 from tablesafe._errors import ConfigError, TablesafeError
 from tablesafe._protection import Protection
@@ -53,8 +54,9 @@ def protection_from_settings(dataset: DatasetSettings, site: SiteConfig) -> Prot
     return core_protection(dataset.protection, secret=site.secret(dataset), resolve=site.resolve)
 
 
-# A cached answer: the protected table, its universe's size and fingerprint.
-_Entry = tuple[ProtectedTable, int, str]
+# A cached answer: the protected table, its universe's size and fingerprint, and
+# the record sets of its custom groups (universe, size, fingerprint) for the guard.
+_Entry = tuple[ProtectedTable, int, str, list[tuple[dict[str, list[Code]], int, str]]]
 
 
 @dataclass
@@ -183,6 +185,11 @@ class TableService:
         """
         s = self._served[name]
         rules = s.settings.rules
+        check_grouping_limits(
+            request.groupings,
+            max_groups=rules.max_custom_groups,
+            max_categories=rules.max_categories_per_group,
+        )
         check_request_limits(request, s.dataset.catalog, rules)
         request = request.coerced(s.dataset.catalog)
         cache_key = (name, _request_key(request))
@@ -195,9 +202,19 @@ class TableService:
             fingerprint = universe_fingerprint(name, agg)
             check_universe_size(universe_n, rules)
             table: ProtectedTable | None = None
+            universe = plain_universe(request.universe, request.groupings, s.dataset.catalog)
+            groups = group_record_sets(
+                name,
+                universe,
+                request.groupings,
+                s.dataset.catalog,
+                plan.dimensions,
+                agg.n,
+                agg.cell_key,
+            )
         else:
-            table, universe_n, fingerprint = cached
-        universe = {k: list(v) for k, v in request.universe.items()}
+            table, universe_n, fingerprint, groups = cached
+        universe = plain_universe(request.universe, request.groupings, s.dataset.catalog)
         sliver_guard(
             store=self.audit,
             key_id=who.id,
@@ -208,10 +225,26 @@ class TableService:
             rules=rules,
             count=lambda a, b: self._count(s, intersect_universes(s.dataset.catalog, a, b)),
         )
+        # Every merged group of a custom grouping is a record set of its own:
+        # one that differs from an answered universe or group by a few records
+        # is a sliver, as a universe would be.
+        for group, size, group_fp in groups:
+            sliver_guard(
+                store=self.audit,
+                key_id=who.id,
+                dataset=name,
+                universe=group,
+                size=size,
+                fingerprint=group_fp,
+                rules=rules,
+                count=lambda a, b: self._count(s, intersect_universes(s.dataset.catalog, a, b)),
+            )
         if table is None:
             table = apply_small_cell_rule(s.builder.protect(request, plan, agg), rules)
-            self._store(cache_key, (table, universe_n, fingerprint))
+            self._store(cache_key, (table, universe_n, fingerprint, groups))
         self.audit.remember_universe(who.id, name, universe, universe_n, fingerprint)
+        for group, size, group_fp in groups:
+            self.audit.remember_universe(who.id, name, group, size, group_fp)
         return table
 
     def _count(self, s: _Served, universe: Mapping[str, Sequence[Code]]) -> int:
@@ -249,5 +282,7 @@ def _request_key(request: TableRequest) -> str:
             sorted((k, tuple(str(c) for c in v)) for k, v in request.universe.items()),
             request.statistic,
             request.margins,
+            request.rounding,
+            tuple(repr(g.to_dict()) for g in request.groupings),
         )
     )
