@@ -10,9 +10,10 @@ blocks with ``bash -e -o pipefail`` (a ``console`` block's commands are its line
 start with ``$ ``), Python blocks in one namespace per file, so a page may build on
 its earlier blocks.
 
-A block that cannot run (a usage synopsis with placeholders, a server that never
-returns, a cluster) has ``<!-- docs-runner: skip -->`` (optionally followed by a
-reason) on the line before it. Record counts are scaled down by the substitutions in
+TOML and JSON blocks are parsed (fast, not ``system``); a block without a language
+that holds a command must say it is one (``sh``). A block that cannot run (a usage
+synopsis with placeholders, a server that never returns, a cluster) has
+``<!-- docs-runner: skip -->`` (optionally followed by a reason) on the line before it. Record counts are scaled down by the substitutions in
 ``SCALE`` (the same commands on 20,000 instead of 200,000 records). A failure names
 the file and line of the block; Python tracebacks point at the Markdown lines.
 
@@ -228,6 +229,46 @@ def run_block(block: Block, state: PageState, monkeypatch: pytest.MonkeyPatch) -
         run_python(block, state, monkeypatch)
     else:
         run_shell(block, state.workdir)
+
+
+PARSED_LANGUAGES = {"toml", "json"}
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        b
+        for p in doc_files()
+        for b in parse_blocks(p)
+        if b.language in PARSED_LANGUAGES and not b.skip
+    ],
+    ids=lambda b: b.where,
+)
+def test_docs_data_block_parses(block: Block) -> None:
+    """TOML and JSON blocks are valid as written (abridged ones carry the skip mark)."""
+    import json
+    import tomllib
+
+    try:
+        if block.language == "toml":
+            tomllib.loads(block.source)
+        else:
+            json.loads(block.source)
+    except ValueError as exc:
+        pytest.fail(
+            f"{block.where}: the {block.language} block does not parse: {exc}", pytrace=False
+        )
+
+
+def test_command_blocks_say_they_are_commands() -> None:
+    """A fence without a language whose first line is a command would escape the runner."""
+    unlabelled = [
+        b.where
+        for p in doc_files()
+        for b in parse_blocks(p)
+        if b.language == "" and b.source.lstrip().startswith(("tablesafe ", ".venv/bin/", "$ "))
+    ]
+    assert unlabelled == []
 
 
 def test_runner_finds_the_blocks() -> None:
