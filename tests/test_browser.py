@@ -149,3 +149,91 @@ def test_keyboard_only_use(served, browser):
     labels = page.eval_on_selector_all("select", "els => els.map(e => e.labels.length)")
     assert all(n >= 1 for n in labels)
     page.close()
+
+
+def test_custom_groups_footnotes_chart_downloads_and_shared_url(served, browser, tmp_path):
+    """The issue-16 walk-through; screenshots go to docs/images/ for docs/builder-page.md."""
+    from pathlib import Path
+
+    from axe_playwright_python.sync_playwright import Axe
+
+    images = Path(__file__).resolve().parent.parent / "docs" / "images"
+    images.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(accept_downloads=True, viewport={"width": 1100, "height": 900})
+    page.goto(served)
+    page.wait_for_selector("#gvar option[value='AGE']", state="attached")
+    # Variable search across names, labels and categories.
+    page.fill("#var-search", "married")
+    assert "Marital status" in page.inner_text("#var-results")
+    page.screenshot(path=str(images / "builder-search.png"))
+    # Custom age groups: 0-29 and 30-59; the rest goes to "Other".
+    page.select_option("#gvar", "AGE")
+    page.select_option("#gcats", [str(a) for a in range(30)])
+    page.fill("#glabel", "Under 30")
+    page.click("#add-group")
+    page.select_option("#gcats", [str(a) for a in range(30, 60)])
+    page.fill("#glabel", "30 to 59")
+    page.click("#add-group")
+    assert "Under 30" in page.inner_text("#groups")
+    page.select_option("#rows", "AGE_C")
+    page.select_option("#cols", "SEX")
+    page.check("input[name='statistic'][value='count']")
+    page.click("#build")
+    page.wait_for_selector("#footnotes")
+    text = page.inner_text("#result")
+    assert "Under 30" in text and "30 to 59" in text and "Other" in text
+    notes = page.inner_text("#footnotes")
+    assert "Protection:" in notes and "Source:" in notes
+    # The page's numbers are the API's numbers for the same custom grouping.
+    body = {
+        "dimensions": ["AGE_C", "SEX"],
+        "statistic": "count",
+        "groupings": [
+            {
+                "name": "AGE_C",
+                "variable": "AGE",
+                "groups": [
+                    {"code": "g1", "label": "Under 30", "members": list(range(30))},
+                    {"code": "g2", "label": "30 to 59", "members": list(range(30, 60))},
+                ],
+                "other": "Other",
+            }
+        ],
+    }
+    api = httpx.post(f"{served}/api/datasets/demo/tables", json=body).json()
+    total = next(c["n"] for c in api["cells"] if c["AGE_C"] == "_T" and c["SEX"] == "_T")
+    assert f"{total:,}" in text
+    page.screenshot(path=str(images / "builder-table.png"), full_page=True)
+    # The chart: a population pyramid of the protected counts, exported as SVG and PNG.
+    svg = page.inner_html("#chart")
+    assert "Population pyramid" in svg and svg.count("<rect") == 1 + 3 * 2
+    page.locator("#chart-box").screenshot(path=str(images / "builder-chart.png"))
+    for fmt, button in (
+        ("svg", "#download-svg"),
+        ("png", "#download-png"),
+        ("csv", "#download-csv"),
+        ("xlsx", "#download-xlsx"),
+    ):
+        with page.expect_download() as info:
+            page.click(button)
+        path = tmp_path / f"out.{fmt}"
+        info.value.save_as(path)
+        assert path.stat().st_size > 100
+    assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    csv = pd.read_csv(tmp_path / "out.csv", comment="#")
+    assert csv["n"].tolist() == [c["n"] for c in api["cells"]]
+    about = pd.read_excel(tmp_path / "out.xlsx", sheet_name="about")
+    assert about["key"].iloc[0] == "note"
+    # Accessibility: axe-core finds no violation on the page with a table and chart.
+    results = Axe().run(page)
+    assert results.violations_count == 0, results.generate_report()
+    # The shared URL (no API key in it) rebuilds the same table.
+    shared = page.get_attribute("#share", "href")
+    assert shared and "key=" not in shared and "table=" in shared
+    again = browser.new_page(viewport={"width": 1100, "height": 900})
+    again.goto(shared)
+    again.wait_for_selector("#footnotes")
+    assert again.inner_text("#result") == text
+    again.screenshot(path=str(images / "builder-shared.png"))
+    again.close()
+    page.close()

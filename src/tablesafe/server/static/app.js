@@ -1,7 +1,7 @@
 // tablesafe table builder: plain JavaScript, no build step, no network beyond this server.
 "use strict";
 
-const state = { datasets: [], meta: null, conditions: {}, last: null };
+const state = { datasets: [], meta: null, conditions: {}, groups: [], last: null, doc: null };
 const $ = (id) => document.getElementById(id);
 const FLAG_SYMBOL = { structural_zero: "z", suppressed: "x" };
 const apiKey = new URLSearchParams(location.search).get("key") || localStorage.getItem("tablesafe-key");
@@ -18,25 +18,89 @@ async function api(path, options = {}) {
   return response;
 }
 
+// Custom groups are sent as one grouping per variable, named VAR_C, with "Other" for the rest.
+function customGroupings() {
+  const byVar = {};
+  for (const g of state.groups) (byVar[g.variable] = byVar[g.variable] || []).push(g);
+  return Object.entries(byVar).map(([variable, groups]) => ({
+    name: `${variable}_C`, variable, label: `${varInfo(variable).label} (custom groups)`,
+    groups: groups.map((g, i) => ({ code: `g${i + 1}`, label: g.label, members: g.members })),
+    other: "Other",
+  }));
+}
+
+function varInfo(name) {
+  const v = state.meta.variables.find((x) => x.name === name);
+  if (v) return v;
+  const g = customGroupings().find((x) => x.name === name);
+  if (!g) return { name, label: name, categories: [] };
+  return { name, label: g.label, categories: [...g.groups.map((x) => ({ code: x.code, label: x.label })), { code: "other", label: "Other" }] };
+}
+
 function option(value, text) {
   const o = document.createElement("option");
   o.value = value; o.textContent = text; return o;
 }
 
 function fillVariables() {
-  const vars = state.meta.variables;
-  for (const [id, optional] of [["rows", false], ["cols", true], ["layers", true], ["uvar", false]]) {
+  const vars = [...state.meta.variables, ...customGroupings().map((g) => varInfo(g.name))];
+  for (const [id, optional] of [["rows", false], ["cols", true], ["layers", true], ["uvar", false], ["gvar", false]]) {
     const select = $(id);
+    const keep = select.value;
     select.replaceChildren();
     if (optional) select.appendChild(option("", "(none)"));
-    for (const v of vars) select.appendChild(option(v.name, `${v.label} (${v.name})`));
+    for (const v of (id === "gvar" ? state.meta.variables : vars)) select.appendChild(option(v.name, `${v.label} (${v.name})`));
+    if (keep && vars.some((v) => v.name === keep)) select.value = keep;
+    else if (id === "cols" && vars.length > 1) select.value = vars[1].name;
   }
-  if (vars.length > 1) $("cols").value = vars[1].name;
   fillCategories();
+  fillGroupCategories();
+}
+
+function fillGroupCategories() {
+  const v = varInfo($("gvar").value);
+  $("gcats").replaceChildren(...v.categories.map((c) => option(String(c.code), c.label)));
+}
+
+function renderGroups() {
+  const list = $("groups");
+  list.replaceChildren();
+  state.groups.forEach((g, i) => {
+    const li = document.createElement("li");
+    li.textContent = `${g.label}: ${varInfo(g.variable).label} ${g.members.join(", ")} `;
+    const remove = document.createElement("button");
+    remove.type = "button"; remove.textContent = "Remove";
+    remove.setAttribute("aria-label", `Remove group ${g.label}`);
+    remove.addEventListener("click", () => { state.groups.splice(i, 1); renderGroups(); fillVariables(); });
+    li.appendChild(remove);
+    list.appendChild(li);
+  });
+}
+
+function search() {
+  const q = $("var-search").value.trim().toLowerCase();
+  const list = $("var-results");
+  list.replaceChildren();
+  if (!q) return;
+  for (const v of state.meta.variables) {
+    const cats = v.categories.filter((c) => String(c.label).toLowerCase().includes(q) || String(c.code).toLowerCase() === q);
+    if (!(v.name.toLowerCase().includes(q) || v.label.toLowerCase().includes(q) || cats.length)) continue;
+    const li = document.createElement("li");
+    li.appendChild(document.createTextNode(`${v.label} (${v.name})` + (cats.length ? ` — ${cats.slice(0, 3).map((c) => c.label).join(", ")}` : "") + " "));
+    for (const [target, text] of [["rows", "Rows"], ["cols", "Columns"], ["layers", "Layers"]]) {
+      const b = document.createElement("button");
+      b.type = "button"; b.textContent = text;
+      b.setAttribute("aria-label", `Use ${v.label} as ${text.toLowerCase()}`);
+      b.addEventListener("click", () => { $(target).value = v.name; $(target).focus(); });
+      li.appendChild(b);
+    }
+    list.appendChild(li);
+  }
+  if (!list.children.length) { const li = document.createElement("li"); li.textContent = "No variable matches."; list.appendChild(li); }
 }
 
 function fillCategories() {
-  const v = state.meta.variables.find((x) => x.name === $("uvar").value);
+  const v = varInfo($("uvar").value);
   const select = $("ucats");
   select.replaceChildren();
   if (!v) return;
@@ -48,7 +112,7 @@ function renderConditions() {
   list.replaceChildren();
   for (const [name, codes] of Object.entries(state.conditions)) {
     const li = document.createElement("li");
-    const v = state.meta.variables.find((x) => x.name === name);
+    const v = varInfo(name);
     const labels = codes.map((c) => (v.categories.find((k) => String(k.code) === String(c)) || {}).label || c);
     li.textContent = `${v.label} in {${labels.join(", ")}} `;
     const remove = document.createElement("button");
@@ -63,7 +127,7 @@ function renderConditions() {
 async function loadDataset() {
   const name = $("dataset").value;
   state.meta = await (await api(`/api/datasets/${encodeURIComponent(name)}`)).json();
-  state.conditions = {};
+  state.conditions = {}; state.groups = [];
   const weighted = state.meta.weighted;
   for (const r of document.querySelectorAll('input[name="statistic"]')) {
     r.disabled = !weighted && r.value !== "count";
@@ -71,6 +135,7 @@ async function loadDataset() {
   }
   fillVariables();
   renderConditions();
+  renderGroups();
 }
 
 function requestBody() {
@@ -78,16 +143,19 @@ function requestBody() {
   const statistic = document.querySelector('input[name="statistic"]:checked').value;
   const universe = {};
   for (const [name, codes] of Object.entries(state.conditions)) {
-    const v = state.meta.variables.find((x) => x.name === name);
+    const v = varInfo(name);
     const numeric = v.categories.length && typeof v.categories[0].code === "number";
     universe[name] = codes.map((c) => (numeric ? Number(c) : c));
   }
-  return { dimensions: dims, universe, statistic, margins: "all" };
+  const body = { dimensions: dims, universe, statistic, margins: "all" };
+  const used = customGroupings().filter((g) => dims.includes(g.name) || g.name in universe);
+  if (used.length) body.groupings = used;
+  return body;
 }
 
 function labelOf(dim, code) {
   if (code === "_T") return "Total";
-  const v = state.meta.variables.find((x) => x.name === dim);
+  const v = varInfo(dim);
   const c = v.categories.find((k) => String(k.code) === String(code));
   return c ? c.label : String(code);
 }
@@ -104,7 +172,7 @@ function renderTable(doc) {
   const dims = doc.meta.dimensions;
   const stats = ["n", "weighted"].filter((s) => doc.cells.length && s in doc.cells[0]);
   const rowsDim = dims[0], colsDim = dims[1], layerDim = dims[2];
-  const order = (dim) => [...state.meta.variables.find((x) => x.name === dim).categories.map((c) => String(c.code)), "_T"];
+  const order = (dim) => [...varInfo(dim).categories.map((c) => String(c.code)), "_T"];
   const layers = layerDim ? order(layerDim) : [null];
   for (const stat of stats) {
     for (const layer of layers) {
@@ -121,7 +189,7 @@ function renderTable(doc) {
       const corner = document.createElement("th");
       corner.scope = "col";
       corner.textContent = colsDim ? `${labelOf(rowsDim, "_x")}` : "";
-      corner.textContent = state.meta.variables.find((x) => x.name === rowsDim).label;
+      corner.textContent = varInfo(rowsDim).label;
       head.appendChild(corner);
       for (const cc of colCodes) {
         const th = document.createElement("th"); th.scope = "col";
@@ -186,19 +254,136 @@ function renderFootnotes(meta) {
 }
 
 async function build(event) {
-  event.preventDefault();
+  if (event) event.preventDefault();
   $("message").textContent = "";
   const body = requestBody();
   try {
     const name = $("dataset").value;
     const doc = await (await api(`/api/datasets/${encodeURIComponent(name)}/tables`, { method: "POST", body: JSON.stringify(body) })).json();
-    state.last = body;
+    state.last = body; state.doc = doc;
     renderTable(doc);
-    $("download-csv").disabled = false;
-    $("download-xlsx").disabled = false;
+    drawChart(doc);
+    for (const id of ["download-csv", "download-xlsx", "download-svg", "download-png"]) $(id).disabled = false;
+    saveToUrl(name, body);
   } catch (e) {
     $("message").textContent = e.message;
   }
+}
+
+// The page state lives in the URL (never the API key): reopening it rebuilds the same table.
+function saveToUrl(name, body) {
+  const params = new URLSearchParams();
+  params.set("dataset", name);
+  params.set("table", JSON.stringify({ ...body, groups: state.groups }));
+  history.replaceState(null, "", `${location.pathname}?${params}`);
+  $("share").href = `${location.origin}${location.pathname}?${params}`;
+  $("share-line").hidden = false;
+}
+
+async function restoreFromUrl() {
+  const params = new URLSearchParams(location.search);
+  const raw = params.get("table");
+  if (!raw) return;
+  let t;
+  try { t = JSON.parse(raw); } catch (e) { $("message").textContent = "The table link is damaged; build the table again."; return; }
+  if (params.get("dataset") && params.get("dataset") !== $("dataset").value) { $("dataset").value = params.get("dataset"); await loadDataset(); }
+  state.groups = Array.isArray(t.groups) ? t.groups : [];
+  fillVariables(); renderGroups();
+  const dims = t.dimensions || [];
+  $("rows").value = dims[0] || ""; $("cols").value = dims[1] || ""; $("layers").value = dims[2] || "";
+  state.conditions = {};
+  for (const [k, v] of Object.entries(t.universe || {})) state.conditions[k] = v.map(String);
+  renderConditions();
+  const radio = document.querySelector(`input[name="statistic"][value="${t.statistic}"]`);
+  if (radio) radio.checked = true;
+  await build();
+}
+
+// Charts are drawn from the protected values of the table shown, never from anything else.
+const SVGNS = "http://www.w3.org/2000/svg";
+function el(tag, attrs, text) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function drawChart(doc) {
+  const dims = doc.meta.dimensions;
+  const stat = doc.cells.length && "weighted" in doc.cells[0] ? "weighted" : "n";
+  const num = (c) => (c && typeof c[stat] === "number" ? c[stat] : 0);
+  const rowsDim = dims[0], colsDim = dims[1];
+  const inner = doc.cells.filter((c) => dims.every((d, i) => (i < 2 ? String(c[d]) !== "_T" : String(c[d]) === "_T")));
+  const rows = varInfo(rowsDim).categories.map((c) => String(c.code)).filter((r) => inner.some((c) => String(c[rowsDim]) === r));
+  const series = colsDim ? varInfo(colsDim).categories.map((c) => String(c.code)).filter((r) => inner.some((c) => String(c[colsDim]) === r)) : [null];
+  const find = (r, s) => inner.find((c) => String(c[rowsDim]) === r && (s === null || String(c[colsDim]) === s));
+  const isAge = (d) => /^AGE/i.test(varInfo(d).name) || /^age/i.test(varInfo(d).label);
+  const isSex = (d) => d && /^SEX$/i.test(d) && series.length === 2;
+  const pyramid = colsDim && isAge(rowsDim) && isSex(colsDim);
+  const W = 720, rowH = 18, top = 30, left = 170, H = top + rows.length * (pyramid ? rowH : rowH * Math.max(1, series.length) + 4) + 40;
+  const svg = el("svg", { xmlns: SVGNS, width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img" });
+  const what = stat === "n" ? "unweighted counts" : "weighted counts";
+  const title = pyramid ? `Population pyramid: ${varInfo(rowsDim).label} by ${varInfo(colsDim).label} (protected ${what})`
+    : `${varInfo(rowsDim).label}${colsDim ? " by " + varInfo(colsDim).label : ""} (protected ${what})`;
+  svg.appendChild(el("title", {}, title));
+  svg.appendChild(el("rect", { x: 0, y: 0, width: W, height: H, fill: "#ffffff" }));
+  svg.appendChild(el("text", { x: 8, y: 18, "font-weight": "600" }, title));
+  const colors = ["#1f5f99", "#c4541a", "#3a8a3a", "#7b4ea3", "#a0761c", "#2a8a8a", "#9c2f5a", "#555555"];
+  const max = Math.max(1, ...rows.flatMap((r) => series.map((sv) => num(find(r, sv)))));
+  if (pyramid) {
+    const mid = left + (W - left - 20) / 2, half = (W - left - 30) / 2;
+    // Oldest at the top, as population pyramids are drawn.
+    [...rows].reverse().forEach((r, i) => {
+      const y = top + i * rowH;
+      svg.appendChild(el("text", { x: left - 6, y: y + 12, "text-anchor": "end" }, labelOf(rowsDim, r)));
+      series.forEach((sv, k) => {
+        const w = (num(find(r, sv)) / max) * half;
+        svg.appendChild(el("rect", { x: k === 0 ? mid - w : mid, y, width: w, height: rowH - 3, fill: colors[k] }));
+      });
+    });
+    series.forEach((sv, k) => svg.appendChild(el("text", { x: k === 0 ? left : W - 20, y: H - 12, "text-anchor": k === 0 ? "start" : "end", fill: colors[k] }, labelOf(colsDim, sv))));
+  } else {
+    let y = top;
+    for (const r of rows) {
+      svg.appendChild(el("text", { x: left - 6, y: y + 12, "text-anchor": "end" }, labelOf(rowsDim, r)));
+      series.forEach((sv, k) => {
+        const v = num(find(r, sv));
+        svg.appendChild(el("rect", { x: left, y, width: (v / max) * (W - left - 90), height: rowH - 3, fill: colors[k % colors.length] }));
+        svg.appendChild(el("text", { x: left + (v / max) * (W - left - 90) + 4, y: y + 12 }, fmt(find(r, sv) ? find(r, sv)[stat] : null, stat)));
+        y += rowH;
+      });
+      y += 4;
+    }
+    if (colsDim) series.forEach((sv, k) => svg.appendChild(el("text", { x: left + k * 110, y: H - 12, fill: colors[k % colors.length] }, labelOf(colsDim, sv))));
+  }
+  $("chart").replaceChildren(svg);
+  svg.setAttribute("aria-label", title);
+  $("chart-caption").textContent = `${title}. Drawn from the protected values in the table above; suppressed cells are drawn as zero.`;
+  $("chart-box").hidden = false;
+}
+
+function chartSvgText() {
+  return new XMLSerializer().serializeToString($("chart").querySelector("svg"));
+}
+
+function save(blob, filename) {
+  const a = document.createElement("a");
+  a.href = URL.createObjectURL(blob); a.download = filename;
+  document.body.appendChild(a); a.click(); a.remove();
+}
+
+async function exportChart(format) {
+  const name = `${$("dataset").value}-chart.${format}`;
+  const text = chartSvgText();
+  if (format === "svg") { save(new Blob([text], { type: "image/svg+xml" }), name); return; }
+  const svg = $("chart").querySelector("svg");
+  const img = new Image();
+  img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(text);
+  await img.decode();
+  const canvas = document.createElement("canvas");
+  canvas.width = Number(svg.getAttribute("width")) * 2; canvas.height = Number(svg.getAttribute("height")) * 2;
+  const ctx = canvas.getContext("2d"); ctx.scale(2, 2); ctx.drawImage(img, 0, 0);
+  canvas.toBlob((blob) => save(blob, name), "image/png");
 }
 
 async function download(format) {
@@ -236,6 +421,22 @@ async function start() {
     renderConditions();
   });
   $("builder").addEventListener("submit", build);
+  $("var-search").addEventListener("input", search);
+  $("gvar").addEventListener("change", fillGroupCategories);
+  $("add-group").addEventListener("click", () => {
+    const members = [...$("gcats").selectedOptions].map((o) => o.value);
+    const label = $("glabel").value.trim();
+    if (!members.length || !label) { $("message").textContent = "Select categories and give the group a name."; return; }
+    const v = varInfo($("gvar").value);
+    const numeric = v.categories.length && typeof v.categories[0].code === "number";
+    $("message").textContent = "";
+    state.groups.push({ variable: v.name, label, members: members.map((c) => (numeric ? Number(c) : c)) });
+    $("glabel").value = "";
+    renderGroups(); fillVariables();
+  });
+  $("download-svg").addEventListener("click", () => exportChart("svg"));
+  $("download-png").addEventListener("click", () => exportChart("png"));
+  await restoreFromUrl();
   $("download-csv").addEventListener("click", () => download("csv"));
   $("download-xlsx").addEventListener("click", () => download("xlsx"));
 }
