@@ -12,13 +12,15 @@ grouping sets that were asked for.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import InternalError
 from tablesafe._fixed import from_fixed
+from tablesafe._magnitude_sums import MagnitudeSums
 from tablesafe._request import DimensionPlan
 
 __all__ = ["CellAggregates", "cell_mask"]
@@ -39,6 +41,8 @@ class CellAggregates:
         weight_sq_sum: Sums of squared weights, or ``None``.
         replicate_sums: Sums of each replicate weight, shape ``(R, *shape)``, or ``None``.
         computed: Which cells belong to a requested grouping set.
+        magnitudes: Exact sums and largest contributions of each continuous
+            variable of the plan, by name (empty when none was asked for).
     """
 
     dimensions: tuple[DimensionPlan, ...]
@@ -49,6 +53,7 @@ class CellAggregates:
     weight_sq_sum: npt.NDArray[np.float64] | None
     replicate_sums: npt.NDArray[np.float64] | None
     computed: npt.NDArray[np.bool_]
+    magnitudes: Mapping[str, MagnitudeSums] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         shape = tuple(d.size + 1 for d in self.dimensions)
@@ -57,6 +62,9 @@ class CellAggregates:
         for a in arrays:
             if a.shape != shape:
                 raise InternalError(f"aggregate array of shape {a.shape}, expected {shape}")
+        for mag in self.magnitudes.values():
+            if mag.total.shape != shape or mag.top.shape[1:] != shape:
+                raise InternalError("magnitude sums do not match the table's shape")
         if self.replicate_sums is not None and self.replicate_sums.shape[1:] != shape:
             raise InternalError("replicate sums do not match the table's shape")
         if self.n.dtype != np.int64 or self.cell_key.dtype != np.uint32:

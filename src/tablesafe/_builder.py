@@ -102,6 +102,10 @@ class TableBuilder:
         protection: The data owner's protection profile.
         engine: An engine (a new DuckDB engine by default).
         max_dimensions: The largest number of dimensions allowed.
+        magnitudes: The protection of sums and means of continuous variables
+            (:class:`~tablesafe._magnitudes.MagnitudeProtection`); by default
+            the cell-key method for magnitudes, or exact sums when
+            ``protection`` has no mechanism.
     """
 
     def __init__(
@@ -111,6 +115,7 @@ class TableBuilder:
         *,
         engine: Any = None,
         max_dimensions: int = MAX_DIMENSIONS,
+        magnitudes: Any = None,
     ) -> None:
         if engine is None:
             from tablesafe.engines import DuckDBEngine
@@ -120,6 +125,13 @@ class TableBuilder:
         self.protection = protection
         self.engine = engine
         self.max_dimensions = max_dimensions
+        if magnitudes is None:
+            from tablesafe._magnitudes import MagnitudeProtection
+
+            magnitudes = MagnitudeProtection(
+                method="none" if protection.mechanism is None else "ckm"
+            )
+        self.magnitude_protection = magnitudes
         self._overall: tuple[float, np.ndarray | None] | None = None
 
     # -- the data owner's views --------------------------------------------------
@@ -209,6 +221,22 @@ class TableBuilder:
             weighted = np.where(
                 computed, self._round(weighted, request, computed, additive=additive), 0.0
             )
+        mags = None
+        if request.magnitudes:
+            from tablesafe._magnitudes import protect_magnitudes
+
+            mags = protect_magnitudes(
+                request.magnitudes,
+                agg,
+                counts,
+                weighted if want_w else None,
+                computed,
+                self.dataset.catalog.magnitudes,
+                self.magnitude_protection,
+                prot.seeds,
+                prot.secret,
+            )
+            meta["magnitudes"] = mags.meta
         return ProtectedTable(
             request=request,
             dimensions=plan.dimensions,
@@ -225,6 +253,8 @@ class TableBuilder:
             ci_low=ci_low,
             ci_high=ci_high,
             rounding=self._rounding(request),
+            magnitudes=None if mags is None else mags.columns,
+            sensitive=None if mags is None else mags.sensitive,
         )
 
     # -- the stages -----------------------------------------------------------------

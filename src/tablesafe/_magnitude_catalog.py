@@ -43,6 +43,7 @@ __all__ = [
     "MAX_MAGNITUDE_TOTAL",
     "Magnitude",
     "check_magnitude_values",
+    "from_magnitude_fixed",
     "magnitude_check_result",
     "magnitude_check_sql",
     "magnitude_fixed",
@@ -186,6 +187,11 @@ def magnitude_fixed(values: npt.ArrayLike) -> npt.NDArray[np.int64]:
     x = np.asarray(values, dtype=np.float64) * float(MAGNITUDE_SCALE)
     whole = np.trunc(x)
     return (whole + np.copysign(np.abs(x - whole) >= 0.5, x)).astype(np.int64)
+
+
+def from_magnitude_fixed(values: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """Fixed-point sums back to floats (one correctly rounded division)."""
+    return np.asarray(values, dtype=np.int64).astype(np.float64) / float(MAGNITUDE_SCALE)
 
 
 def magnitude_fixed_sql(expr: str) -> str:

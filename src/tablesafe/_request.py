@@ -18,6 +18,7 @@ from typing import Literal, get_args
 from tablesafe._catalog import Catalog, Code, Variable
 from tablesafe._custom import CustomGrouping, extend_catalog, parse_groupings
 from tablesafe._errors import RequestError
+from tablesafe._magnitude_sums import MagnitudePlan
 
 __all__ = [
     "MAX_DIMENSIONS",
@@ -61,6 +62,12 @@ class TableRequest:
         groupings: Custom groupings defined for this request
             (:class:`~tablesafe.CustomGrouping` values or their JSON form);
             their names can be used as dimensions and in the universe.
+        magnitudes: Sums and means of continuous variables, each
+            ``"sum:VAR"`` or ``"mean:VAR"``. They may also be given inside
+            ``statistic``, comma-separated (``"count,sum:INCOME"``, or
+            ``"mean:HOURS"`` alone, which keeps the counts): they are moved
+            here. They are weighted (sums of ``w x``, means over the weighted
+            count) when ``statistic`` is ``"weighted"`` or ``"both"``.
 
     Raises:
         RequestError: for an empty, duplicate or too long list of dimensions,
@@ -74,6 +81,7 @@ class TableRequest:
     replicates: bool = False
     rounding: str | None = None
     groupings: tuple[CustomGrouping, ...] = ()
+    magnitudes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "groupings", parse_groupings(self.groupings))
@@ -123,6 +131,7 @@ class TableRequest:
             universe[name] = codes
         object.__setattr__(self, "universe", _FrozenDict(universe))
 
+        self._split_magnitudes()
         if self.statistic not in get_args(Statistic):
             raise RequestError(
                 f"unknown statistic {self.statistic!r}; allowed: {', '.join(get_args(Statistic))}"
@@ -138,6 +147,36 @@ class TableRequest:
                 object.__setattr__(self, "rounding", str(Rounding.parse(self.rounding)))
             except ParameterError as exc:
                 raise RequestError(str(exc)) from None
+
+    def _split_magnitudes(self) -> None:
+        """Move ``sum:VAR``/``mean:VAR`` items of ``statistic`` into ``magnitudes``."""
+        mags = self.magnitudes
+        if isinstance(mags, str):
+            mags = tuple(m.strip() for m in mags.split(","))
+        items = list(mags)
+        base: str = self.statistic
+        if isinstance(base, str) and ("," in base or ":" in base):
+            parts = [p.strip() for p in base.split(",") if p.strip()]
+            bases = [p for p in parts if ":" not in p]
+            items = [p for p in parts if ":" in p] + items
+            if len(bases) > 1:
+                raise RequestError(
+                    f"statistic {base!r} names {', '.join(bases)}; give at most one of "
+                    f"{', '.join(get_args(Statistic))}, plus sum:VAR or mean:VAR items"
+                )
+            base = bases[0] if bases else "count"
+        out: list[str] = []
+        for item in items:
+            kind, _, name = item.partition(":") if isinstance(item, str) else ("", "", "")
+            if kind not in ("sum", "mean") or not name:
+                raise RequestError(
+                    f"unknown statistic {item!r}; magnitudes are written sum:VAR or mean:VAR "
+                    "(VAR a continuous variable of the catalog)"
+                )
+            if f"{kind}:{name}" not in out:
+                out.append(f"{kind}:{name}")
+        object.__setattr__(self, "statistic", base)
+        object.__setattr__(self, "magnitudes", tuple(out))
 
     @staticmethod
     def _normalise_margins(margins: object, dims: tuple[str, ...]) -> Margins:
@@ -260,6 +299,11 @@ class TableRequest:
                 "this dataset has no replicate weights, so standard errors and intervals "
                 "(--se) are unavailable" + missing_replicates_hint()
             )
+        weight = catalog.weight if self.statistic != "count" else None
+        names = dict.fromkeys(catalog.magnitude(m.split(":", 1)[1]).name for m in self.magnitudes)
+        mags = tuple(
+            MagnitudePlan(name=n, column=catalog.magnitudes[n].column, weight=weight) for n in names
+        )
         dims = tuple(DimensionPlan.from_variable(v, trimmed.get(v.name)) for v in variables)
         source_order = {v.column: v for v in catalog.source_variables}
         return TabulationPlan(
@@ -274,6 +318,7 @@ class TableRequest:
             replicates=catalog.replicates.columns
             if (self.replicates and catalog.replicates)
             else (),
+            magnitudes=mags,
         )
 
 
@@ -333,6 +378,7 @@ class TabulationPlan:
         record_key: The record-key column.
         weight: The weight column, or ``None`` when only counts are wanted.
         replicates: Replicate-weight columns to sum (may be empty).
+        magnitudes: Continuous variables to sum, with their largest contributions.
     """
 
     dimensions: tuple[DimensionPlan, ...]
@@ -341,6 +387,7 @@ class TabulationPlan:
     record_key: str
     weight: str | None
     replicates: tuple[str, ...] = ()
+    magnitudes: tuple[MagnitudePlan, ...] = ()
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -57,6 +57,9 @@ class ProtectedTable:
         ci_low: Lower ends of the 95% confidence intervals (as ``se``), or ``None``.
         ci_high: Upper ends of the 95% confidence intervals, or ``None``.
         rounding: The rounding of the weighted figures (``"1"``, ``"3sf"``, ...).
+        magnitudes: Protected sums and means of continuous variables, by
+            column name (``sum_VAR``, ``mean_VAR``; NaN where blank), or ``None``.
+        sensitive: Cells the dominance or p% rule flags, by magnitude name, or ``None``.
     """
 
     request: TableRequest
@@ -76,6 +79,8 @@ class ProtectedTable:
     ci_low: npt.NDArray[np.float64] | None = None
     ci_high: npt.NDArray[np.float64] | None = None
     rounding: str | None = None
+    magnitudes: Mapping[str, npt.NDArray[np.float64]] | None = None
+    sensitive: Mapping[str, npt.NDArray[np.bool_]] | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -104,6 +109,8 @@ class ProtectedTable:
             for name, arr in (("se", self.se), ("ci_low", self.ci_low), ("ci_high", self.ci_high)):
                 if arr is not None:
                     out[name] = _whole_or_nan(arr) if whole else arr
+        for name, arr in (self.magnitudes or {}).items():
+            out[name] = arr
         return out
 
     def _whole(self) -> bool:
@@ -116,7 +123,7 @@ class ProtectedTable:
     def shown_statistics(self) -> dict[str, np.ndarray]:
         """Statistics as published: suppressed cells blank (``None``) or ``"<k"``."""
         cols: dict[str, np.ndarray] = dict(self.statistics())
-        for name in ("se", "ci_low", "ci_high"):
+        for name in ("se", "ci_low", "ci_high", *(self.magnitudes or {})):
             if name in cols and cols[name].dtype.kind == "f" and np.isnan(cols[name]).any():
                 values = cols[name].astype(object)
                 values[np.isnan(cols[name])] = None
@@ -155,6 +162,8 @@ class ProtectedTable:
             cols["structural_zero"] = self.structural_zero
             if self.suppressed is not None:
                 cols["suppressed"] = self.suppressed
+            for name, flag in (self.sensitive or {}).items():
+                cols[f"sensitive_{name}"] = flag
         if owner:
             cols["perturbed"] = self.perturbed
             cols["adjusted"] = self.adjusted

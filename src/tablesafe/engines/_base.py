@@ -13,9 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +25,8 @@ from tablesafe._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe._dataset import Dataset
 from tablesafe._errors import DataError
 from tablesafe._fixed import from_fixed
+from tablesafe._magnitude_catalog import from_magnitude_fixed
+from tablesafe._magnitude_sums import MagnitudeSums, merge_top
 from tablesafe._request import TabulationPlan
 
 __all__ = [
@@ -192,6 +195,7 @@ def assemble_grouped(
     key_sum: npt.NDArray[np.integer],
     weight_sum: npt.NDArray[np.integer] | None,
     replicate_sums: npt.NDArray[np.integer] | None,
+    magnitudes: Sequence[tuple[np.ndarray, Sequence[Any]]] = (),
 ) -> CellAggregates:
     """Place grouped query rows into the extended cell arrays of ``plan``.
 
@@ -208,6 +212,8 @@ def assemble_grouped(
         key_sum: Per-row sums of record keys (any representation congruent mod 2**32).
         weight_sum: Per-row weight sums in fixed point (:mod:`tablesafe._fixed`), or ``None``.
         replicate_sums: Per-row fixed-point replicate sums, shape ``(R, rows)``, or ``None``.
+        magnitudes: Per magnitude of ``plan.magnitudes``, the per-row fixed-point
+            sums and the per-row lists of largest absolute contributions.
 
     Rows are added up as integers (their order varies between runs and
     threads), and weights are turned into floats only at the end.
@@ -262,9 +268,23 @@ def assemble_grouped(
     reps = None
     if replicate_sums is not None:
         reps = np.stack([from_fixed(acc(r, np.int64)) for r in np.asarray(replicate_sums)])
+    mags = {}
+    for mag, (sums, tops) in zip(plan.magnitudes, magnitudes, strict=True):
+        lengths = np.array([0 if t is None else len(t) for t in tops], dtype=np.int64)
+        values = (
+            np.concatenate([np.asarray(t, dtype=np.float64) for t in tops if t is not None])
+            if lengths.sum()
+            else np.zeros(0)
+        )
+        top = merge_top(np.repeat(flat, lengths), values, size, mag.top)
+        mags[mag.name] = MagnitudeSums(
+            total=from_magnitude_fixed(acc(np.asarray(sums), np.int64)),
+            top=top.reshape((mag.top, *shape)),
+        )
     return CellAggregates(
         dimensions=dims,
         grouping_sets=plan.grouping_sets,
+        magnitudes=mags,
         n=acc(np.asarray(n), np.int64),
         cell_key=cell_key,
         weight_sum=None

@@ -437,6 +437,10 @@ class DuckDBEngine(ValidationCache):
             key_sum=_values(res["ts_key"], int),
             weight_sum=_values(res["ts_w"], int) if plan.weight else None,
             replicate_sums=reps,
+            magnitudes=[
+                (_values(res[f"ts_m{i}"], int), list(np.ma.getdata(res[f"ts_t{i}"])))
+                for i in range(len(plan.magnitudes))
+            ],
         )
 
 

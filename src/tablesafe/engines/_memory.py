@@ -207,7 +207,7 @@ class MemoryEngine(ValidationCache):
                     for r in plan.replicates
                 ]
             )
-        return CellAggregates.from_inner(
+        agg = CellAggregates.from_inner(
             plan.dimensions,
             plan.grouping_sets,
             n=n,
@@ -215,6 +215,24 @@ class MemoryEngine(ValidationCache):
             weight_sum=w,
             replicate_sums=reps,
         )
+        if not plan.magnitudes:
+            return agg
+        from dataclasses import replace
+
+        from tablesafe._magnitude_catalog import from_magnitude_fixed, magnitude_fixed
+        from tablesafe._magnitude_sums import MagnitudeSums, sums_from_records, top_from_records
+
+        mags = {}
+        for mag in plan.magnitudes:
+            x = sub[mag.column].to_numpy(dtype=np.float64)
+            if mag.weight is not None:
+                x = x * sub[mag.weight].to_numpy(dtype=np.float64)
+            total = sums_from_records(flat, magnitude_fixed(x), agg.shape, plan.grouping_sets)
+            mags[mag.name] = MagnitudeSums(
+                total=from_magnitude_fixed(total),
+                top=top_from_records(flat, x, agg.shape, plan.grouping_sets, mag.top),
+            )
+        return replace(agg, magnitudes=mags)
 
 
 def _sum(flat: np.ndarray, values: np.ndarray, size: int, dtype: type) -> np.ndarray:

@@ -53,6 +53,9 @@ _DIALECT = Dialect(
     grouping="grouping_id",
     modulo=lambda expr, m: f"pmod({expr}, {m})",
     named=True,
+    # Spark has no top-k aggregate: the k largest of the collected values.
+    top_inner=lambda e, k: f"slice(sort_array(collect_list({e}), false), 1, {k})",
+    top_outer=lambda e, k: f"slice(sort_array(flatten(collect_list({e})), false), 1, {k})",
 )
 
 
@@ -282,7 +285,14 @@ class SparkEngine(ValidationCache):
         sql, params = self.build_query(dataset, plan)
         rows = self._run(sql, params)
         k = len(plan.dimensions)
-        width = 1 + k + 2 + (1 if plan.weight is not None else 0) + len(plan.replicates)
+        width = (
+            1
+            + k
+            + 2
+            + (1 if plan.weight is not None else 0)
+            + len(plan.replicates)
+            + 2 * len(plan.magnitudes)
+        )
         cols: list[tuple[Any, ...]] = (
             list(zip(*rows, strict=True)) if rows else [() for _ in range(width)]
         )
@@ -299,7 +309,12 @@ class SparkEngine(ValidationCache):
         reps = None
         if plan.replicates:
             reps = np.array([cols[pos + i] for i in range(len(plan.replicates))], dtype=np.int64)
-        return assemble_grouped(plan, g, codes, n, keys, w, reps)
+        pos += len(plan.replicates)
+        mags = [
+            (np.array(cols[pos + 2 * i], dtype=np.int64), list(cols[pos + 2 * i + 1]))
+            for i in range(len(plan.magnitudes))
+        ]
+        return assemble_grouped(plan, g, codes, n, keys, w, reps, mags)
 
     def select(
         self,

@@ -17,6 +17,7 @@ from typing import Any
 
 from tablesafe._aggregates import KEY_MODULUS
 from tablesafe._fixed import fixed_sql
+from tablesafe._magnitude_sums import magnitude_sql
 from tablesafe._request import TabulationPlan
 
 __all__ = ["Dialect", "tabulation_sql"]
@@ -31,12 +32,18 @@ class Dialect:
         grouping: The grouping function: ``GROUPING`` (DuckDB) or ``grouping_id`` (Spark).
         modulo: Formats ``expr mod m`` as a BIGINT expression.
         named: Named parameters (``:p0``, a dict) instead of positional ``?`` (a list).
+        top_inner: The ``k`` largest values of an expression in a group, as a list.
+        top_outer: The ``k`` largest values of the union of such lists.
     """
 
     ident: Callable[[str], str]
     grouping: str
     modulo: Callable[[str, int], str]
     named: bool = False
+    top_inner: Callable[[str, int], str] = lambda e, k: f"max({e}, {k})"
+    top_outer: Callable[[str, int], str] = lambda e, k: (
+        f"list_slice(list_reverse_sort(flatten(list({e}))), 1, {k})"
+    )
 
 
 def _markers(dialect: Dialect, values: list[Any], params: Any) -> str:
@@ -83,6 +90,11 @@ def tabulation_sql(plan: TabulationPlan, source: str, dialect: Dialect) -> tuple
     for i, r in enumerate(plan.replicates):
         inner.append(f"SUM({fixed_sql(q(r))}) AS ts_r{i}")
         outer.append(f"CAST(SUM(ts_r{i}) AS BIGINT) AS ts_r{i}")
+    # Magnitudes: exact fixed-point sums and the largest contributions (tablesafe._magnitude_sums).
+    for i, mag in enumerate(plan.magnitudes):
+        m_inner, m_outer = magnitude_sql(mag, i, q, dialect.top_inner, dialect.top_outer)
+        inner += m_inner
+        outer += m_outer
     params: Any = {} if dialect.named else []
     where = universe_sql(plan, dialect, params)
     sets = ", ".join("(" + ", ".join(dims[i] for i in gs) + ")" for gs in plan.grouping_sets)

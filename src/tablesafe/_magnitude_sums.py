@@ -1,0 +1,170 @@
+"""Exact per-cell sums of magnitudes and their largest contributions.
+
+For each continuous variable a table asks for, an engine computes per cell
+(inner cells and margins):
+
+* the exact sum of the contributions, in fixed point
+  (:func:`~tablesafe._magnitude_catalog.magnitude_fixed`): a contribution
+  is the value ``x`` or, in a weighted table, ``w x`` (the double product,
+  which IEEE arithmetic gives the same in DuckDB, Spark and numpy);
+* the ``K`` largest absolute contributions (``|x|`` or ``|w x|``), which the
+  cell-key method for magnitudes and the dominance and p% rules need.
+
+The largest contributions of a margin are the largest of the union of its
+inner cells' lists, so engines may return them per group of raw codes and
+:func:`merge_top` merges them into any cell: the result does not depend on
+row order or partitioning (a multiset's largest elements are unique).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from tablesafe._magnitude_catalog import magnitude_fixed_sql
+
+__all__ = [
+    "TOP_K",
+    "MagnitudePlan",
+    "MagnitudeSums",
+    "magnitude_sql",
+    "merge_top",
+    "sums_from_records",
+    "top_from_records",
+]
+
+#: How many of a cell's largest contributions engines return.
+TOP_K = 3
+
+
+@dataclass(frozen=True)
+class MagnitudePlan:
+    """One continuous variable of a tabulation.
+
+    Attributes:
+        name: The magnitude's name in the catalog.
+        column: Its microdata column.
+        weight: The weight column when contributions are ``w x``, else ``None``.
+        top: How many largest contributions per cell to return.
+    """
+
+    name: str
+    column: str
+    weight: str | None = None
+    top: int = TOP_K
+
+
+@dataclass(frozen=True, eq=False)
+class MagnitudeSums:
+    """Exact aggregates of one magnitude, arrays of a table's extended shape.
+
+    Attributes:
+        total: Exact sums of the contributions (float64, from fixed point).
+        top: The largest absolute contributions, shape ``(K, *shape)``,
+            in decreasing order, 0 where a cell has fewer than ``K`` records.
+    """
+
+    total: npt.NDArray[np.float64]
+    top: npt.NDArray[np.float64]
+
+
+def magnitude_sql(
+    mag: MagnitudePlan,
+    i: int,
+    ident: Callable[[str], str],
+    top_inner: Callable[[str, int], str],
+    top_outer: Callable[[str, int], str],
+) -> tuple[list[str], list[str]]:
+    """The inner (per raw cell) and outer (per grouping set) select items of one magnitude.
+
+    Columns: ``ts_m{i}`` (the fixed-point sum, BIGINT) and ``ts_t{i}`` (the list
+    of the largest absolute contributions).
+    """
+    x = f"CAST({ident(mag.column)} AS DOUBLE)"
+    if mag.weight is not None:
+        x = f"({x} * CAST({ident(mag.weight)} AS DOUBLE))"
+    inner = [
+        f"SUM({magnitude_fixed_sql(x)}) AS ts_m{i}",
+        f"{top_inner(f'ABS({x})', mag.top)} AS ts_t{i}",
+    ]
+    outer = [
+        f"CAST(SUM(ts_m{i}) AS BIGINT) AS ts_m{i}",
+        f"{top_outer(f'ts_t{i}', mag.top)} AS ts_t{i}",
+    ]
+    return inner, outer
+
+
+def merge_top(
+    cells: npt.NDArray[np.int64], values: npt.NDArray[np.float64], size: int, k: int
+) -> npt.NDArray[np.float64]:
+    """The ``k`` largest values per cell, shape ``(k, size)``, zero-padded.
+
+    Args:
+        cells: Flat cell index of each value.
+        values: The values (absolute contributions, or partial top lists flattened).
+        size: Number of cells.
+        k: How many to keep.
+    """
+    out = np.zeros((k, size), dtype=np.float64)
+    if values.size == 0:
+        return out
+    order = np.lexsort((-values, cells))
+    c = cells[order]
+    starts = np.searchsorted(c, c, side="left")
+    rank = np.arange(c.size) - starts
+    keep = rank < k
+    out[rank[keep], c[keep]] = values[order][keep]
+    return out
+
+
+def sums_from_records(
+    inner_cell: npt.NDArray[np.int64],
+    fixed: npt.NDArray[np.int64],
+    shape: tuple[int, ...],
+    grouping_sets: Sequence[tuple[int, ...]],
+) -> npt.NDArray[np.int64]:
+    """Fixed-point sums of records for every cell of the extended shape (exact integers)."""
+    inner_shape = tuple(s - 1 for s in shape)
+    inner = np.zeros(int(np.prod(inner_shape)), dtype=np.int64)
+    np.add.at(inner, inner_cell, fixed)
+    a = inner.reshape(inner_shape)
+    out = np.zeros(shape, dtype=np.int64)
+    for gs in grouping_sets:
+        dropped = tuple(i for i in range(len(shape)) if i not in gs)
+        idx = tuple(slice(0, s - 1) if i in gs else slice(s - 1, s) for i, s in enumerate(shape))
+        out[idx] = a.sum(axis=dropped, keepdims=True) if dropped else a
+    return out
+
+
+def top_from_records(
+    inner_cell: npt.NDArray[np.int64],
+    values: npt.NDArray[np.float64],
+    shape: tuple[int, ...],
+    grouping_sets: Sequence[tuple[int, ...]],
+    k: int,
+) -> npt.NDArray[np.float64]:
+    """Largest absolute values of records for every cell of the extended shape.
+
+    Args:
+        inner_cell: Flat index of each record's inner cell (shape ``shape - 1``).
+        values: Each record's contribution.
+        shape: The extended shape (one more slot per axis for its total).
+        grouping_sets: The grouping sets to fill.
+        k: How many to keep.
+    """
+    inner_shape = tuple(s - 1 for s in shape)
+    absval = np.abs(np.asarray(values, dtype=np.float64))
+    inner_top = merge_top(inner_cell, absval, int(np.prod(inner_shape)), k)
+    out = np.zeros((k, int(np.prod(shape))), dtype=np.float64)
+    pos = np.unravel_index(np.arange(int(np.prod(inner_shape))), inner_shape)
+    for gs in grouping_sets:
+        target = tuple(p if i in gs else np.full_like(p, inner_shape[i]) for i, p in enumerate(pos))
+        flat = np.ravel_multi_index(target, shape)
+        cells = np.repeat(flat[None, :], k, axis=0).reshape(-1)
+        merged = merge_top(cells, inner_top.reshape(-1), out.shape[1], k)
+        touched = np.unique(flat)
+        out[:, touched] = merged[:, touched]
+    return out.reshape((k, *shape))

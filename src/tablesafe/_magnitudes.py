@@ -1,0 +1,540 @@
+"""Protected sums and means of continuous variables (magnitude tables).
+
+Every cell of a magnitude table is protected from the cell's record keys,
+so the same cell gives the same value in every table, for every user, in
+every engine (see docs/magnitudes.md for the equations):
+
+* **Cell-key method for magnitudes** (ABS; R packages ``cellKey`` and
+  ``ptable``): the perturbation is proportional to the cell's largest
+  contributions ``x_(1) >= x_(2) >= ...``::
+
+      X' = X + sum_j  m * eps_j * x_(j) * s_j * (mu + |v_j|)
+
+  where ``v_j`` is drawn from a numeric ptable (:func:`num_ptable`, the
+  construction of ``ptable::create_num_ptable``) by a uniform from the cell
+  key (a separate stream per variable and per ``j``), ``s_j`` is the sign of
+  ``v_j`` (of a second draw where ``v_j = 0``), ``m`` the share of a
+  contribution that one unit of ``v`` moves, ``eps_j`` the weights of the
+  contributions and ``mu`` a floor: no cell is ever published unperturbed,
+  and a cell's largest contributor moves its sum by at least
+  ``m * mu * x_(1)``, so differencing two published cells does not give it
+  away.
+* **Differential privacy**: ``X' = X + Laplace(b)`` with ``b = Delta / epsilon``
+  and ``Delta = max(|lower|, |upper|)`` from the owner's bounds (a record
+  changes a sum by at most ``Delta``); the Laplace draw is the inverse CDF of
+  a uniform from the cell key (consistent, as the counts).
+* **Means** are the protected sum over the protected count (weighted: over
+  the protected weighted count), never a separately computed mean.
+* **Sensitivity rules** (tau-Argus): the dominance ``(n, k)`` rule and the
+  ``p%`` rule, evaluated on the true largest contributions; a sensitive
+  cell is flagged or suppressed, as the site says.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from tablesafe._errors import ParameterError, RequestError
+from tablesafe._magnitude_catalog import Magnitude
+
+__all__ = [
+    "MagnitudeProtection",
+    "NumPTable",
+    "dominance_rule",
+    "num_ptable",
+    "p_percent_rule",
+    "protect_magnitudes",
+]
+
+_PT_DIGITS = 8
+
+
+# -- the numeric ptable ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class NumPTable:
+    """A ptable for magnitudes: rows ``i`` (in units of ``x_delta``), fractional deviations.
+
+    Attributes:
+        D: Maximum deviation.
+        V: Variance bound.
+        step: Steps per unit: deviations are multiples of ``1 / step``.
+        icat: The row values ``i`` (1 and ``D`` among them); row 0 never moves.
+        v: Per row (0 first, then ``icat``), the deviations ``j - i``.
+        p: Per row, their probabilities (differences of the rounded bounds).
+        ub: Per row, the cumulative upper bounds (rounded to 8 digits).
+    """
+
+    D: int
+    V: float
+    step: int
+    icat: tuple[int, ...]
+    v: tuple[npt.NDArray[np.float64], ...]
+    p: tuple[npt.NDArray[np.float64], ...]
+    ub: tuple[npt.NDArray[np.float64], ...]
+
+    @property
+    def rows(self) -> tuple[int, ...]:
+        """The row values: 0, then ``icat``."""
+        return (0, *self.icat)
+
+    def row_for(self, a: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """Row position for ``a = |X| / x_delta``: the largest row value not above ``a``.
+
+        A row ``i <= a`` has deviations ``v >= -i >= -a``, so ``X + v * x_delta``
+        keeps the sign of ``X``; ``a >= D`` uses the symmetric row ``D``.
+        """
+        rows = np.array(self.rows, dtype=np.float64)
+        return np.searchsorted(rows, np.asarray(a, dtype=np.float64), side="right") - 1
+
+    def lookup(self, row: npt.ArrayLike, u: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """The deviation of each cell: the first of its row whose upper bound exceeds ``u``."""
+        row = np.asarray(row, dtype=np.int64)
+        u = np.asarray(u, dtype=np.float64)
+        out = np.zeros(row.shape, dtype=np.float64)
+        for r in np.unique(row):
+            sel = row == r
+            pos = np.searchsorted(self.ub[r], u[sel], side="right")
+            out[sel] = self.v[r][np.minimum(pos, self.v[r].size - 1)]
+        return out
+
+    def table(self) -> list[tuple[int, float, float, float, float, float]]:
+        """Rows ``(i, j, p, v, p_int_lb, p_int_ub)`` as R's ``pTable`` (without ``type``)."""
+        out = []
+        for i, v, p, ub in zip(self.rows, self.v, self.p, self.ub, strict=True):
+            for vk, pk, uk in zip(v, p, ub, strict=True):
+                out.append(
+                    (i, round(i + float(vk), 4), float(pk), float(vk), float(uk - pk), float(uk))
+                )
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """The public parameters."""
+        return {"D": self.D, "V": self.V, "step": self.step, "icat": list(self.icat)}
+
+
+def num_ptable(
+    D: int,
+    V: float,
+    *,
+    step: int = 2,
+    icat: Sequence[int] | None = None,
+    pstay: float | None = None,
+    mono: bool = True,
+) -> NumPTable:
+    """The maximum-entropy ptable for magnitudes, as ``ptable::create_num_ptable``.
+
+    For each row value ``i`` of ``icat`` the perturbed values ``j`` run over
+    ``max(i - D, 0), max(i - D, 0) + 1/step, ..., i + D`` and the
+    deviations ``v = j - i`` get the probabilities that maximise the
+    entropy subject to ``sum p = 1``, ``sum p v = 0``, ``sum p v^2 <= V``,
+    ``p >= 1e-8`` (``>= pstay`` for ``v = 0``) and, with ``mono``, ``p``
+    not decreasing from ``v = -D`` up to ``v = 0``: the constraints of
+    ``create_cnt_ptable`` (:func:`tablesafe.mechanisms.destatis`, whose solver
+    it shares) on the finer grid. As in the R package, ``icat`` must hold
+    1 and ``D`` and nothing above ``D``, ``D * step < 50``, bounds are
+    rounded to 8 digits and ``p`` is their difference; row 0 is ``v = 0``.
+
+    Args:
+        D: Maximum deviation (integer >= 1).
+        V: Variance bound (> 0).
+        step: Steps per unit (integer >= 1).
+        icat: Row values (default ``(1, D)``).
+        pstay: A lower bound on the probability of ``v = 0``.
+        mono: The monotony condition.
+
+    Raises:
+        ParameterError: for parameters the R package refuses.
+    """
+    from tablesafe.mechanisms._cellwise import _destatis_row
+
+    for name, value, low in (("D", D, 1), ("step", step, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+            raise ParameterError(f"{name} must be an integer >= {low}, not {value!r}")
+    if isinstance(V, bool) or not isinstance(V, numbers.Real) or not 0 < float(V) < math.inf:
+        raise ParameterError(f"V (variance) must be a positive number, not {V!r}")
+    if D * step >= 50:
+        raise ParameterError(f"D * step must be below 50 (as in R's ptable), not {D * step}")
+    cats = sorted({int(c) for c in (icat if icat is not None else (1, D))})
+    if 1 not in cats or D not in cats or cats[-1] > D or cats[0] < 1:
+        raise ParameterError(
+            f"icat must hold 1 and D = {D} and values between them, e.g. icat = [1, {D}]; "
+            f"got {cats}"
+        )
+    vs = [np.zeros(1)]
+    ps = [np.ones(1)]
+    ubs = [np.ones(1)]
+    for i in cats:
+        lo = max(i - D, 0)
+        count = round((i + D - lo) * step)
+        j = np.round(lo + np.arange(count + 1) / step, 4)
+        v = np.round(j - i, 4)
+        p = _destatis_row(v, float(V), i, pstay, bool(mono), blocked=False)
+        ub_raw = np.cumsum(p)
+        ub = np.round(ub_raw, _PT_DIGITS)
+        lb = np.round(ub_raw - p, _PT_DIGITS)
+        vs.append(v)
+        ps.append(ub - lb)
+        ubs.append(ub)
+    return NumPTable(int(D), float(V), int(step), tuple(cats), tuple(vs), tuple(ps), tuple(ubs))
+
+
+# -- sensitivity rules ------------------------------------------------------------------
+
+
+def dominance_rule(
+    total: npt.ArrayLike, top: npt.ArrayLike, n: int, k: float
+) -> npt.NDArray[np.bool_]:
+    """The ``(n, k)`` dominance rule: the ``n`` largest contributions exceed ``k``% of the total.
+
+    Args:
+        total: Cell totals (absolute values are used).
+        top: Largest absolute contributions, shape ``(K, ...)`` with ``K >= n``.
+        n: How many contributors may dominate.
+        k: The share in percent.
+    """
+    t = np.abs(np.asarray(total, dtype=np.float64))
+    largest = np.asarray(top, dtype=np.float64)[:n].sum(axis=0)
+    return np.asarray((t > 0) & (largest > k / 100.0 * t))
+
+
+def p_percent_rule(total: npt.ArrayLike, top: npt.ArrayLike, p: float) -> npt.NDArray[np.bool_]:
+    """The p% rule: the second-largest contributor can estimate the largest within ``p``%.
+
+    A cell is sensitive when ``X - x_(1) - x_(2) < p/100 * x_(1)``: what the
+    others contribute is too small to hide the largest contribution.
+    """
+    t = np.abs(np.asarray(total, dtype=np.float64))
+    top_ = np.asarray(top, dtype=np.float64)
+    rest = t - top_[0] - top_[1]
+    return np.asarray((top_[0] > 0) & (rest < p / 100.0 * top_[0]))
+
+
+# -- the site's choice ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MagnitudeProtection:
+    """The data owner's protection of magnitudes (never the user's choice).
+
+    Args:
+        method: ``"ckm"`` (cell-key method for magnitudes), ``"dp"``
+            (Laplace noise on bounded sums) or ``"none"`` (exact, the owner's use).
+        D: Maximum deviation of the numeric ptable.
+        V: Variance of the numeric ptable.
+        step: Steps per unit of the numeric ptable.
+        icat: Row values of the numeric ptable (default ``(1, D)``).
+        share: ``m``: the share of a contribution one unit of ``v`` moves.
+        top_k: How many of the largest contributions are perturbed (1 to 3).
+        eps: Weights of the contributions ``j = 1 .. top_k`` (the first is 1).
+        mu: The floor added to ``|v|``: every cell moves by at least
+            ``share * mu * x_(1)``.
+        epsilon: Privacy-loss budget per cell for ``"dp"``.
+        rounding: Rounding of the published sums (``"1"``, ``"1000"``, ``"3sf"``).
+        mean_rounding: Rounding of the published means.
+        dominance: The ``(n, k)`` of the dominance rule, or ``None``.
+        p_percent: The ``p`` of the p% rule, or ``None``.
+        action: What a sensitive cell gets: ``"flag"`` (a public flag beside
+            its perturbed values) or ``"suppress"`` (sum and mean blank).
+
+    Raises:
+        ParameterError: for an unknown option or an impossible value.
+    """
+
+    method: Literal["ckm", "dp", "none"] = "ckm"
+    D: int = 3
+    V: float = 1.0
+    step: int = 4
+    icat: tuple[int, ...] | None = None
+    share: float = 0.1
+    top_k: int = 2
+    eps: tuple[float, ...] = (1.0, 0.5, 0.25)
+    mu: float = 0.5
+    epsilon: float = 1.0
+    rounding: str = "1"
+    mean_rounding: str = "0.01"
+    dominance: tuple[int, float] | None = (1, 85.0)
+    p_percent: float | None = 10.0
+    action: Literal["flag", "suppress"] = "flag"
+
+    def __post_init__(self) -> None:
+        from tablesafe._protection import Rounding
+
+        if self.method not in ("ckm", "dp", "none"):
+            raise ParameterError(
+                f"unknown magnitude method {self.method!r}; allowed: ckm, dp, none"
+            )
+        if self.action not in ("flag", "suppress"):
+            raise ParameterError(f"unknown action {self.action!r}; allowed: flag, suppress")
+        checks = [
+            ("share", self.share, 0.0, 1.0),
+            ("mu", self.mu, 0.0, 10.0),
+            ("epsilon", self.epsilon, 0.0, 100.0),
+        ]
+        for name, value, lo, hi in checks:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if not ok or (not lo < float(value) <= hi and not (name == "mu" and value == 0)):
+                raise ParameterError(f"{name} must be a number in ({lo:g}, {hi:g}], not {value!r}")
+        if not isinstance(self.top_k, int) or not 1 <= self.top_k <= 3:
+            raise ParameterError(f"top_k must be 1, 2 or 3, not {self.top_k!r}")
+        object.__setattr__(self, "eps", tuple(float(e) for e in self.eps))
+        if len(self.eps) < self.top_k or self.eps[0] != 1.0 or any(e < 0 for e in self.eps):
+            raise ParameterError(
+                f"eps needs at least top_k = {self.top_k} non-negative weights, the first 1"
+            )
+        if self.dominance is not None:
+            n, k = self.dominance
+            if not (isinstance(n, int) and 1 <= n <= 3 and 0 < float(k) <= 100):
+                raise ParameterError(
+                    f"dominance must be (n, k) with n in 1..3 and k in (0, 100], not "
+                    f"{self.dominance!r}"
+                )
+            object.__setattr__(self, "dominance", (int(n), float(k)))
+        if self.p_percent is not None and not 0 < float(self.p_percent) <= 100:
+            raise ParameterError(f"p_percent must lie in (0, 100], not {self.p_percent!r}")
+        for r in (self.rounding, self.mean_rounding):
+            Rounding.parse(r)
+
+    def ptable(self) -> NumPTable:
+        """The numeric ptable (built once per parameters)."""
+        return _cached_ptable(self.D, float(self.V), self.step, self.icat)
+
+    def describe(self, bounds: Mapping[str, float] | None = None) -> dict[str, Any]:
+        """The public statement of the protection of magnitudes."""
+        out: dict[str, Any] = {"method": self.method}
+        if self.method == "ckm":
+            out.update(
+                ptable=self.ptable().describe(),
+                share=self.share,
+                top_k=self.top_k,
+                eps=list(self.eps[: self.top_k]),
+                mu=self.mu,
+                statement=(
+                    "cell-key method for magnitudes: each sum moves by "
+                    f"{self.share:g} x (mu + |v|) of its {self.top_k} largest contributions "
+                    "(weighted by eps), v from the numeric ptable by the cell key; every cell "
+                    f"moves by at least {self.share * self.mu:g} of its largest contribution"
+                ),
+            )
+        elif self.method == "dp":
+            out.update(
+                epsilon=self.epsilon,
+                statement=(
+                    f"Laplace noise of scale max(|lower|, |upper|) / {self.epsilon:g} on every "
+                    f"sum (epsilon {self.epsilon:g} per cell and variable; a record is in one "
+                    "cell per grouping set, so a table spends epsilon times the number of its "
+                    "grouping sets); means are protected sums over protected counts"
+                ),
+            )
+            if bounds:
+                out["laplace_scale"] = {k: v / self.epsilon for k, v in bounds.items()}
+        rules = []
+        if self.dominance is not None:
+            rules.append(f"dominance ({self.dominance[0]}, {self.dominance[1]:g})")
+        if self.p_percent is not None:
+            rules.append(f"p% with p = {self.p_percent:g}")
+        out["rules"] = rules
+        out["sensitive_cells"] = self.action
+        out["rounding"] = {"sum": self.rounding, "mean": self.mean_rounding}
+        return out
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_ptable(D: int, V: float, step: int, icat: tuple[int, ...] | None) -> NumPTable:
+    return num_ptable(D, V, step=step, icat=icat)
+
+
+# -- uniforms from the keys -----------------------------------------------------------------
+
+
+def _stream(name: str, j: int, what: str) -> int:
+    digest = hashlib.blake2b(f"magnitude:{name}:{what}:{j}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big")
+
+
+def magnitude_uniforms(
+    cell_key: npt.NDArray[np.uint32],
+    name: str,
+    j: int,
+    what: str,
+    seeds: str,
+    secret: bytes | None,
+) -> npt.NDArray[np.float64]:
+    """Uniforms in (0, 1) for draw ``what`` of contribution ``j`` of magnitude ``name``.
+
+    Cell-key seeds: an integer mix of the cell key with a constant of the
+    stream (a bijection, independent of the count's draw); dynamic seeds: the
+    keyed hash with the stream as salt.
+    """
+    if seeds == "dynamic":
+        from tablesafe._seeds import dynamic_uniforms
+
+        assert secret is not None
+        return dynamic_uniforms(cell_key, secret, salt=f"magnitude:{name}:{what}:{j}".encode())
+    from tablesafe._selection import mix32
+
+    mixed = mix32(cell_key.astype(np.int64), _stream(name, j, what))
+    return (mixed.astype(np.float64) + 0.5) / 2.0**32
+
+
+# -- protection of one table ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProtectedMagnitudes:
+    """What a table publishes about its magnitudes.
+
+    Attributes:
+        columns: Column name (``sum_VAR``, ``mean_VAR``) -> extended array (NaN blank).
+        sensitive: Magnitude name -> cells flagged by the rules.
+        meta: The public statement (``meta.magnitudes``).
+    """
+
+    columns: dict[str, npt.NDArray[np.float64]]
+    sensitive: dict[str, npt.NDArray[np.bool_]]
+    meta: dict[str, Any]
+
+
+def ckm_noise(
+    total: npt.NDArray[np.float64],
+    top: npt.NDArray[np.float64],
+    prot: MagnitudeProtection,
+    uniforms: Any,
+) -> npt.NDArray[np.float64]:
+    """The cell-key perturbation of magnitude sums (see the module docstring).
+
+    Args:
+        total: True sums.
+        top: Largest absolute contributions ``(K, ...)``.
+        prot: The site's parameters.
+        uniforms: ``uniforms(j, what)`` -> uniforms of the cells for draw ``what``
+            (``"v"`` or ``"sign"``) of contribution ``j``.
+    """
+    table = prot.ptable()
+    noise = np.zeros(total.shape, dtype=np.float64)
+    for j in range(prot.top_k):
+        delta = prot.share * prot.eps[j] * top[j]
+        live = delta > 0
+        a = np.divide(np.abs(total), delta, out=np.full(total.shape, np.inf), where=live)
+        v = table.lookup(table.row_for(np.minimum(a, table.D)), uniforms(j, "v"))
+        coin = np.where(uniforms(j, "sign") < 0.5, -1.0, 1.0)
+        sign = np.where(v != 0, np.sign(v), coin)
+        noise += np.where(live, delta * sign * (prot.mu + np.abs(v)), 0.0)
+    return noise
+
+
+def laplace(u: npt.NDArray[np.float64], scale: float) -> npt.NDArray[np.float64]:
+    """Laplace draws of ``scale`` by the inverse CDF of uniforms ``u`` in (0, 1)."""
+    c = u - 0.5
+    return np.asarray(-scale * np.sign(c) * np.log1p(-2.0 * np.abs(c)))
+
+
+def protect_magnitudes(
+    magnitudes: Sequence[str],
+    agg: Any,
+    counts: npt.NDArray[np.int64],
+    weighted: npt.NDArray[np.float64] | None,
+    computed: npt.NDArray[np.bool_],
+    variables: Mapping[str, Magnitude],
+    prot: MagnitudeProtection,
+    seeds: str,
+    secret: bytes | None,
+) -> ProtectedMagnitudes:
+    """Protected sums, means and rule flags of one table.
+
+    Args:
+        magnitudes: The request's items (``"sum:VAR"``, ``"mean:VAR"``).
+        agg: The table's :class:`~tablesafe.CellAggregates` (every grouping set).
+        counts: Protected counts (the means' denominators when unweighted).
+        weighted: Protected weighted counts (the denominators when weighted),
+            or ``None`` for an unweighted table.
+        computed: Cells of the table.
+        variables: The catalog's magnitudes (bounds, whether negative values occur).
+        prot: The site's protection of magnitudes.
+        seeds: ``"cellkey"`` or ``"dynamic"``.
+        secret: The secret of dynamic seeds.
+
+    Raises:
+        RequestError: for ``mean:VAR`` where the universe's protected
+            denominator is zero (nothing to average over).
+    """
+    from tablesafe._protection import Rounding
+    from tablesafe._weighted import enclosing_means
+
+    columns: dict[str, npt.NDArray[np.float64]] = {}
+    sensitive: dict[str, npt.NDArray[np.bool_]] = {}
+    denominators = weighted if weighted is not None else counts.astype(np.float64)
+    r_sum, r_mean = Rounding.parse(prot.rounding), Rounding.parse(prot.mean_rounding)
+    protected: dict[str, npt.NDArray[np.float64]] = {}
+    names = list(dict.fromkeys(item.split(":", 1)[1] for item in magnitudes))
+    bounds = {n: variables[n].bound for n in names}
+    for name in names:
+        sums = agg.magnitudes[name]
+        total, top = sums.total, sums.top
+        flags = np.zeros(total.shape, dtype=bool)
+        if prot.dominance is not None:
+            flags |= dominance_rule(total, top, *prot.dominance)
+        if prot.p_percent is not None:
+            flags |= p_percent_rule(total, top, prot.p_percent)
+        flags &= computed
+        if prot.method == "none":
+            value = total.copy()
+        else:
+            # A cell without records that the count mechanism publishes as non-zero
+            # gets the sum of n' records at the mean of its nearest enclosing margin,
+            # so a published sum does not tell a true zero from a real cell.
+            per = enclosing_means(total, agg.n, 0.0)
+            empty = (agg.n == 0) & (counts > 0)
+            base = np.where(empty, per * counts, total)
+            top_eff = top.copy()
+            top_eff[0] = np.where(empty, np.abs(per), top[0])
+
+            def uniforms(j: int, what: str, _n: str = name) -> npt.NDArray[np.float64]:
+                return magnitude_uniforms(agg.cell_key, _n, j, what, seeds, secret)
+
+            if prot.method == "ckm":
+                value = base + ckm_noise(base, top_eff, prot, uniforms)
+            else:
+                if weighted is not None:
+                    raise RequestError(
+                        "this site protects magnitudes with differential privacy, which "
+                        "covers unweighted sums only; ask for statistic count with sum:VAR "
+                        "or mean:VAR"
+                    )
+                value = base + laplace(uniforms(0, "laplace"), bounds[name] / prot.epsilon)
+            if not variables[name].negative:
+                value = np.maximum(value, 0.0)
+            value = np.where(counts > 0, value, 0.0)
+        protected[name] = value
+        sensitive[name] = flags
+    for item in magnitudes:
+        kind, name = item.split(":", 1)
+        value = protected[name]
+        hide = ~computed | (sensitive[name] if prot.action == "suppress" else False)
+        if kind == "sum":
+            columns[f"sum_{name}"] = np.where(hide, np.nan, r_sum.apply(value))
+        else:
+            grand = float(denominators[(-1,) * denominators.ndim])
+            if grand <= 0:
+                raise RequestError(
+                    f"mean:{name} has nothing to average over: the protected "
+                    f"{'weighted ' if weighted is not None else ''}count of the universe is 0"
+                )
+            mean = np.divide(
+                value, denominators, out=np.full(value.shape, np.nan), where=denominators > 0
+            )
+            columns[f"mean_{name}"] = np.where(hide, np.nan, r_mean.apply(mean))
+    meta = prot.describe({n: bounds[n] for n in names})
+    meta["variables"] = names
+    meta["weighted"] = weighted is not None
+    return ProtectedMagnitudes(columns, sensitive, meta)
