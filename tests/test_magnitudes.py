@@ -301,3 +301,67 @@ def test_weighted_dp_is_refused(demo: Dataset) -> None:
     request = TableRequest(("REGION",), statistic="both", magnitudes=("sum:HOURS",))
     with pytest.raises(RequestError, match="unweighted sums only"):
         TableBuilder(demo, protection_from_options("ckm"), magnitudes=mags).build(request)
+
+
+# -- the differencing attack on the largest contributor ----------------------------------------------
+
+
+def differencing_errors(
+    make_dataset, method: str, trials: int = 40, others: int = 60
+) -> np.ndarray:
+    """Relative errors of the attacker's estimate of the largest contribution.
+
+    One cell (A = 1) holds a dominant record (income 500,000, C = 9) and
+    ``others`` records of ordinary incomes (C in 0..8). The attacker asks for
+    the income of A = 1 twice, over all of C and over C in 0..8: the two
+    published sums differ by exactly the dominant record, so their
+    difference estimates it. Each trial draws fresh record keys.
+    """
+    import copy
+
+    from tsdata import RANDOM_CATALOG
+
+    raw = copy.deepcopy(RANDOM_CATALOG)
+    raw["magnitudes"] = [{"name": "INC", "lower": 0, "upper": 1_000_000}]
+    errors = []
+    for t in range(trials):
+        rng = np.random.default_rng(100 + t)
+        n = others + 1
+        frame = pd.DataFrame(
+            {
+                "A": np.ones(n, dtype=np.int64),
+                "B": rng.choice(list("xyzw"), n),
+                "C": np.r_[rng.integers(0, 9, others), 9],
+                "D": rng.integers(1, 3, n),
+                "E": rng.choice([10, 20, 30], n),
+                "W": rng.uniform(5, 50, n),
+                "RKEY": rng.integers(0, 2**32, n, dtype=np.uint32),
+                "INC": np.r_[np.round(rng.lognormal(10, 0.5, others)), 500_000.0],
+            }
+        )
+        for r in range(4):
+            frame[f"R{r + 1}"] = frame.W
+        ds = make_dataset(frame, raw)
+        b = TableBuilder(ds, protection_from_options(method), engine=MemoryEngine())
+        whole = b.build(TableRequest(("A",), statistic="count", magnitudes=("sum:INC",)))
+        part = b.build(
+            TableRequest(
+                ("A",),
+                statistic="count",
+                universe={"C": list(range(9))},
+                magnitudes=("sum:INC",),
+            )
+        )
+        est = whole.statistics()["sum_INC"][0] - part.statistics()["sum_INC"][0]
+        errors.append(abs(est - 500_000.0) / 500_000.0)
+    return np.array(errors)
+
+
+def test_differencing_does_not_recover_the_largest_contributor(make_dataset) -> None:
+    # Unprotected sums give the record away exactly: the attack works.
+    assert np.all(differencing_errors(make_dataset, "none", trials=3) == 0)
+    # Protected: the sum with the record moves by at least share * mu = 5% of it,
+    # and the ordinary incomes' noise (x_(2) ~ 60,000 at most) cannot cancel that.
+    errors = differencing_errors(make_dataset, "ckm")
+    assert errors.min() > 0.01
+    assert np.median(errors) > 0.05
