@@ -9,7 +9,7 @@ every export of it is safe to publish.
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +18,14 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import FormatError, RequestError
-from tablesafe._render import long_columns, render_text, to_csv, to_json, to_json_bytes
+from tablesafe._render import (
+    iter_json,
+    long_columns,
+    render_text,
+    to_csv,
+    to_json,
+    to_json_bytes,
+)
 from tablesafe._request import DimensionPlan, TableRequest
 
 if TYPE_CHECKING:
@@ -219,6 +226,10 @@ class ProtectedTable:
     def to_json_bytes(self) -> bytes:
         """:meth:`to_json` as UTF-8 bytes."""
         return to_json_bytes(self.long_columns(), self.public_metadata())
+
+    def iter_json(self) -> Iterator[bytes]:
+        """:meth:`to_json_bytes` in pieces, for a streamed response (joined: the same bytes)."""
+        return iter_json(self.long_columns(), self.public_metadata())
 
     def to_xlsx(self, path: str | Path) -> Path:
         """Write an Excel workbook: sheet ``cells`` (long format) and sheet ``about``.
