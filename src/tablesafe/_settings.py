@@ -220,6 +220,65 @@ class RuleSettings(BaseModel):
     )
 
 
+class MagnitudeSettings(BaseModel):
+    """The protection of sums and means of continuous variables (docs/magnitudes.md)."""
+
+    model_config = _STRICT
+
+    method: Literal["ckm", "dp", "none"] = Field(
+        "ckm",
+        description="ckm (cell-key method for magnitudes: noise proportional to the "
+        "largest contributions, from a numeric ptable), dp (Laplace noise of scale "
+        "max(|lower|, |upper|) / epsilon on unweighted sums) or none (exact sums, never "
+        "for public use).",
+    )
+    max_deviation: int = Field(3, ge=1, le=10, description="ckm: D of the numeric ptable.")
+    variance: float = Field(1.0, gt=0, description="ckm: V of the numeric ptable.")
+    step: int = Field(4, ge=1, le=10, description="ckm: steps per unit of the numeric ptable.")
+    share: float = Field(
+        0.1, gt=0, le=1, description="ckm: share of a contribution that one unit of v moves."
+    )
+    top_k: int = Field(2, ge=1, le=3, description="ckm: how many largest contributions move.")
+    mu: float = Field(
+        0.5,
+        ge=0,
+        le=10,
+        description="ckm: floor added to |v|: every sum moves by at least "
+        "share * mu of its largest contribution.",
+    )
+    epsilon: float = Field(1.0, gt=0, le=100, description="dp: epsilon per cell and variable.")
+    rounding: str = Field("1", description="Rounding of published sums (a base or '3sf').")
+    mean_rounding: str = Field("0.01", description="Rounding of published means.")
+    dominance_n: int = Field(1, ge=0, le=3, description="Dominance rule n (0 turns it off).")
+    dominance_k: float = Field(85.0, gt=0, le=100, description="Dominance rule k, in percent.")
+    p_percent: float = Field(10.0, ge=0, le=100, description="p% rule p (0 turns it off).")
+    sensitive_action: Literal["flag", "suppress"] = Field(
+        "flag",
+        description="What a cell the rules find sensitive gets: flag (a public "
+        "sensitive_VAR column, values still published) or suppress (sum and mean blank).",
+    )
+
+    def protection(self) -> Any:
+        """The :class:`~tablesafe._magnitudes.MagnitudeProtection` these settings describe."""
+        from tablesafe._magnitudes import MagnitudeProtection
+
+        return MagnitudeProtection(
+            method=self.method,
+            D=self.max_deviation,
+            V=self.variance,
+            step=self.step,
+            share=self.share,
+            top_k=self.top_k,
+            mu=self.mu,
+            epsilon=self.epsilon,
+            rounding=self.rounding,
+            mean_rounding=self.mean_rounding,
+            dominance=(self.dominance_n, self.dominance_k) if self.dominance_n else None,
+            p_percent=self.p_percent or None,
+            action=self.sensitive_action,
+        )
+
+
 class DatasetSettings(BaseModel):
     """One dataset served."""
 
@@ -234,6 +293,10 @@ class DatasetSettings(BaseModel):
         default_factory=ProtectionSettings, description="The protection profile."
     )
     rules: RuleSettings = Field(default_factory=RuleSettings, description="Disclosure rules.")
+    magnitudes: MagnitudeSettings = Field(
+        default_factory=MagnitudeSettings,
+        description="Protection of sums and means of continuous variables.",
+    )
 
 
 class ApiKeySettings(BaseModel):

@@ -106,7 +106,13 @@ def table(
             "use NAME as a dimension or in --where. Members: codes or LO..HI."
         ),
     ] = None,
-    statistic: Annotated[str, typer.Option(help="count, weighted or both.")] = "both",
+    statistic: Annotated[
+        str,
+        typer.Option(
+            help="count, weighted or both, then sums and means of continuous variables: "
+            "'count,sum:INCOME,mean:HOURS' (weighted with weighted or both)."
+        ),
+    ] = "both",
     margins: Annotated[str, typer.Option(help="all, none or total.")] = "all",
     replicates: Annotated[
         bool, typer.Option("--se", help="Add replicate standard errors and 95% intervals.")
@@ -173,6 +179,7 @@ def table(
     # Bad requests are refused before anything else happens.
     request.bind(dataset.catalog)
     eng = _engine(engine, spark_master)
+    magnitudes: Any = None  # the cell-key method for magnitudes unless a site says otherwise
     if config is not None:
         from tablesafe._settings import load_site_config
         from tablesafe.server._service import protection_from_settings
@@ -183,6 +190,7 @@ def table(
         if not match:
             raise ConfigError(f"the site configuration {config} serves no dataset at {data_dir}")
         protection = protection_from_settings(match[0], site)
+        magnitudes = match[0].magnitudes.protection() if protection.mechanism else None
     elif method == "none":
         from tablesafe._tabulation import tabulate
 
@@ -203,7 +211,7 @@ def table(
             rounding=rounding,
             se_min_count=se_min_count,
         )
-    result = TableBuilder(dataset, protection, engine=eng).build(request)
+    result = TableBuilder(dataset, protection, engine=eng, magnitudes=magnitudes).build(request)
     if owner_flags and fmt in ("csv", "json"):
         from tablesafe._render import to_csv, to_json
 

@@ -86,8 +86,22 @@ class TableBody(BaseModel):
         max_length=20,
         description="Variable -> allowed category codes (combined with 'and').",
     )
-    statistic: Literal["count", "weighted", "both"] = Field(
-        "both", description="Unweighted counts, weighted counts, or both."
+    statistic: Annotated[
+        str,
+        Field(
+            max_length=400,
+            pattern=r"^(count|weighted|both)?(,?(sum|mean):[A-Za-z][A-Za-z0-9_]{0,62})*$",
+        ),
+    ] = Field(
+        "both",
+        description="count, weighted or both (unweighted counts, weighted counts, or both), "
+        "optionally followed by sums and means of continuous variables: 'count,sum:INCOME'.",
+    )
+    magnitudes: list[Annotated[str, Field(max_length=70)]] = Field(
+        default_factory=list,
+        max_length=10,
+        description="Sums and means of continuous variables: 'sum:VAR' or 'mean:VAR' "
+        "(weighted when the statistic is weighted or both).",
     )
     margins: Literal["all", "none", "total"] = Field("all", description="Margins to include.")
     rounding: Annotated[str, Field(max_length=16)] | None = Field(
@@ -112,7 +126,8 @@ class TableBody(BaseModel):
         return TableRequest(
             tuple(self.dimensions),
             universe={k: tuple(v) for k, v in self.universe.items()},
-            statistic=self.statistic,
+            statistic=self.statistic,  # type: ignore[arg-type]
+            magnitudes=tuple(self.magnitudes),
             margins=self.margins,
             rounding=self.rounding,
             groupings=parse_groupings(
@@ -195,8 +210,8 @@ def _validation_message(exc: RequestValidationError) -> str:
         msg = err.get("msg", "invalid")
         if err.get("type") == "extra_forbidden":
             msg = (
-                "unknown field; allowed: dimensions, universe, statistic, margins, rounding, "
-                "groupings"
+                "unknown field; allowed: dimensions, universe, statistic, magnitudes, margins, "
+                "rounding, groupings"
             )
         parts.append(f"{where}: {msg}")
     return "invalid request: " + "; ".join(parts)

@@ -98,7 +98,11 @@ class TableService:
             except TablesafeError as exc:
                 raise ConfigError(f"dataset {ds.name}: {exc}") from None
             builder = TableBuilder(
-                dataset, protection, engine=engine, max_dimensions=ds.rules.max_dimensions
+                dataset,
+                protection,
+                engine=engine,
+                max_dimensions=ds.rules.max_dimensions,
+                magnitudes=ds.magnitudes.protection() if protection.mechanism is not None else None,
             )
             self._served[ds.name] = _Served(
                 ds, dataset, builder, ds.title or dataset.catalog.title or ds.name
