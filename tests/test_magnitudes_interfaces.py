@@ -82,3 +82,35 @@ def test_cli_table_with_magnitudes(demo_dir: Path) -> None:
     assert len(rows) == 3 and float(rows[-1]["sum_INCOME"]) > 0
     bad = runner.invoke(get_app(), [*args, "--statistic", "count,sum:SEX"])
     assert bad.exit_code != 0 and "not a continuous one" in bad.output + str(bad.exception)
+
+
+@pytest.mark.system
+def test_spark_gives_the_same_bits(demo_dir: Path) -> None:
+    import shutil
+
+    import numpy as np
+
+    from tablesafe._dataset import Dataset
+    from tablesafe._request import TableRequest
+    from tablesafe.engines import DuckDBEngine
+
+    if shutil.which("java") is None:
+        pytest.fail("the Spark tests need Java 17")
+    from tablesafe.engines import SparkEngine
+
+    ds = Dataset.open(demo_dir)
+    for statistic in ("count", "both"):
+        plan = TableRequest(
+            ("REGION", "AGEGRP"),
+            statistic=statistic,  # type: ignore[arg-type]
+            magnitudes=("sum:INCOME", "mean:HOURS"),
+        ).bind(ds.catalog)
+        engine = SparkEngine(master="local[2]")
+        try:
+            spark = engine.tabulate(ds, plan)
+        finally:
+            engine.close()
+        duck = DuckDBEngine().tabulate(ds, plan)
+        for name in ("INCOME", "HOURS"):
+            assert np.array_equal(spark.magnitudes[name].total, duck.magnitudes[name].total)
+            assert np.array_equal(spark.magnitudes[name].top, duck.magnitudes[name].top)
