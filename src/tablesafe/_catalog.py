@@ -43,6 +43,10 @@ The TOML layout::
     AGEGRP = [1]
     MARSTAT = [2, 3, 4]
 
+    [[hierarchies]]                    # levels of one variable, broadest first
+    name = "AGE_TREE"
+    levels = ["AGEGRP", "AGE5", "AGE"]
+
     [[magnitudes]]                     # continuous variables (tablesafe._magnitude_catalog)
     name = "INCOME"
     label = "Annual income"
@@ -62,6 +66,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tablesafe._errors import CatalogError, FormatError, RequestError
+from tablesafe._hierarchy import Hierarchy, parse_hierarchies, resolve_grouping_levels
 from tablesafe._magnitude_catalog import Magnitude, parse_magnitudes
 
 __all__ = [
@@ -262,6 +267,7 @@ class Catalog:
     citation: str = ""
     data_file: Path | None = field(default=None, compare=False)
     magnitudes: Mapping[str, Magnitude] = field(default_factory=dict)
+    hierarchies: tuple[Hierarchy, ...] = ()
 
     def __post_init__(self) -> None:
         special = [self.record_key, *([self.weight] if self.weight else [])]
@@ -377,11 +383,12 @@ class Catalog:
         """
         if not isinstance(raw, Mapping):
             raise CatalogError("a catalog must be a table (mapping) at the top level")
-        unknown = set(raw) - {"dataset", "variables", "structural_zeros", "magnitudes"}
+        sections = {"dataset", "variables", "structural_zeros", "magnitudes", "hierarchies"}
+        unknown = set(raw) - sections
         if unknown:
             raise CatalogError(
                 f"unknown catalog section(s) {sorted(unknown)}; allowed: dataset, variables, "
-                "structural_zeros, magnitudes"
+                "structural_zeros, magnitudes, hierarchies"
             )
         ds = raw.get("dataset", {})
         if not isinstance(ds, Mapping):
@@ -422,6 +429,7 @@ class Catalog:
             raise CatalogError(f"column(s) {sorted(dup)} are read by more than one variable")
         zeros = _parse_zeros(raw.get("structural_zeros", []), variables)
         magnitudes = parse_magnitudes(raw.get("magnitudes", []), _check_name, list(variables))
+        hierarchies = parse_hierarchies(raw.get("hierarchies", []), variables, _check_name)
         data_file = ds.get("file")
         if data_file is not None and not isinstance(data_file, str):
             raise CatalogError("dataset.file must be a path (string)")
@@ -443,6 +451,7 @@ class Catalog:
             if data_file
             else None,
             magnitudes=magnitudes,
+            hierarchies=hierarchies,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -490,6 +499,8 @@ class Catalog:
             ]
         if self.magnitudes:
             out["magnitudes"] = [m.to_dict() for m in self.magnitudes.values()]
+        if self.hierarchies:
+            out["hierarchies"] = [h.to_dict() for h in self.hierarchies]
         return out
 
     def to_toml(self) -> str:
@@ -558,7 +569,7 @@ def _parse_variable(rv: object, i: int) -> Iterable[Variable]:
     cats = _make_categories(_parse_categories(rv.get("categories"), where), where)
     var = Variable(name=name, label=label, categories=cats, column=column)
     yield var
-    for j, rg in enumerate(rv.get("groupings", []) or []):
+    for j, rg in enumerate(resolve_grouping_levels(rv.get("groupings", []) or [], var)):
         yield _parse_grouping(rg, var, j)
 
 
@@ -717,4 +728,7 @@ def _dump_toml(doc: Mapping[str, Any]) -> str:
     for m in doc.get("magnitudes", []):
         lines += ["", "[[magnitudes]]"]
         lines += [f"{k} = {_toml_value(v)}" for k, v in m.items()]
+    for h in doc.get("hierarchies", []):
+        lines += ["", "[[hierarchies]]"]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in h.items()]
     return "\n".join(lines) + "\n"

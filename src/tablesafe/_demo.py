@@ -37,6 +37,12 @@ _REGIONS = [
     (7, "South West", 0.14, 0.008),
     (8, "Islands", 0.10, 0.012),
 ]
+# Zones group regions (a level above REGION in the GEOGRAPHY hierarchy).
+_ZONES = [
+    ("N", "North", (1, 2, 3)),
+    ("C", "Centre", (4, 5, 6)),
+    ("S", "South and islands", (7, 8)),
+]
 _MARSTAT = [(1, "Never married"), (2, "Married or civil partner"), (3, "Widowed"), (4, "Divorced")]
 _EDUC = [
     (1, "No qualification or too young"),
@@ -276,7 +282,20 @@ def demo_catalog(replicates: int = REPLICATES, data_file: str = "microdata.parqu
     raw = {
         "dataset": ds,
         "variables": [
-            {"name": "REGION", "label": "Region", "categories": cats(_REGIONS)},
+            {
+                "name": "REGION",
+                "label": "Region",
+                "categories": cats(_REGIONS),
+                "groupings": [
+                    {
+                        "name": "ZONE",
+                        "label": "Zone (groups of regions)",
+                        "groups": [
+                            {"code": c, "label": lab, "members": list(m)} for c, lab, m in _ZONES
+                        ],
+                    }
+                ],
+            },
             {"name": "SEX", "label": "Sex", "categories": cats([(1, "Male"), (2, "Female")])},
             {
                 "name": "AGE",
@@ -304,6 +323,11 @@ def demo_catalog(replicates: int = REPLICATES, data_file: str = "microdata.parqu
             {"AGEGRP": [1], "MARSTAT": [2, 3, 4]},
             {"AGEGRP": [1], "EMPSTAT": [1, 2, 3]},
             {"AGEGRP": [2, 3, 4, 5, 6, 7, 8], "EMPSTAT": [4]},
+        ],
+        # Hierarchies over existing columns: no new data, same record keys.
+        "hierarchies": [
+            {"name": "GEOGRAPHY", "label": "Zones and regions", "levels": ["ZONE", "REGION"]},
+            {"name": "AGE_TREE", "label": "Age", "levels": ["AGEGRP", "AGE5", "AGE"]},
         ],
         "magnitudes": [
             {

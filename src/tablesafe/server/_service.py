@@ -169,6 +169,9 @@ class TableService:
                 }
                 for v in cat.variables.values()
             ],
+            "hierarchies": [
+                {**h.to_dict(), "tree": h.tree(cat.variables)} for h in cat.hierarchies
+            ],
             "rules": {
                 "max_dimensions": s.settings.rules.max_dimensions,
                 "min_universe_size": s.settings.rules.min_universe_size,
