@@ -237,3 +237,74 @@ def test_custom_groups_footnotes_chart_downloads_and_shared_url(served, browser,
     again.screenshot(path=str(images / "builder-shared.png"))
     again.close()
     page.close()
+
+
+def test_a_zone_level_table_from_the_hierarchy(served, browser):
+    """Pick the upper level of GEOGRAPHY, filter by an AGE_TREE node; the page shows the tree."""
+    from pathlib import Path
+
+    images = Path(__file__).resolve().parent.parent / "docs" / "images"
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    page.goto(served)
+    page.wait_for_selector("button.level[data-level='ZONE']")
+    page.click("button.level[data-level='ZONE']")
+    assert page.input_value("#rows") == "ZONE"
+    page.select_option("#cols", "SEX")
+    page.check("input[name='statistic'][value='count']")
+    # Open the age tree and its 25-34 band; filter the universe to the band (AGEGRP level).
+    page.click("details[data-hierarchy='AGE_TREE'] > summary")
+    page.click("button.filter[data-level='AGEGRP'][data-code='3']")
+    assert "Age group in {25-34}" in page.inner_text("#conditions")
+    page.click("details[data-hierarchy='GEOGRAPHY'] > summary")
+    page.locator("details[data-hierarchy='GEOGRAPHY'] li > details > summary").first.click()
+    tree = page.inner_text("details[data-hierarchy='GEOGRAPHY']")
+    assert "North (3)" in tree and "North East" in tree and "South and islands (2)" in tree
+    page.click("#build")
+    page.wait_for_selector("#footnotes")
+    text = page.inner_text("#result")
+    assert "Zone (groups of regions)" in text and "South and islands" in text
+    page.screenshot(path=str(images / "builder-hierarchy.png"), full_page=True)
+    from axe_playwright_python.sync_playwright import Axe
+
+    results = Axe().run(page)  # with both trees open
+    assert results.violations_count == 0, results.generate_report()
+    # The page's numbers are the API's; and (protection 'none' on this test site) the
+    # zone's count is the sum of its regions' counts: the same records at both levels.
+    universe = {"AGEGRP": [3]}
+    zone = httpx.post(
+        f"{served}/api/datasets/demo/tables",
+        json={"dimensions": ["ZONE", "SEX"], "universe": universe, "statistic": "count"},
+    ).json()["cells"]
+    region = httpx.post(
+        f"{served}/api/datasets/demo/tables",
+        json={"dimensions": ["REGION", "SEX"], "universe": universe, "statistic": "count"},
+    ).json()["cells"]
+    north = next(c["n"] for c in zone if c["ZONE"] == "N" and c["SEX"] == "_T")
+    assert north == sum(c["n"] for c in region if c["REGION"] in (1, 2, 3) and c["SEX"] == "_T")
+    assert f"{north:,}" in text
+    page.close()
+
+
+def test_a_long_request_shows_progress_and_can_be_cancelled(served, browser):
+    """The table request is held in the browser's network layer; the page can cancel it."""
+    page = browser.new_page()
+    held: list[object] = []
+    page.route("**/api/datasets/demo/tables", lambda route: held.append(route))
+    page.goto(served)
+    page.wait_for_selector("#rows option[value='EDUC']", state="attached")
+    page.select_option("#rows", "EDUC")
+    page.click("#build")
+    page.wait_for_selector("#progress-box:not([hidden])")
+    assert "Building the table" in page.inner_text("#progress-text")
+    assert page.is_enabled("#cancel")
+    page.click("#cancel")
+    page.wait_for_function("document.querySelector('#message').textContent.length > 0")
+    assert "Cancelled" in page.inner_text("#message")
+    assert page.is_hidden("#progress-box") and page.is_disabled("#cancel")
+    assert page.inner_text("#result") == ""
+    # Let requests through again: the same page builds the table.
+    page.unroute("**/api/datasets/demo/tables")
+    page.click("#build")
+    page.wait_for_selector("table.cross")
+    assert page.inner_text("#message") == ""
+    page.close()

@@ -1,7 +1,7 @@
 // tablesafe table builder: plain JavaScript, no build step, no network beyond this server.
 "use strict";
 
-const state = { datasets: [], meta: null, conditions: {}, groups: [], last: null, doc: null };
+const state = { datasets: [], meta: null, conditions: {}, groups: [], last: null, doc: null, controller: null };
 const $ = (id) => document.getElementById(id);
 const FLAG_SYMBOL = { structural_zero: "z", suppressed: "x" };
 const apiKey = new URLSearchParams(location.search).get("key") || localStorage.getItem("tablesafe-key");
@@ -124,6 +124,68 @@ function renderConditions() {
   }
 }
 
+// Hierarchies: levels of one classification, broadest first, and the tree of their categories.
+function renderHierarchies() {
+  const box = $("hierarchies");
+  box.replaceChildren();
+  const list = state.meta.hierarchies || [];
+  $("hierarchies-box").hidden = !list.length;
+  for (const h of list) {
+    const div = document.createElement("div");
+    div.className = "hierarchy";
+    const p = document.createElement("p");
+    p.textContent = `${h.label}, levels from broadest to finest: `;
+    h.levels.forEach((level, i) => {
+      const b = document.createElement("button");
+      b.type = "button"; b.className = "level"; b.dataset.level = level;
+      b.textContent = varInfo(level).label;
+      b.setAttribute("aria-label", `Use ${varInfo(level).label} (level ${i + 1} of ${h.levels.length} of ${h.label}) as rows`);
+      b.addEventListener("click", () => { $("rows").value = level; $("rows").focus(); });
+      p.appendChild(b);
+    });
+    div.appendChild(p);
+    const details = document.createElement("details");
+    details.dataset.hierarchy = h.name;
+    const summary = document.createElement("summary");
+    summary.textContent = `Tree of ${h.label}`;
+    details.append(summary, treeList(h.tree));
+    div.appendChild(details);
+    box.appendChild(div);
+  }
+}
+
+function treeList(nodes) {
+  const ul = document.createElement("ul");
+  ul.className = "tree";
+  for (const n of nodes) {
+    const li = document.createElement("li");
+    const filter = document.createElement("button");
+    filter.type = "button"; filter.className = "filter"; filter.textContent = "Filter";
+    filter.dataset.level = n.level; filter.dataset.code = String(n.code);
+    filter.setAttribute("aria-label", `Restrict the universe to ${n.label} (${varInfo(n.level).label})`);
+    filter.addEventListener("click", () => addCondition(n.level, [String(n.code)]));
+    li.append(filter, document.createTextNode(" "));
+    if (n.children.length) {
+      const d = document.createElement("details");
+      const sm = document.createElement("summary");
+      sm.textContent = `${n.label} (${n.children.length})`;
+      d.append(sm, treeList(n.children));
+      li.appendChild(d);
+    } else {
+      li.appendChild(document.createTextNode(n.label));
+    }
+    ul.appendChild(li);
+  }
+  return ul;
+}
+
+function addCondition(name, codes) {
+  const had = state.conditions[name] || [];
+  state.conditions[name] = [...had, ...codes.filter((c) => !had.includes(c))];
+  $("message").textContent = "";
+  renderConditions();
+}
+
 async function loadDataset() {
   const name = $("dataset").value;
   state.meta = await (await api(`/api/datasets/${encodeURIComponent(name)}`)).json();
@@ -136,6 +198,7 @@ async function loadDataset() {
   fillVariables();
   renderConditions();
   renderGroups();
+  renderHierarchies();
 }
 
 function requestBody() {
@@ -253,20 +316,61 @@ function renderFootnotes(meta) {
   return box;
 }
 
+// Long requests: a progress line (time waited, then data received) and a Cancel button
+// that aborts the request (AbortController); the server stops sending to a closed connection.
+function showProgress(text) {
+  $("progress-box").hidden = text === null;
+  $("progress-text").textContent = text || "";
+}
+
+async function readWithProgress(response, started) {
+  if (!response.body || !response.body.getReader) return response.text();
+  const reader = response.body.getReader();
+  const chunks = [];
+  let received = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value); received += value.length;
+    showProgress(`Receiving the table: ${(received / 1024).toFixed(0)} kB after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  }
+  return new TextDecoder().decode(await new Blob(chunks).arrayBuffer());
+}
+
 async function build(event) {
   if (event) event.preventDefault();
   $("message").textContent = "";
   const body = requestBody();
+  if (state.controller) state.controller.abort();
+  const controller = new AbortController();
+  state.controller = controller;
+  const started = Date.now();
+  const tick = setInterval(() => {
+    if ($("progress-text").textContent.startsWith("Receiving")) return;
+    showProgress(`Building the table: ${((Date.now() - started) / 1000).toFixed(0)} s`);
+  }, 500);
+  showProgress("Building the table: 0 s");
+  $("cancel").disabled = false;
+  $("build").setAttribute("aria-busy", "true");
   try {
     const name = $("dataset").value;
-    const doc = await (await api(`/api/datasets/${encodeURIComponent(name)}/tables`, { method: "POST", body: JSON.stringify(body) })).json();
+    const response = await api(`/api/datasets/${encodeURIComponent(name)}/tables`, { method: "POST", body: JSON.stringify(body), signal: controller.signal });
+    const doc = JSON.parse(await readWithProgress(response, started));
     state.last = body; state.doc = doc;
     renderTable(doc);
     drawChart(doc);
     for (const id of ["download-csv", "download-xlsx", "download-svg", "download-png"]) $(id).disabled = false;
     saveToUrl(name, body);
   } catch (e) {
-    $("message").textContent = e.message;
+    $("message").textContent = e.name === "AbortError" ? "Cancelled: the table was not built. Change the request or build it again." : e.message;
+  } finally {
+    clearInterval(tick);
+    if (state.controller === controller) {
+      state.controller = null;
+      $("cancel").disabled = true;
+      $("build").removeAttribute("aria-busy");
+      showProgress(null);
+    }
   }
 }
 
@@ -421,6 +525,7 @@ async function start() {
     renderConditions();
   });
   $("builder").addEventListener("submit", build);
+  $("cancel").addEventListener("click", () => { if (state.controller) state.controller.abort(); });
   $("var-search").addEventListener("input", search);
   $("gvar").addEventListener("change", fillGroupCategories);
   $("add-group").addEventListener("click", () => {
