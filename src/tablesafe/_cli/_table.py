@@ -118,6 +118,14 @@ def table(
         bool, typer.Option("--se", help="Add replicate standard errors and 95% intervals.")
     ] = False,
     fmt: Annotated[str, typer.Option("--format", help="text, csv or json.")] = "text",
+    footnotes: Annotated[
+        bool,
+        typer.Option(
+            "--footnotes",
+            help="Append the footnotes (protection statement, flag legend, citation) to CSV "
+            "and text as lines starting with '#', as the API does; JSON always has them.",
+        ),
+    ] = False,
     method: Annotated[
         str,
         typer.Option(
@@ -194,6 +202,12 @@ def table(
     elif method == "none":
         from tablesafe._tabulation import tabulate
 
+        if footnotes:
+            raise RequestError(
+                "--footnotes describes the protection of a table; --method none gives an "
+                "unprotected table (owner only) with none: drop --footnotes or choose a method"
+            )
+
         typer.echo(tabulate(dataset, request, engine=eng).render(fmt), nl=False)
         return
     else:
@@ -217,6 +231,18 @@ def table(
 
         frame = result.to_frame(owner=True)
         text = to_csv(frame) if fmt == "csv" else to_json(frame, result.public_metadata()) + "\n"
-        typer.echo(text, nl=False)
+        typer.echo(text + (_footnote_text(result) if footnotes and fmt == "csv" else ""), nl=False)
         return
-    typer.echo(result.render(fmt), nl=False)
+    if footnotes and fmt == "csv":
+        typer.echo(result.to_csv(footnotes=True), nl=False)
+        return
+    text = result.render(fmt)
+    typer.echo(text + (_footnote_text(result) if footnotes and fmt == "text" else ""), nl=False)
+
+
+def _footnote_text(result: Any) -> str:
+    """The table's footnotes as a blank line and ``#`` lines (the CSV's layout)."""
+    from tablesafe._footnotes import footnote_lines
+
+    lines = footnote_lines(result.footnotes())
+    return "\n" + "".join(f"# {line.replace(chr(10), ' ')}\n" for line in lines)
