@@ -273,8 +273,16 @@ def test_the_dataset_description_lists_the_hierarchies(client):
             {"level": "AGE", "code": a, "label": str(a), "children": []} for a in range(5)
         ],
     }
+
     # The tree holds codes and labels only: nothing about the records.
-    assert "n" not in str(geo["tree"]).split("'")
+    def keys(nodes):
+        for node in nodes:
+            yield set(node)
+            yield from keys(node["children"])
+
+    for h in doc["hierarchies"]:
+        assert set(h) == {"name", "label", "levels", "tree"}
+        assert all(k == {"level", "code", "label", "children"} for k in keys(h["tree"]))
 
 
 def test_a_zone_table_equals_the_custom_grouping_of_its_regions(client):
