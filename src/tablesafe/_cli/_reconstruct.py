@@ -64,9 +64,9 @@ def _report(result: dict[str, Any], title: str) -> None:
     plain = result["unprotected"]
     for label, key in _ROWS:
         mine, theirs = _show(result[key], key), _show(plain[key], key)
-        if key.endswith("_share") and not result["complete"]:
+        if key + "_upper" in result and not result["complete"]:
             mine += f" to {_show(result[key + '_upper'], key)}"
-        if key.endswith("_share") and not plain["complete"]:
+        if key + "_upper" in plain and not plain["complete"]:
             theirs += f" to {_show(plain[key + '_upper'], key)}"
         out.add_row(label, mine, theirs)
     Console(width=120).print(out)

@@ -66,7 +66,7 @@ from tablesafe._catalog import Catalog, Code
 from tablesafe._dataset import Dataset
 from tablesafe._errors import ParameterError, RequestError
 from tablesafe._protection import Protection
-from tablesafe._request import TableRequest
+from tablesafe._request import TableRequest, TabulationPlan
 from tablesafe._table import ProtectedTable
 
 __all__ = [
@@ -258,15 +258,35 @@ def published_intervals(
 
 @dataclass
 class _Cross:
-    """The full cross-classification: columns, their codes, the truth."""
+    """The full cross-classification: columns, their atoms, the truth.
+
+    The categories of a column are its *atoms*: the classes of source codes
+    that no published table or universe tells apart (the coarsest common
+    refinement of every grouping and condition used on the column). A table
+    by age groups alone makes the groups the atoms; one by age groups and one
+    by five-year bands make their intersections the atoms.
+    """
 
     columns: tuple[str, ...]
-    codes: tuple[tuple[Code, ...], ...]
-    truth: npt.NDArray[np.int64]  # flat, C order over the codes
+    atoms: tuple[tuple[tuple[Code, ...], ...], ...]  # per column, per atom, its codes
+    truth: npt.NDArray[np.int64]  # flat, C order over the atoms
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(len(c) for c in self.codes)
+        return tuple(len(a) for a in self.atoms)
+
+    def atom(self, axis: int, code: Code) -> int:
+        """The atom of a source code of column ``axis``."""
+        lookup: dict[tuple[int, Code], int] = getattr(self, "_lookup", {})
+        if not lookup:
+            lookup = {
+                (i, c): a
+                for i, col in enumerate(self.atoms)
+                for a, codes in enumerate(col)
+                for c in codes
+            }
+            object.__setattr__(self, "_lookup", lookup)
+        return lookup[(axis, code)]
 
 
 def _columns_of(catalog: Catalog, requests: Sequence[TableRequest]) -> tuple[str, ...]:
@@ -279,14 +299,43 @@ def _columns_of(catalog: Catalog, requests: Sequence[TableRequest]) -> tuple[str
     return tuple(v.column for v in catalog.source_variables if v.column in wanted)
 
 
-def _read_truth(dataset: Dataset, columns: tuple[str, ...]) -> _Cross:
+def _atoms(
+    catalog: Catalog, plans: Sequence[TabulationPlan], columns: tuple[str, ...]
+) -> tuple[tuple[tuple[Code, ...], ...], ...]:
+    """Per column, the classes of codes that every plan treats alike (in code order)."""
+    source = {v.column: v for v in catalog.source_variables}
+    out = []
+    for col in columns:
+        signature: dict[Code, list[object]] = {c: [] for c in source[col].codes}
+        for plan in plans:
+            for ucol, codes in plan.universe:
+                if ucol == col:
+                    allowed = set(codes)
+                    for c in signature:
+                        signature[c].append(c in allowed)
+            for d in plan.dimensions:
+                if d.column == col:
+                    where = {m: j for j, members in enumerate(d.members) for m in members}
+                    for c in signature:
+                        signature[c].append(where.get(c, -1))
+        classes: dict[tuple[object, ...], list[Code]] = {}
+        for c, sig in signature.items():
+            classes.setdefault(tuple(sig), []).append(c)
+        out.append(tuple(tuple(codes) for codes in classes.values()))
+    return tuple(out)
+
+
+def _read_truth(
+    dataset: Dataset,
+    columns: tuple[str, ...],
+    atoms: tuple[tuple[tuple[Code, ...], ...], ...],
+) -> _Cross:
     """Counts of the full cross-classification of ``columns`` (the data owner's truth)."""
     import pyarrow.compute as pc
 
     catalog = dataset.catalog
     source = {v.column: v for v in catalog.source_variables}
-    codes = tuple(tuple(source[c].codes) for c in columns)
-    size = int(np.prod([len(c) for c in codes], dtype=np.float64))
+    size = int(np.prod([len(a) for a in atoms], dtype=np.float64))
     if size > MAX_CELLS:
         raise RequestError(
             f"the full cross-classification of {', '.join(columns)} has {size:,} cells; the "
@@ -304,18 +353,20 @@ def _read_truth(dataset: Dataset, columns: tuple[str, ...]) -> _Cross:
         )
     flat = np.zeros(data.num_rows, dtype=np.int64)
     ok = np.ones(data.num_rows, dtype=bool)
-    for col, cs in zip(columns, codes, strict=True):
+    for col, col_atoms in zip(columns, atoms, strict=True):
+        codes = [c for a in col_atoms for c in a]
+        atom_of = np.array([a for a, members in enumerate(col_atoms) for _ in members])
         values = data.column(col)
         kind = source[col].code_type
-        domain = [str(c) for c in cs] if kind is str else list(cs)
+        domain = [str(c) for c in codes] if kind is str else codes
         if kind is str:
             values = pc.cast(values, "string")
         idx = pc.index_in(values, value_set=_array(domain)).to_numpy(zero_copy_only=False)
         idx = np.where(np.isnan(idx.astype(float)), -1, idx).astype(np.int64)
         ok &= idx >= 0
-        flat = flat * len(cs) + np.maximum(idx, 0)
+        flat = flat * len(col_atoms) + atom_of[np.maximum(idx, 0)]
     truth = np.bincount(flat[ok], minlength=size).astype(np.int64)
-    return _Cross(columns, codes, truth)
+    return _Cross(columns, atoms, truth)
 
 
 def _array(values: list[Any]) -> Any:
@@ -336,7 +387,7 @@ def _table_rows(
     allowed = np.ones(shape, dtype=bool)
     for col, codes in plan.universe:
         axis = position[col]
-        keep = np.isin(np.arange(shape[axis]), [cross.codes[axis].index(c) for c in codes])
+        keep = np.isin(np.arange(shape[axis]), [cross.atom(axis, c) for c in codes])
         allowed &= keep.reshape([-1 if i == axis else 1 for i in range(k)])
     dim_idx: list[npt.NDArray[np.int64]] = []
     for d in plan.dimensions:
@@ -344,7 +395,7 @@ def _table_rows(
         idx = np.full(shape[axis], -1, dtype=np.int64)
         for j, members in enumerate(d.members):
             for m in members:
-                idx[cross.codes[axis].index(m)] = j
+                idx[cross.atom(axis, m)] = j
         allowed &= (idx >= 0).reshape([-1 if i == axis else 1 for i in range(k)])
         dim_idx.append(idx.reshape([-1 if i == axis else 1 for i in range(k)]))
     ext = table.shape
@@ -380,6 +431,22 @@ class _System:
     cols: npt.NDArray[np.int64]  # COO: variable of each entry
     lo: npt.NDArray[np.float64]
     hi: npt.NDArray[np.float64]
+
+    def matrix(self, *, csc: bool = False) -> Any:
+        """``A`` as a scipy CSR (or CSC) matrix (built once)."""
+        name = "_csc" if csc else "_csr"
+        cached = getattr(self, name, None)
+        if cached is None:
+            from scipy import sparse
+
+            cached = sparse.csr_matrix(
+                (np.ones(self.rows.size), (self.rows, self.cols)),
+                shape=(self.lo.size, self.alive.size),
+            )
+            if csc:
+                cached = cached.tocsc()
+            setattr(self, name, cached)
+        return cached
 
 
 def _system(
@@ -496,17 +563,12 @@ class _Model:
         integer: bool,
     ) -> None:
         import highspy
-        from scipy import sparse
 
         self.hs = highspy
-        m = system.alive.size
         fixed = lb == ub
-        a = sparse.csr_matrix(
-            (np.ones(system.rows.size), (system.rows, system.cols)),
-            shape=(system.lo.size, m),
-        )
+        a = system.matrix()
         fixed_sum = a @ np.where(fixed, lb, 0.0)
-        sub = a[:, free].tocsc()
+        sub = system.matrix(csc=True)[:, free]
         keep = np.diff(sub.tocsr().indptr) > 0
         sub = sub[keep].tocsc()
         self.a = sub.tocsr()
@@ -557,6 +619,22 @@ class _Model:
             h.changeColCost(int(c), float(v))
         self._costed = [int(c) for c in costs]
 
+    def sense(self, sense: str) -> None:
+        """Maximise or minimise (changed only when it differs: a change drops a start point)."""
+        if getattr(self, "_sense", None) != sense:
+            hs = self.hs
+            self.h.changeObjectiveSense(
+                hs.ObjSense.kMaximize if sense == "max" else hs.ObjSense.kMinimize
+            )
+            self._sense = sense
+
+    def start(self, x: npt.NDArray[np.float64]) -> None:
+        """Give the solver a feasible point to start from (the truth: always feasible)."""
+        sol = self.hs.HighsSolution()
+        sol.col_value = [float(v) for v in x]
+        sol.value_valid = True
+        self.h.setSolution(sol)
+
     def solve(
         self, sense: str, seconds: float
     ) -> tuple[str, float | None, npt.NDArray[np.float64] | None]:
@@ -564,7 +642,7 @@ class _Model:
         hs = self.hs
         h = self.h
         h.setOptionValue("time_limit", max(float(seconds), 0.01))
-        h.changeObjectiveSense(hs.ObjSense.kMaximize if sense == "max" else hs.ObjSense.kMinimize)
+        self.sense(sense)
         h.run()
         status = h.getModelStatus()
         info = h.getInfo()
@@ -590,12 +668,44 @@ class _Model:
         return xi.astype(np.int64)
 
 
+def _repair(
+    system: _System,
+    movable: npt.NDArray[np.int64],
+    lb: npt.NDArray[np.float64],
+    ub: npt.NDArray[np.float64],
+    lp: _Model,
+    x: npt.NDArray[np.float64] | None,
+    deadline: float,
+) -> npt.NDArray[np.int64] | None:
+    """An integer point near an LP vertex ``x``: its integral cells held, the others solved for."""
+    if x is None:
+        return None
+    xr = np.rint(x)
+    integral = np.abs(x - xr) < 1e-7
+    if integral.all():
+        return lp.integral_point(xr)
+    lb2, ub2 = lb.copy(), ub.copy()
+    lb2[movable[integral]] = xr[integral]
+    ub2[movable[integral]] = xr[integral]
+    part = _Model(system, movable[~integral], lb2, ub2, integer=True)
+    part.h.setOptionValue("mip_max_improving_sols", 1)
+    _, _, y = part.solve("max", min(deadline - time.monotonic(), 10.0))
+    yi = part.integral_point(y)
+    if yi is None:
+        return None
+    point = xr.copy()
+    point[~integral] = yi
+    return lp.integral_point(point)
+
+
 def reconstruct(
     system: _System,
     ub0: npt.NDArray[np.float64],
     truth: npt.NDArray[np.int64],
     *,
     time_limit: float,
+    shape: tuple[int, ...] | None = None,
+    width: int = 3,
     progress: Progress | None = None,
 ) -> tuple[npt.NDArray[np.int8], dict[str, int]]:
     """Decide, for every cell, whether the published constraints pin its count.
@@ -603,6 +713,10 @@ def reconstruct(
     Args:
         system: The constraints on the cells that may hold records.
         ub0: Each full cell's upper bound from single cells (0: pinned at 0).
+        shape: The shape of the full cross-classification (for neighbourhood
+            search in slices; none without it).
+        width: Variables left free in a slice (one more than the most
+            dimensions of a published table serves well).
         truth: The true counts (flat; a feasible integer point).
         time_limit: Seconds before the attack stops with partial results.
         progress: Called with (stage, done, total).
@@ -618,7 +732,9 @@ def reconstruct(
         (
             "zeros",
             "propagation",
+            "single_moves",
             "milp_free",
+            "slice_free",
             "lp_pinned",
             "lp_free",
             "milp_pinned",
@@ -671,40 +787,130 @@ def reconstruct(
         return finish()
     rng = np.random.default_rng(0)
     # Stage 3: integer points pushed away from the truth free many cells at once.
+    # A linear program pushes every open cell away from its true value; its
+    # vertex is integral in most cells, and a small integer program completes
+    # the few fractional ones (the others held where the vertex put them).
     # The models hold every cell that can move (those already shown free too):
     # a cell left out would be read as fixed.
     movable = np.flatnonzero(lb < ub)
-    milp = _Model(system, movable, lb, ub, integer=True)
+    lp = _Model(system, movable, lb, ub, integer=False)
     tu = t[movable]
     open_ = local[movable] == -1
-    rounds = 20
-    milp.h.setOptionValue("mip_max_improving_sols", 3)
+    rounds = 30
+    stale = 0
     for rnd in range(rounds):
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not open_.any():
             break
         if progress is not None:
             progress("integer points", rnd, rounds)
-        at_lb = tu <= milp.lb
-        at_ub = tu >= milp.ub
-        sign = np.where(at_lb, 1.0, np.where(at_ub, -1.0, rng.choice([-1.0, 1.0], tu.size)))
-        costs = np.where(open_, sign, 0.0)
-        milp.objective(costs)
-        _, _, x = milp.solve("max", min(remaining, max(0.3, 0.005 * time_limit)))
-        xi = milp.integral_point(x)
-        if xi is None:
-            break
-        moved = open_ & (xi != tu)
+        sign = np.where(
+            tu <= lp.lb, 1.0, np.where(tu >= lp.ub, -1.0, rng.choice([-1.0, 1.0], tu.size))
+        )
+        lp.objective(np.where(open_, sign, 0.0))
+        _, _, x = lp.solve("max", remaining)
+        xi = _repair(system, movable, lb, ub, lp, x, deadline)
+        moved = np.zeros(open_.size, dtype=bool) if xi is None else open_ & (xi != tu)
         open_ &= ~moved
         stages["milp_free"] += int(moved.sum())
-        if moved.sum() <= max(1, 0.01 * open_.sum()):
-            break
+        if moved.sum() <= max(1, 0.005 * open_.sum()):
+            stale += 1
+            if stale >= 2:
+                break
+    # Stage 3b: neighbourhood search in slices. The cells that share their
+    # categories on all but ``width`` variables (a slice) may move while every
+    # other cell keeps its true value: a small integer program, started from
+    # the truth, pushing the slice's open cells away from it; any point it
+    # finds is a point of the whole problem. Sweeps over every slice of a
+    # random choice of the fixed variables, until sweeps stop freeing cells.
+    if shape is not None and open_.any():
+        k = len(shape)
+        w = min(k, max(width, 1))
+        coords = np.stack(np.unravel_index(alive[movable], shape), axis=1)
+        stale_sweeps = 0
+        for sweep in range(50):
+            if time.monotonic() > deadline or not open_.any():
+                break
+            fixed_dims = np.sort(rng.choice(k, k - w, replace=False))
+            if fixed_dims.size:
+                keys = np.ravel_multi_index(
+                    tuple(coords[:, fixed_dims].T), tuple(shape[d] for d in fixed_dims)
+                )
+            else:
+                keys = np.zeros(movable.size, dtype=np.int64)
+            slices = rng.permutation(np.unique(keys[open_]))
+            freed = 0
+            for step, key in enumerate(slices.tolist()):
+                if time.monotonic() > deadline:
+                    break
+                if progress is not None and step % 20 == 0:
+                    progress(f"slices (sweep {sweep + 1})", step, int(slices.size))
+                in_slice = keys == key
+                if not (open_ & in_slice).any():
+                    continue
+                lb2, ub2 = lb.copy(), ub.copy()
+                out = movable[~in_slice]
+                lb2[out] = t[out]
+                ub2[out] = t[out]
+                part = _Model(system, movable[in_slice], lb2, ub2, integer=True)
+                part.h.setOptionValue("mip_max_improving_sols", 2)
+                ts = tu[in_slice]
+                sign_s = np.where(
+                    ts <= part.lb,
+                    1.0,
+                    np.where(ts >= part.ub, -1.0, rng.choice([-1.0, 1.0], ts.size)),
+                )
+                part.objective(np.where(open_[in_slice], sign_s, 0.0))
+                part.sense("max")
+                part.start(ts)
+                _, _, y = part.solve("max", min(0.5, deadline - time.monotonic()))
+                yi = part.integral_point(y)
+                if yi is None:
+                    continue
+                point = tu.copy()
+                point[in_slice] = yi
+                xi = lp.integral_point(point.astype(np.float64))
+                if xi is None:
+                    continue
+                moved = open_ & (xi != tu)
+                open_ &= ~moved
+                freed += int(moved.sum())
+            stages["slice_free"] += freed
+            stale_sweeps = stale_sweeps + 1 if freed == 0 else 0
+            if stale_sweeps >= 3:
+                break
+    push = np.where(tu <= lp.lb, 1.0, np.where(tu >= lp.ub, -1.0, 1.0))
     local[movable[(local[movable] == -1) & ~open_]] = 0
-    # Stage 4: per cell, the LP maximum and minimum.
-    lp = _Model(system, movable, lb, ub, integer=False)
-    todo = np.flatnonzero(open_)
+    milp = _Model(system, movable, lb, ub, integer=True)
+    # Stage 4: per cell, the LP maximum and minimum; first, in batches, for
+    # the cells at a bound. If the LP maximum of the sum of (x_c - lb_c) over
+    # cells whose truth is their lower bound is below 1, no integer point
+    # raises any of them; cells the LP does raise leave the batch, and the
+    # rest is tried again (and likewise downwards for cells at their upper bound).
     blocked_up = tu >= lp.ub
     blocked_down = tu <= lp.lb
+    for sense in ("max", "min"):
+        at_bound = open_ & (blocked_down if sense == "max" else blocked_up)
+        for _ in range(30):
+            if not at_bound.any() or time.monotonic() > deadline:
+                break
+            lp.objective(at_bound.astype(np.float64))
+            status, value, x = lp.solve(sense, deadline - time.monotonic())
+            if status != "optimal" or value is None or x is None:
+                break
+            gain = value - float(tu[at_bound].sum())
+            if abs(gain) < 1 - 1e-7:
+                if sense == "max":
+                    blocked_up |= at_bound
+                else:
+                    blocked_down |= at_bound
+                break
+            at_bound &= np.abs(x - tu) < 1e-7
+    pinned = open_ & blocked_up & blocked_down
+    open_ &= ~pinned
+    local[movable[pinned]] = 1
+    stages["lp_pinned"] += int(pinned.sum())
+    todo = np.flatnonzero(open_)
     lp_open: list[int] = []
     for step, c in enumerate(todo.tolist()):
         remaining = deadline - time.monotonic()
@@ -759,7 +965,7 @@ def reconstruct(
         if not open_[c]:
             continue
         # Push the other open cells away from the truth too: one point frees many.
-        milp.objective(np.where(open_, sign, 0.0))
+        milp.objective(np.where(open_, push, 0.0))
         for sense in ("max", "min"):
             if (blocked_up if sense == "max" else blocked_down)[c]:
                 continue
@@ -891,7 +1097,9 @@ def reconstruction_attack(
         r.bind(catalog)
         bound.append(r)
     columns = _columns_of(catalog, bound)
-    cross = _read_truth(dataset, columns)
+    cross = _read_truth(
+        dataset, columns, _atoms(catalog, [r.bind(catalog) for r in bound], columns)
+    )
     builder = TableBuilder(dataset, protection, engine=engine)
     tables: list[ProtectedTable] = []
     intervals = []
@@ -912,8 +1120,15 @@ def reconstruction_attack(
         intervals.append(published_intervals(table, protection, min_cell_size=min_cell_size))
     system, ub0 = _system(catalog, cross, tables, intervals)
     remaining = time_limit - (time.monotonic() - start)
+    width = max(len(r.dimensions) for r in bound) + 2
     state, stages = reconstruct(
-        system, ub0, cross.truth, time_limit=max(remaining, 0.01), progress=progress
+        system,
+        ub0,
+        cross.truth,
+        time_limit=max(remaining, 0.01),
+        shape=cross.shape,
+        width=width,
+        progress=progress,
     )
     shares = _shares(state, cross.truth)
     return ReconstructionResult(
