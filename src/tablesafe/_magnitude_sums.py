@@ -11,9 +11,12 @@ For each continuous variable a table asks for, an engine computes per cell
   cell-key method for magnitudes and the dominance and p% rules need.
 
 The largest contributions of a margin are the largest of the union of its
-inner cells' lists, so engines may return them per group of raw codes and
-:func:`merge_top` merges them into any cell: the result does not depend on
-row order or partitioning (a multiset's largest elements are unique).
+inner cells' lists, so engines return them for the inner cells only (per
+group of raw codes, as ``K`` DOUBLE columns: no list goes through the
+grouping sets), :func:`merge_top` merges groups of raw codes into their
+inner cell and :func:`top_of_margins` derives every margin from the inner
+cells: the result does not depend on row order or partitioning (a
+multiset's largest elements are unique).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ __all__ = [
     "merge_top",
     "sums_from_records",
     "top_from_records",
+    "top_of_margins",
 ]
 
 #: How many of a cell's largest contributions engines return.
@@ -76,23 +80,27 @@ def magnitude_sql(
     i: int,
     ident: Callable[[str], str],
     top_inner: Callable[[str, int], str],
-    top_outer: Callable[[str, int], str],
+    top_item: Callable[[str, int], str],
 ) -> tuple[list[str], list[str]]:
     """The inner (per raw cell) and outer (per grouping set) select items of one magnitude.
 
-    Columns: ``ts_m{i}`` (the fixed-point sum, BIGINT) and ``ts_t{i}`` (the list
-    of the largest absolute contributions).
+    Columns: ``ts_m{i}`` (the fixed-point sum, BIGINT) and ``ts_t{i}_{j}`` for
+    ``j = 1 .. top`` (the ``j``-th largest absolute contribution, DOUBLE, NULL
+    where a cell has fewer records). The inner cells' list ``ts_l{i}`` stays
+    inside the query: each inner cell is its own group in the first grouping
+    set, so ``MAX`` of its ``j``-th item is that item; in margin rows the
+    ``ts_t{i}_{j}`` are not the margin's and are ignored
+    (:func:`top_of_margins` derives them from the inner cells).
     """
     x = f"CAST({ident(mag.column)} AS DOUBLE)"
     if mag.weight is not None:
         x = f"({x} * CAST({ident(mag.weight)} AS DOUBLE))"
     inner = [
         f"SUM({magnitude_fixed_sql(x)}) AS ts_m{i}",
-        f"{top_inner(f'ABS({x})', mag.top)} AS ts_t{i}",
+        f"{top_inner(f'ABS({x})', mag.top)} AS ts_l{i}",
     ]
-    outer = [
-        f"CAST(SUM(ts_m{i}) AS BIGINT) AS ts_m{i}",
-        f"{top_outer(f'ts_t{i}', mag.top)} AS ts_t{i}",
+    outer = [f"CAST(SUM(ts_m{i}) AS BIGINT) AS ts_m{i}"] + [
+        f"MAX({top_item(f'ts_l{i}', j)}) AS ts_t{i}_{j}" for j in range(1, mag.top + 1)
     ]
     return inner, outer
 
@@ -139,6 +147,44 @@ def sums_from_records(
     return out
 
 
+def top_of_margins(
+    inner_top: npt.NDArray[np.float64],
+    shape: tuple[int, ...],
+    grouping_sets: Sequence[tuple[int, ...]],
+) -> npt.NDArray[np.float64]:
+    """The largest values of every cell of the extended shape from the inner cells'.
+
+    A margin's ``k`` largest contributions are the ``k`` largest of the union
+    of its inner cells' ``k`` largest (exact: no other value can be among them).
+
+    Args:
+        inner_top: Each inner cell's ``k`` largest values in decreasing order,
+            zero-padded, shape ``(k, *inner_shape)`` with ``inner_shape = shape - 1``.
+        shape: The extended shape (one more slot per axis for its total).
+        grouping_sets: The grouping sets to fill (cells outside them stay 0).
+
+    Returns:
+        Shape ``(k, *shape)``, in decreasing order along the first axis.
+    """
+    k = inner_top.shape[0]
+    d = len(shape)
+    out = np.zeros((k, *shape), dtype=np.float64)
+    for gs in grouping_sets:
+        kept = [i for i in range(d) if i in gs]
+        dropped = [i for i in range(d) if i not in gs]
+        # Axes (kept..., k, dropped...) -> (kept..., k * prod(dropped)).
+        a = np.transpose(inner_top, [1 + i for i in kept] + [0] + [1 + i for i in dropped])
+        a = a.reshape((*a.shape[: len(kept)], -1))
+        width = a.shape[-1]
+        if width > k:
+            a = np.partition(a, width - k, axis=-1)[..., width - k :]
+        a = -np.sort(-a, axis=-1)
+        idx = tuple(slice(0, s - 1) if i in gs else s - 1 for i, s in enumerate(shape))
+        # a's last axis holds the j-th largest: move it first.
+        out[(slice(None), *idx)] = np.moveaxis(a, -1, 0)
+    return out
+
+
 def top_from_records(
     inner_cell: npt.NDArray[np.int64],
     values: npt.NDArray[np.float64],
@@ -158,13 +204,4 @@ def top_from_records(
     inner_shape = tuple(s - 1 for s in shape)
     absval = np.abs(np.asarray(values, dtype=np.float64))
     inner_top = merge_top(inner_cell, absval, int(np.prod(inner_shape)), k)
-    out = np.zeros((k, int(np.prod(shape))), dtype=np.float64)
-    pos = np.unravel_index(np.arange(int(np.prod(inner_shape))), inner_shape)
-    for gs in grouping_sets:
-        target = tuple(p if i in gs else np.full_like(p, inner_shape[i]) for i, p in enumerate(pos))
-        flat = np.ravel_multi_index(target, shape)
-        cells = np.repeat(flat[None, :], k, axis=0).reshape(-1)
-        merged = merge_top(cells, inner_top.reshape(-1), out.shape[1], k)
-        touched = np.unique(flat)
-        out[:, touched] = merged[:, touched]
-    return out.reshape((k, *shape))
+    return top_of_margins(inner_top.reshape((k, *inner_shape)), shape, grouping_sets)

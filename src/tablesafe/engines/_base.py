@@ -26,7 +26,7 @@ from tablesafe._dataset import Dataset
 from tablesafe._errors import DataError
 from tablesafe._fixed import from_fixed
 from tablesafe._magnitude_catalog import from_magnitude_fixed
-from tablesafe._magnitude_sums import MagnitudeSums, merge_top
+from tablesafe._magnitude_sums import MagnitudeSums, merge_top, top_of_margins
 from tablesafe._request import TabulationPlan
 
 __all__ = [
@@ -195,7 +195,7 @@ def assemble_grouped(
     key_sum: npt.NDArray[np.integer],
     weight_sum: npt.NDArray[np.integer] | None,
     replicate_sums: npt.NDArray[np.integer] | None,
-    magnitudes: Sequence[tuple[np.ndarray, Sequence[Any]]] = (),
+    magnitudes: Sequence[tuple[np.ndarray, np.ndarray]] = (),
 ) -> CellAggregates:
     """Place grouped query rows into the extended cell arrays of ``plan``.
 
@@ -213,7 +213,8 @@ def assemble_grouped(
         weight_sum: Per-row weight sums in fixed point (:mod:`tablesafe._fixed`), or ``None``.
         replicate_sums: Per-row fixed-point replicate sums, shape ``(R, rows)``, or ``None``.
         magnitudes: Per magnitude of ``plan.magnitudes``, the per-row fixed-point
-            sums and the per-row lists of largest absolute contributions.
+            sums and the largest absolute contributions, shape ``(top, rows)``
+            (0 or NaN past a cell's records), used in the inner rows only.
 
     Rows are added up as integers (their order varies between runs and
     threads), and weights are turned into floats only at the end.
@@ -269,17 +270,32 @@ def assemble_grouped(
     if replicate_sums is not None:
         reps = np.stack([from_fixed(acc(r, np.int64)) for r in np.asarray(replicate_sums)])
     mags = {}
-    for mag, (sums, tops) in zip(plan.magnitudes, magnitudes, strict=True):
-        lengths = np.array([0 if t is None else len(t) for t in tops], dtype=np.int64)
-        values = (
-            np.concatenate([np.asarray(t, dtype=np.float64) for t in tops if t is not None])
-            if lengths.sum()
-            else np.zeros(0)
+    if plan.magnitudes:
+        # Largest contributions: from the inner rows only (several rows of raw
+        # codes may fall in one inner cell); margins derive from the inner cells.
+        inner_shape = tuple(d.size for d in dims)
+        inner_rows = np.all([idx < d.size for idx, d in zip(index, dims, strict=True)], axis=0)
+        inner_rows = np.broadcast_to(inner_rows, (rows,))
+        inner_flat = (
+            np.ravel_multi_index(tuple(idx[inner_rows] for idx in index), inner_shape)
+            if rows and k
+            else np.zeros(int(inner_rows.sum()), dtype=np.int64)
         )
-        top = merge_top(np.repeat(flat, lengths), values, size, mag.top)
+        inner_size = int(np.prod(inner_shape))
+    for mag, (sums, tops) in zip(plan.magnitudes, magnitudes, strict=True):
+        t = np.nan_to_num(np.asarray(tops, dtype=np.float64).reshape(mag.top, rows))
+        t = t[:, inner_rows]
+        if inner_flat.size == 0 or np.bincount(inner_flat, minlength=inner_size).max() <= 1:
+            # One row per inner cell (no grouping of raw codes): its list as it is.
+            inner_top = np.zeros((mag.top, inner_size), dtype=np.float64)
+            inner_top[:, inner_flat] = t
+        else:
+            inner_top = merge_top(np.tile(inner_flat, mag.top), t.reshape(-1), inner_size, mag.top)
         mags[mag.name] = MagnitudeSums(
             total=from_magnitude_fixed(acc(np.asarray(sums), np.int64)),
-            top=top.reshape((mag.top, *shape)),
+            top=top_of_margins(
+                inner_top.reshape((mag.top, *inner_shape)), shape, plan.grouping_sets
+            ),
         )
     return CellAggregates(
         dimensions=dims,

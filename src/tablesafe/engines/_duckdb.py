@@ -438,8 +438,14 @@ class DuckDBEngine(ValidationCache):
             weight_sum=_values(res["ts_w"], int) if plan.weight else None,
             replicate_sums=reps,
             magnitudes=[
-                (_values(res[f"ts_m{i}"], int), list(np.ma.getdata(res[f"ts_t{i}"])))
-                for i in range(len(plan.magnitudes))
+                (
+                    _values(res[f"ts_m{i}"], int),
+                    np.array(
+                        [np.ma.filled(res[f"ts_t{i}_{j}"], 0.0) for j in range(1, m.top + 1)],
+                        dtype=np.float64,
+                    ),
+                )
+                for i, m in enumerate(plan.magnitudes)
             ],
         )
 

@@ -55,7 +55,7 @@ _DIALECT = Dialect(
     named=True,
     # Spark has no top-k aggregate: the k largest of the collected values.
     top_inner=lambda e, k: f"slice(sort_array(collect_list({e}), false), 1, {k})",
-    top_outer=lambda e, k: f"slice(sort_array(flatten(collect_list({e})), false), 1, {k})",
+    top_item=lambda e, j: f"try_element_at({e}, {j})",
 )
 
 
@@ -291,7 +291,7 @@ class SparkEngine(ValidationCache):
             + 2
             + (1 if plan.weight is not None else 0)
             + len(plan.replicates)
-            + 2 * len(plan.magnitudes)
+            + sum(1 + m.top for m in plan.magnitudes)
         )
         cols: list[tuple[Any, ...]] = (
             list(zip(*rows, strict=True)) if rows else [() for _ in range(width)]
@@ -310,10 +310,11 @@ class SparkEngine(ValidationCache):
         if plan.replicates:
             reps = np.array([cols[pos + i] for i in range(len(plan.replicates))], dtype=np.int64)
         pos += len(plan.replicates)
-        mags = [
-            (np.array(cols[pos + 2 * i], dtype=np.int64), list(cols[pos + 2 * i + 1]))
-            for i in range(len(plan.magnitudes))
-        ]
+        mags = []
+        for m in plan.magnitudes:
+            tops = [[0.0 if v is None else v for v in cols[pos + 1 + j]] for j in range(m.top)]
+            mags.append((np.array(cols[pos], dtype=np.int64), np.array(tops, dtype=np.float64)))
+            pos += 1 + m.top
         return assemble_grouped(plan, g, codes, n, keys, w, reps, mags)
 
     def select(

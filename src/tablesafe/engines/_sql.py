@@ -32,8 +32,9 @@ class Dialect:
         grouping: The grouping function: ``GROUPING`` (DuckDB) or ``grouping_id`` (Spark).
         modulo: Formats ``expr mod m`` as a BIGINT expression.
         named: Named parameters (``:p0``, a dict) instead of positional ``?`` (a list).
-        top_inner: The ``k`` largest values of an expression in a group, as a list.
-        top_outer: The ``k`` largest values of the union of such lists.
+        top_inner: The ``k`` largest values of an expression in a group, as a list
+            in decreasing order.
+        top_item: The ``j``-th item (from 1) of such a list, NULL past its end.
     """
 
     ident: Callable[[str], str]
@@ -41,9 +42,7 @@ class Dialect:
     modulo: Callable[[str, int], str]
     named: bool = False
     top_inner: Callable[[str, int], str] = lambda e, k: f"max({e}, {k})"
-    top_outer: Callable[[str, int], str] = lambda e, k: (
-        f"list_slice(list_reverse_sort(flatten(list({e}))), 1, {k})"
-    )
+    top_item: Callable[[str, int], str] = lambda e, j: f"list_extract({e}, {j})"
 
 
 def _markers(dialect: Dialect, values: list[Any], params: Any) -> str:
@@ -92,7 +91,7 @@ def tabulation_sql(plan: TabulationPlan, source: str, dialect: Dialect) -> tuple
         outer.append(f"CAST(SUM(ts_r{i}) AS BIGINT) AS ts_r{i}")
     # Magnitudes: exact fixed-point sums and the largest contributions (tablesafe._magnitude_sums).
     for i, mag in enumerate(plan.magnitudes):
-        m_inner, m_outer = magnitude_sql(mag, i, q, dialect.top_inner, dialect.top_outer)
+        m_inner, m_outer = magnitude_sql(mag, i, q, dialect.top_inner, dialect.top_item)
         inner += m_inner
         outer += m_outer
     params: Any = {} if dialect.named else []
