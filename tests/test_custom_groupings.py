@@ -168,12 +168,13 @@ def test_a_group_a_few_records_away_from_an_answered_one_is_a_sliver(demo_dir, t
     body = {"dimensions": ["AGEB"], "universe": {"REGION": [1]}, "groupings": [grouping(29)]}
     moved = {**body, "groupings": [grouping(30)]}
     # The guard refuses a difference of 1 .. m-1 records: m = few + 1 refuses it ...
-    with make_client(demo_dir, tmp_path / "a", {"sliver_min_difference": few + 1}) as c:
+    rules = {"sliver_min_difference": few + 1, "sliver_scope": "key"}
+    with make_client(demo_dir, tmp_path / "a", rules) as c:
         assert post(c, body).status_code == 200
         r = post(c, moved)
         assert r.status_code == 403, r.text
         assert "differs by fewer than" in r.json()["error"]["message"]
-        assert post(c, moved, "bob").status_code == 200  # the guard is per key
+        assert post(c, moved, "bob").status_code == 200  # sliver_scope "key": per key
     # ... and m = few lets it through (the difference is exactly m records).
     with make_client(demo_dir, tmp_path / "b", {"sliver_min_difference": few}) as c:
         assert post(c, body).status_code == 200

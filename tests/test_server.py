@@ -280,7 +280,8 @@ def test_sliver_guard(demo_dir, tmp_path):
         )
         assert sliver.status_code == 403
         assert "differs by fewer than 50 records" in error_of(sliver)["message"]
-        # The same universe again is fine, and another key is judged on its own.
+        # The same universe again is fine; another key is refused too (the guard
+        # holds across keys by default: sliver_scope = "dataset").
         assert (
             c.post(
                 "/api/datasets/demo/tables",
@@ -296,7 +297,9 @@ def test_sliver_guard(demo_dir, tmp_path):
             },
             headers={"x-api-key": ADMIN_KEY},
         )
-        assert other.status_code == 200
+        assert other.status_code == 403
+        # Another user's request is not named in the refusal.
+        assert "AGE in" not in error_of(other)["message"]
 
 
 def test_audit_log_survives_restart_and_holds_no_values(demo_dir, tmp_path):

@@ -206,8 +206,19 @@ class RuleSettings(BaseModel):
     sliver_min_difference: int = Field(
         10,
         ge=0,
-        description="A universe that differs from one already answered for the same key by "
+        description="A universe, or a record set a table breaks down (its universe, or one "
+        "category of one of its dimensions), that differs from one already published by "
         "fewer than this many records (but at least one) is refused (0 turns the guard off).",
+    )
+    sliver_scope: Literal["dataset", "key"] = Field(
+        "dataset",
+        description="Which earlier tables the sliver guard compares with: every table "
+        "published from the dataset, whoever asked (dataset), or the same API key's only (key).",
+    )
+    sliver_cells: bool = Field(
+        True,
+        description="Also compare the record sets of published cells (each category of each "
+        "dimension of a table of 2 or more dimensions), not only universes.",
     )
     max_custom_groups: int = Field(
         30,

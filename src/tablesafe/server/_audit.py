@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,6 +56,19 @@ CREATE TABLE IF NOT EXISTS universes (
     UNIQUE (key_id, dataset, fingerprint, size)
 );
 CREATE INDEX IF NOT EXISTS universes_key ON universes (key_id, dataset, size);
+CREATE TABLE IF NOT EXISTS published_sets (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    dataset TEXT NOT NULL,
+    definition TEXT NOT NULL,
+    breakdown TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL,
+    parent TEXT NOT NULL,
+    UNIQUE (key_id, dataset, fingerprint, parent, breakdown)
+);
+CREATE INDEX IF NOT EXISTS published_sets_size ON published_sets (dataset, size);
 CREATE TABLE IF NOT EXISTS reconstructions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     time TEXT NOT NULL,
@@ -202,6 +215,66 @@ class AuditLog:
                 ),
             )
 
+    def answered_universes_all(
+        self, dataset: str, size_low: int, size_high: int
+    ) -> list[tuple[dict[str, list[Any]], int, str, str]]:
+        """Universes answered for any key, sizes in a range: (universe, size, fingerprint, key)."""
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT universe, size, fingerprint, key_id FROM universes WHERE dataset = ? "
+                "AND size BETWEEN ? AND ?",
+                (dataset, size_low, size_high),
+            ).fetchall()
+        return [(json.loads(u), int(n), str(f), str(k)) for u, n, f, k in rows]
+
+    # -- the cell-level sliver guard's store ------------------------------------------
+
+    def remember_sets(self, key_id: str, dataset: str, sets: Sequence[Any]) -> None:
+        """Store the record sets an answered table broke down (``PublishedSet``)."""
+        rows = [
+            (
+                self._now(),
+                key_id,
+                dataset,
+                json.dumps({k: list(v) for k, v in p.definition.items()}, sort_keys=True),
+                json.dumps(list(p.breakdown)),
+                int(p.size),
+                p.fingerprint,
+                p.parent,
+            )
+            for p in sets
+        ]
+        with self._tx() as con:
+            con.executemany(
+                "INSERT OR IGNORE INTO published_sets (time, key_id, dataset, definition, "
+                "breakdown, size, fingerprint, parent) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+    def published_sets_near(
+        self, dataset: str, size_low: int, size_high: int, only_key: str | None, asking_key: str
+    ) -> list[tuple[Any, bool]]:
+        """Published record sets with sizes in a range (one key, or all): (set, asker's own)."""
+        from tablesafe._rules import PublishedSet
+
+        sql = (
+            "SELECT definition, breakdown, size, fingerprint, parent, key_id FROM published_sets "
+            "WHERE dataset = ? AND size BETWEEN ? AND ?"
+        )
+        params: list[Any] = [dataset, size_low, size_high]
+        if only_key is not None:
+            sql += " AND key_id = ?"
+            params.append(only_key)
+        with self._lock:
+            rows = self._con.execute(sql, params).fetchall()
+        return [
+            (
+                PublishedSet(json.loads(d), tuple(json.loads(b)), int(n), str(f), str(p)),
+                k == asking_key,
+            )
+            for d, b, n, f, p, k in rows
+        ]
+
     # -- the reconstruction audit ---------------------------------------------------
 
     def served_tables(self, dataset: str) -> list[tuple[str, dict[str, Any]]]:
@@ -240,6 +313,5 @@ class AuditLog:
                 (dataset, int(limit)),
             ).fetchall()
         return [
-            {"time": t, "served_until": u, "tables": int(n), **json.loads(r)}
-            for t, u, n, r in rows
+            {"time": t, "served_until": u, "tables": int(n), **json.loads(r)} for t, u, n, r in rows
         ]

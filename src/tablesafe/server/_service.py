@@ -25,10 +25,13 @@ from tablesafe._protection import Protection
 from tablesafe._protection import protection_from_settings as core_protection
 from tablesafe._request import TableRequest
 from tablesafe._rules import (
+    PublishedSet,
     apply_small_cell_rule,
+    cell_sliver_guard,
     check_request_limits,
     check_universe_size,
     intersect_universes,
+    published_sets,
     sliver_guard,
     universe_fingerprint,
 )
@@ -56,7 +59,9 @@ def protection_from_settings(dataset: DatasetSettings, site: SiteConfig) -> Prot
 
 # A cached answer: the protected table, its universe's size and fingerprint, and
 # the record sets of its custom groups (universe, size, fingerprint) for the guard.
-_Entry = tuple[ProtectedTable, int, str, list[tuple[dict[str, list[Code]], int, str]]]
+_Entry = tuple[
+    ProtectedTable, int, str, list[tuple[dict[str, list[Code]], int, str]], list[PublishedSet]
+]
 
 
 @dataclass
@@ -219,8 +224,9 @@ class TableService:
                 agg.n,
                 agg.cell_key,
             )
+            cells = published_sets(name, s.dataset.catalog, universe, plan, agg)
         else:
-            table, universe_n, fingerprint, groups = cached
+            table, universe_n, fingerprint, groups, cells = cached
         universe = plain_universe(request.universe, request.groupings, s.dataset.catalog)
         sliver_guard(
             store=self.audit,
@@ -246,12 +252,22 @@ class TableService:
                 rules=rules,
                 count=lambda a, b: self._count(s, intersect_universes(s.dataset.catalog, a, b)),
             )
+        # The record sets the table breaks down, against those already published.
+        cell_sliver_guard(
+            store=self.audit,
+            key_id=who.id,
+            dataset=name,
+            sets=cells,
+            rules=rules,
+            count=lambda a, b: self._count(s, intersect_universes(s.dataset.catalog, a, b)),
+        )
         if table is None:
             table = apply_small_cell_rule(s.builder.protect(request, plan, agg), rules)
-            self._store(cache_key, (table, universe_n, fingerprint, groups))
+            self._store(cache_key, (table, universe_n, fingerprint, groups, cells))
         self.audit.remember_universe(who.id, name, universe, universe_n, fingerprint)
         for group, size, group_fp in groups:
             self.audit.remember_universe(who.id, name, group, size, group_fp)
+        self.audit.remember_sets(who.id, name, cells)
         return table
 
     def _count(self, s: _Served, universe: Mapping[str, Sequence[Code]]) -> int:
