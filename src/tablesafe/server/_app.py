@@ -7,6 +7,8 @@ Endpoints::
     GET  /api/datasets/{name}             variables, categories, labels, rules, protection
     POST /api/datasets/{name}/tables      a protected table (?format=json|csv|xlsx)
     GET  /api/admin/audit                 the audit log (admin keys only)
+    GET  /api/admin/datasets/{name}/reconstruction   reconstruction audits over time (admin)
+    POST /api/admin/datasets/{name}/reconstruction   run the reconstruction audit now (admin)
     GET  /                                the web page
     GET  /openapi.json                    the OpenAPI schema
 
@@ -379,13 +381,50 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         _audit(request, 200, "ok")
         return {"requests": rows}
 
+    @app.get("/api/admin/datasets/{name}/reconstruction", tags=["admin"])
+    def reconstruction_history(
+        request: Request, name: str, who: Principal = Depends(principal)
+    ) -> dict[str, Any]:
+        """The reconstruction audits of a dataset, oldest first (admin keys only)."""
+        auth.require_admin(who)
+        served(request, name)
+        out = {"dataset": name, "history": audit.reconstructions(name)}
+        _audit(request, 200, "ok")
+        return out
+
+    @app.post("/api/admin/datasets/{name}/reconstruction", tags=["admin"])
+    def reconstruction_run(
+        request: Request,
+        name: str,
+        who: Principal = Depends(principal),
+        time_limit: Annotated[float, Query(gt=0, le=600)] = 30.0,
+    ) -> dict[str, Any]:
+        """Attack every table served for the dataset now; stored and returned (admin keys only)."""
+        from tablesafe.server._cumulative import audit_reconstruction
+
+        auth.require_admin(who)
+        served(request, name)
+        out = audit_reconstruction(
+            site,
+            audit,
+            name,
+            time_limit=time_limit,
+            protection=service.served(name).builder.protection,
+        )
+        _audit(request, 200, "ok")
+        return out
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def index() -> HTMLResponse:
         return HTMLResponse(_static("index.html"))
 
     @app.get("/static/{file}", include_in_schema=False)
     def static(file: str) -> Response:
-        types = {"app.js": "text/javascript", "style.css": "text/css"}
+        types = {
+            "app.js": "text/javascript",
+            "style.css": "text/css",
+            "admin.js": "text/javascript",
+        }
         if file not in types:
             raise _NotFound(f"no static file {file!r}")
         return Response(_static(file), media_type=types[file])
