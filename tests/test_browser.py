@@ -308,3 +308,47 @@ def test_a_long_request_shows_progress_and_can_be_cancelled(served, browser):
     page.wait_for_selector("table.cross")
     assert page.inner_text("#message") == ""
     page.close()
+
+
+def test_sums_and_means_of_a_continuous_variable(served, browser):
+    """Pick sum and mean of INCOME; the page's figures are the API's; axe finds nothing."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    page.goto(served)
+    page.wait_for_selector("#magvar option[value='INCOME']", state="attached")
+    assert page.is_visible("#magnitude-box")
+    page.select_option("#rows", "REGION")
+    page.select_option("#cols", "SEX")
+    page.check("input[name='statistic'][value='count']")
+    page.select_option("#magvar", "INCOME")
+    page.check("input[name='magstat'][value='mean']")
+    page.click("#build")
+    page.wait_for_selector("#footnotes")
+    captions = page.locator("table.cross caption").all_inner_texts()
+    assert captions[0] == "Unweighted counts"
+    assert any(c.startswith("Sum of Annual income") for c in captions)
+    assert any(c.startswith("Mean of Annual income") for c in captions)
+    api = httpx.post(
+        f"{served}/api/datasets/demo/tables",
+        json={
+            "dimensions": ["REGION", "SEX"],
+            "statistic": "count",
+            "magnitudes": ["sum:INCOME", "mean:INCOME"],
+        },
+    ).json()
+    total = next(c for c in api["cells"] if c["REGION"] == "_T" and c["SEX"] == "_T")
+    sum_table = page.locator("table.cross", has_text="Sum of Annual income").inner_text()
+    mean_table = page.locator("table.cross", has_text="Mean of Annual income").inner_text()
+    assert f"{round(total['sum_INCOME']):,}" in sum_table
+    assert f"{total['mean_INCOME']:,.2f}".rstrip("0").rstrip(".") in mean_table
+    results = Axe().run(page)
+    assert results.violations_count == 0, results.generate_report()
+    # The shared link rebuilds the same table, magnitudes included.
+    link = page.get_attribute("#share", "href")
+    again = browser.new_page()
+    again.goto(link)
+    again.wait_for_selector("table.cross caption:has-text('Mean of Annual income')")
+    assert again.input_value("#magvar") == "INCOME"
+    again.close()
+    page.close()

@@ -177,6 +177,12 @@ class TableService:
             "hierarchies": [
                 {**h.to_dict(), "tree": h.tree(cat.variables)} for h in cat.hierarchies
             ],
+            # Continuous variables for sum:/mean: (not the owner's bounds: a bound
+            # may be set at the largest value).
+            "magnitudes": [
+                {"name": m.name, "label": m.label, "unit": m.unit, "negative": m.negative}
+                for m in cat.magnitudes.values()
+            ],
             "rules": {
                 "max_dimensions": s.settings.rules.max_dimensions,
                 "min_universe_size": s.settings.rules.min_universe_size,

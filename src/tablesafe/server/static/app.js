@@ -196,9 +196,23 @@ async function loadDataset() {
     if (!weighted) r.checked = r.value === "count";
   }
   fillVariables();
+  fillMagnitudes();
   renderConditions();
   renderGroups();
   renderHierarchies();
+}
+
+// Continuous variables (sum:/mean:), listed by the dataset description.
+function fillMagnitudes() {
+  const mags = state.meta.magnitudes || [];
+  $("magnitude-box").hidden = !mags.length;
+  const sel = $("magvar");
+  sel.replaceChildren(new Option("(none)", ""));
+  for (const m of mags) sel.appendChild(new Option(m.unit ? `${m.label} (${m.unit})` : m.label, m.name));
+}
+
+function magnitudeInfo(name) {
+  return (state.meta.magnitudes || []).find((m) => m.name === name);
 }
 
 function requestBody() {
@@ -211,6 +225,9 @@ function requestBody() {
     universe[name] = codes.map((c) => (numeric ? Number(c) : c));
   }
   const body = { dimensions: dims, universe, statistic, margins: "all" };
+  const mag = $("magvar").value;
+  const magStats = [...document.querySelectorAll('input[name="magstat"]:checked')].map((c) => c.value);
+  if (mag && magStats.length) body.magnitudes = magStats.map((s) => `${s}:${mag}`);
   const used = customGroupings().filter((g) => dims.includes(g.name) || g.name in universe);
   if (used.length) body.groupings = used;
   return body;
@@ -226,14 +243,26 @@ function labelOf(dim, code) {
 function fmt(value, stat) {
   if (value === null || value === undefined) return "";
   if (typeof value === "string") return value;
-  return stat === "weighted" ? Math.round(value).toLocaleString() : value.toLocaleString();
+  if (stat.startsWith("mean_")) return value.toLocaleString(undefined, { maximumFractionDigits: 2 });
+  return stat === "weighted" || stat.startsWith("sum_") ? Math.round(value).toLocaleString() : value.toLocaleString();
+}
+
+// A statistic's caption: counts, or "Sum of Annual income (currency units)".
+function statTitle(stat) {
+  if (stat === "n") return "Unweighted counts";
+  if (stat === "weighted") return "Weighted counts";
+  const [kind, ...rest] = stat.split("_");
+  const m = magnitudeInfo(rest.join("_"));
+  const label = m ? m.label + (m.unit ? ` (${m.unit})` : "") : rest.join("_");
+  return `${kind === "sum" ? "Sum" : "Mean"} of ${label}`;
 }
 
 function renderTable(doc) {
   const section = $("result");
   section.replaceChildren();
   const dims = doc.meta.dimensions;
-  const stats = ["n", "weighted"].filter((s) => doc.cells.length && s in doc.cells[0]);
+  const magCols = (doc.meta.magnitudes ? doc.meta.magnitudes.variables : []).flatMap((v) => [`sum_${v}`, `mean_${v}`]);
+  const stats = ["n", "weighted", ...magCols].filter((s) => doc.cells.length && s in doc.cells[0]);
   const rowsDim = dims[0], colsDim = dims[1], layerDim = dims[2];
   const order = (dim) => [...varInfo(dim).categories.map((c) => String(c.code)), "_T"];
   const layers = layerDim ? order(layerDim) : [null];
@@ -245,7 +274,7 @@ function renderTable(doc) {
       const table = document.createElement("table");
       table.className = "cross";
       const caption = document.createElement("caption");
-      caption.textContent = (stat === "n" ? "Unweighted counts" : "Weighted counts") +
+      caption.textContent = statTitle(stat) +
         (layerDim ? ` — ${labelOf(layerDim, layer)}` : "");
       table.appendChild(caption);
       const head = document.createElement("tr");
@@ -256,7 +285,7 @@ function renderTable(doc) {
       head.appendChild(corner);
       for (const cc of colCodes) {
         const th = document.createElement("th"); th.scope = "col";
-        th.textContent = colsDim ? labelOf(colsDim, cc) : (stat === "n" ? "Count" : "Weighted");
+        th.textContent = colsDim ? labelOf(colsDim, cc) : (stat === "n" ? "Count" : stat === "weighted" ? "Weighted" : statTitle(stat).split(" ")[0]);
         head.appendChild(th);
       }
       table.appendChild(head);
@@ -270,11 +299,13 @@ function renderTable(doc) {
           const td = document.createElement("td");
           if (cc === "_T") td.className = "total";
           td.textContent = cell ? fmt(cell[stat], stat) : "";
-          for (const flag of ["structural_zero", "suppressed"]) {
+          const magFlag = stat.includes("_") ? `sensitive_${stat.split("_").slice(1).join("_")}` : null;
+          for (const flag of ["structural_zero", "suppressed", ...(magFlag ? [magFlag] : [])]) {
             if (cell && cell[flag]) {
               const sup = document.createElement("sup");
-              sup.className = "flag"; sup.textContent = FLAG_SYMBOL[flag];
-              sup.title = (doc.meta.footnotes && doc.meta.footnotes.flags[flag]) || flag;
+              sup.className = "flag"; sup.textContent = FLAG_SYMBOL[flag] || "s";
+              sup.title = (doc.meta.footnotes && doc.meta.footnotes.flags[flag]) ||
+                (flag.startsWith("sensitive_") ? "sensitive: the site's dominance or p% rule flags this sum (a few contributors make most of it)" : flag);
               td.appendChild(document.createTextNode(" ")); td.appendChild(sup);
             }
           }
@@ -297,7 +328,9 @@ function renderFootnotes(meta) {
   const h = document.createElement("h2"); h.id = "footnotes-title"; h.textContent = "About this table";
   box.appendChild(h);
   const list = document.createElement("ul");
-  for (const line of notes.statement) { const li = document.createElement("li"); li.textContent = line; list.appendChild(li); }
+  const lines = [...notes.statement];
+  if (meta.magnitudes && meta.magnitudes.statement && !lines.includes(meta.magnitudes.statement)) lines.push(meta.magnitudes.statement);
+  for (const line of lines) { const li = document.createElement("li"); li.textContent = line; list.appendChild(li); }
   box.appendChild(list);
   const legend = document.createElement("dl");
   legend.className = "legend";
@@ -400,6 +433,9 @@ async function restoreFromUrl() {
   renderConditions();
   const radio = document.querySelector(`input[name="statistic"][value="${t.statistic}"]`);
   if (radio) radio.checked = true;
+  const mags = Array.isArray(t.magnitudes) ? t.magnitudes.map((m) => String(m).split(":")) : [];
+  $("magvar").value = mags.length && magnitudeInfo(mags[0][1]) ? mags[0][1] : "";
+  for (const c of document.querySelectorAll('input[name="magstat"]')) c.checked = mags.some((m) => m[0] === c.value);
   await build();
 }
 
