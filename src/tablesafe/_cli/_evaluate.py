@@ -24,6 +24,10 @@ def evaluate_cmd(
         Path | None, typer.Option(help="Folder for results.json, PNG and report.html.")
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    magnitude: Annotated[
+        list[str] | None,
+        typer.Option(help="A continuous variable whose sums and means to measure (repeatable)."),
+    ] = None,
 ) -> None:
     """Risk and utility of each mechanism and parameter on a dataset's tables."""
     from rich.console import Console
@@ -43,7 +47,7 @@ def evaluate_cmd(
     configs = mechanism_grid([m.strip() for m in methods.split(",") if m.strip()], eps, caps)
     tables = [[d.strip() for d in t.split("*") if d.strip()] for t in table]
     with Console(stderr=True).status("protecting and measuring"):
-        results = evaluate(Dataset.open(data_dir), tables, configs)
+        results = evaluate(Dataset.open(data_dir), tables, configs, magnitudes=magnitude or ())
     rows = [r.as_dict() for r in results]
     if out is not None:
         write_evaluation_report(rows, out)

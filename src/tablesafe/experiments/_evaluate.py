@@ -23,11 +23,18 @@ evaluator would report the strongest known attack):
 * *weighted*: the estimators of :mod:`tablesafe.attacks._weighted`
   (integer residue, cell mean, margin mean) on the published weighted
   figures, which succeed where weighted figures leak the count.
+
+With continuous variables (``magnitudes``), each table also publishes
+their sums and means (the builder's default protection of magnitudes: the
+cell-key method for magnitudes beside any count mechanism), and their
+utility is the **relative absolute difference** per inner cell,
+``100 |X' - X| / |X|`` averaged over the cells with a non-zero true value
+that are published (:func:`magnitude_utility`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +55,14 @@ from tablesafe.metrics import (
     percent_perturbed,
 )
 
-__all__ = ["SMALL_CELL_MAX", "Evaluation", "evaluate", "mechanism_grid", "small_cell_recovery"]
+__all__ = [
+    "SMALL_CELL_MAX",
+    "Evaluation",
+    "evaluate",
+    "magnitude_utility",
+    "mechanism_grid",
+    "small_cell_recovery",
+]
 
 #: Small cells are those with a true count from 1 to this value.
 SMALL_CELL_MAX = 4
@@ -94,12 +108,28 @@ def evaluate(
     configurations: Sequence[tuple[str, Any]],
     *,
     engine: Any = None,
+    magnitudes: Sequence[str] = (),
 ) -> list[Evaluation]:
-    """Measure every configuration on every table (inner cells, sample counts)."""
+    """Measure every configuration on every table (inner cells, sample counts).
+
+    Args:
+        dataset: The dataset.
+        tables: Each table's dimensions.
+        configurations: Named mechanisms (:func:`mechanism_grid`).
+        engine: The engine (default DuckDB).
+        magnitudes: Continuous variables whose sums and means every table also
+            publishes; adds ``rad_sum_VAR``, ``rad_mean_VAR`` and, where the
+            site's rules suppress sensitive sums, ``unpublished_sum_VAR`` (percent).
+
+    Raises:
+        RequestError: for an unknown or categorical variable in ``magnitudes``.
+    """
     out = []
+    mag_stats = tuple(f"{s}:{v}" for v in magnitudes for s in ("sum", "mean"))
     for dims in tables:
-        request = TableRequest(tuple(dims), statistic="both")
+        request = TableRequest(tuple(dims), statistic="both", magnitudes=mag_stats)
         base = TableBuilder(dataset, Protection(None), engine=engine)
+        true_mags = base.build(request).magnitudes if mag_stats else None
         mean_weight = base.overall_mean_weights()[0]
         truth = base.tabulate(request).aggregates
         inner = truth.inner
@@ -123,10 +153,43 @@ def evaluate(
             if wa is not None and table.weighted is not None:
                 measures["rm_weighted"] = entropy_risk(wa, table.weighted[inner])
             measures.update(small_cell_recovery(table, truth.n, mech, mean_weight))
+            if true_mags is not None and table.magnitudes is not None:
+                measures.update(magnitude_utility(true_mags, table.magnitudes, inner))
             if a.ndim == 2:
                 measures["chi2_original"], measures["p_original"] = chi_a
                 measures["chi2_protected"], measures["p_protected"] = chi_square_independence(b)
             out.append(Evaluation(" * ".join(dims), name, measures))
+    return out
+
+
+def magnitude_utility(
+    truth: Mapping[str, npt.NDArray[np.float64]],
+    published: Mapping[str, npt.NDArray[np.float64]],
+    cells: Any,
+) -> dict[str, float | None]:
+    """Relative absolute differences of published sums and means, in percent.
+
+    For each column (``sum_VAR``, ``mean_VAR``): ``rad_<column>``, the mean of
+    ``100 |X' - X| / |X|`` over the selected cells whose true value is not 0
+    and which are published (``None`` when there is none); for sums with
+    unpublished cells (NaN: suppressed by a sensitivity rule),
+    ``unpublished_<column>``, their percentage of the cells.
+
+    Args:
+        truth: The unprotected columns (a table built without protection).
+        published: The protected columns, same shapes.
+        cells: An index of the cells to compare (e.g. the inner cells).
+    """
+    out: dict[str, float | None] = {}
+    for column, true_values in truth.items():
+        x = np.asarray(true_values, dtype=np.float64)[cells]
+        y = np.asarray(published[column], dtype=np.float64)[cells]
+        shown = ~np.isnan(y)
+        use = shown & ~np.isnan(x) & (x != 0)
+        rad = 100 * np.abs(y[use] - x[use]) / np.abs(x[use])
+        out[f"rad_{column}"] = float(rad.mean()) if rad.size else None
+        if column.startswith("sum_") and not shown.all():
+            out[f"unpublished_{column}"] = float(100 * (~shown).mean())
     return out
 
 

@@ -135,6 +135,25 @@ EVALUATION_COLUMNS: tuple[tuple[str, str, str], ...] = (
 _FAMILY_MARKERS = {"dp": "o", "q": "s", "pram": "^", "ckm": "D"}
 
 
+#: Headings of the magnitude columns, by key prefix (the variable's name follows).
+_MAGNITUDE_HEADINGS = (
+    ("rad_sum_", "RAD sum {} %"),
+    ("rad_mean_", "RAD mean {} %"),
+    ("unpublished_sum_", "% sums {} unpublished"),
+)
+
+
+def evaluation_columns(rows: list[dict[str, object]]) -> list[tuple[str, str, str]]:
+    """The columns present in ``rows``: the fixed ones, then the magnitudes' (key order)."""
+    cols = [(k, h, f) for k, h, f in EVALUATION_COLUMNS if any(k in r for r in rows)]
+    keys = dict.fromkeys(k for r in rows for k in r)
+    for prefix, heading in _MAGNITUDE_HEADINGS:
+        cols += [
+            (k, heading.format(k[len(prefix) :]), "{:.2f}") for k in keys if k.startswith(prefix)
+        ]
+    return cols
+
+
 def _fmt(value: object, spec: str) -> str:
     if value is None:
         return "-"
@@ -149,7 +168,7 @@ def evaluation_text(rows: list[dict[str, object]]) -> str:
     Columns are as wide as their widest entry (nothing is cut or wrapped, whatever
     the terminal's width); numbers are right-aligned.
     """
-    cols = [(k, h, f) for k, h, f in EVALUATION_COLUMNS if any(k in r for r in rows)]
+    cols = evaluation_columns(rows)
     cells = [[_fmt(r.get(k), f) for k, _, f in cols] for r in rows]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, (_, h, _) in enumerate(cols)]
 
@@ -168,6 +187,11 @@ def evaluation_text(rows: list[dict[str, object]]) -> str:
         "of them whose true count the best attack (published value, posterior mode, weighted",
         "figures) recovers. Owner only: these figures compare with the unprotected data.",
     ]
+    if any(k.startswith("rad_") for k, _, _ in cols):
+        out += [
+            "RAD sum/mean VAR %: mean over inner cells of 100 |published - true| / |true|",
+            "(cells with a non-zero true value that are published).",
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -263,7 +287,7 @@ def write_evaluation_report(rows: list[dict[str, object]], out_dir: str | Path) 
     png = risk_utility_figure(rows) if rows else b""
     if png:
         (out / "risk_utility.png").write_bytes(png)
-    cols = [(k, h, f) for k, h, f in EVALUATION_COLUMNS if any(k in r for r in rows)]
+    cols = evaluation_columns(rows)
     head = "".join(f"<th scope='col'>{html.escape(h)}</th>" for _, h, _ in cols)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(k), f))}</td>" for k, _, f in cols) + "</tr>"
@@ -291,7 +315,10 @@ def write_evaluation_report(rows: list[dict[str, object]], out_dir: str | Path) 
         "share whose true count the best of three attacks recovers (take the published "
         "count; the posterior mode under the public ptable; the weighted-figures "
         "estimators). <em>RM</em> is seed 000's entropy measure (near 1 for every method on "
-        "tables with large counts). <em>HD utility</em> is 1 - HD/sqrt(total). See "
+        "tables with large counts). <em>HD utility</em> is 1 - HD/sqrt(total). "
+        "<em>RAD sum/mean</em> (with continuous variables): the mean over inner cells of "
+        "100 |published - true| / |true|, over cells with a non-zero true value that are "
+        "published. See "
         "docs/metrics.md and docs/choosing.md.</p>"
         f"{figure}<table><tr>{head}</tr>{body}</table></body></html>\n"
     )
