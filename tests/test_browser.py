@@ -151,14 +151,29 @@ def test_keyboard_only_use(served, browser):
     page.close()
 
 
+def _screenshots(tmp_path):
+    """Where screenshots go: docs/images when TABLESAFE_SCREENSHOTS=docs, else a temp folder.
+
+    The suite must not rewrite tracked files; regenerate the guide's images with
+    ``TABLESAFE_SCREENSHOTS=docs .venv/bin/python -m pytest tests/test_browser.py``.
+    """
+    import os
+    from pathlib import Path
+
+    if os.environ.get("TABLESAFE_SCREENSHOTS") == "docs":
+        folder = Path(__file__).resolve().parent.parent / "docs" / "images"
+    else:
+        folder = tmp_path / "images"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def test_custom_groups_footnotes_chart_downloads_and_shared_url(served, browser, tmp_path):
     """The issue-16 walk-through; screenshots go to docs/images/ for docs/builder-page.md."""
-    from pathlib import Path
 
     from axe_playwright_python.sync_playwright import Axe
 
-    images = Path(__file__).resolve().parent.parent / "docs" / "images"
-    images.mkdir(parents=True, exist_ok=True)
+    images = _screenshots(tmp_path)
     page = browser.new_page(accept_downloads=True, viewport={"width": 1100, "height": 900})
     page.goto(served)
     page.wait_for_selector("#gvar option[value='AGE']", state="attached")
@@ -239,11 +254,9 @@ def test_custom_groups_footnotes_chart_downloads_and_shared_url(served, browser,
     page.close()
 
 
-def test_a_zone_level_table_from_the_hierarchy(served, browser):
+def test_a_zone_level_table_from_the_hierarchy(served, browser, tmp_path):
     """Pick the upper level of GEOGRAPHY, filter by an AGE_TREE node; the page shows the tree."""
-    from pathlib import Path
-
-    images = Path(__file__).resolve().parent.parent / "docs" / "images"
+    images = _screenshots(tmp_path)
     page = browser.new_page(viewport={"width": 1100, "height": 900})
     page.goto(served)
     page.wait_for_selector("button.level[data-level='ZONE']")
