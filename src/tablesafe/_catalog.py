@@ -326,13 +326,13 @@ class Catalog:
         """
         if isinstance(name, str) and name in self.magnitudes:
             return self.magnitudes[name]
-        what = "a categorical variable, not a continuous one" if name in self.variables else (
-            "not a variable of this dataset"
+        what = (
+            "a categorical variable, not a continuous one"
+            if name in self.variables
+            else ("not a variable of this dataset")
         )
         allowed = ", ".join(self.magnitudes) or "none (the catalog declares no [[magnitudes]])"
-        raise RequestError(
-            f"{name!r} is {what}; sums and means are available for: {allowed}"
-        )
+        raise RequestError(f"{name!r} is {what}; sums and means are available for: {allowed}")
 
     @property
     def source_variables(self) -> tuple[Variable, ...]:
