@@ -122,15 +122,15 @@ def test_subpackage_apis_are_pinned():
     import tablesafe.metrics
 
     assert set(tablesafe.attacks.__all__) == {
+        "ReconstructionResult",
         "SliverResult",
         "WeightedAttackResult",
-        "ReconstructionResult",
-        "mechanism_support",
-        "sliver_attack",
         "all_k_way_requests",
-        "weighted_attack",
+        "mechanism_support",
         "published_intervals",
         "reconstruction_attack",
+        "sliver_attack",
+        "weighted_attack",
     }
     assert set(tablesafe.experiments.__all__) == {
         "PAPER_TABLE_4",
