@@ -25,6 +25,7 @@ while the memory of the ranking no longer grows with the number of records.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ __all__ = [
     "mix32_sql",
     "mix32_staged_sql",
     "mix_thresholds",
+    "select_records",
     "selection_rows",
 ]
 
@@ -152,3 +154,53 @@ def selection_rows(
             out["k"].append(int(k[cell]))
             out["thr"].append(int(threshold[cell]))
     return dict(out)
+
+
+#: One ranking query of an engine: (cells, threshold) -> (cells, chosen counts, fixed-point sums).
+RankQuery = Callable[
+    [npt.NDArray[np.int64], npt.NDArray[np.int64]],
+    tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]],
+]
+
+
+def select_records(
+    plan: TabulationPlan,
+    seed: npt.ArrayLike,
+    k: npt.ArrayLike,
+    counts: npt.ArrayLike | None,
+    rank: RankQuery,
+) -> SelectedSums:
+    """The engines' record choice around their ranking query (one place for every engine).
+
+    Ranks the cells with ``k > 0`` under their mix thresholds, then ranks
+    again in full the cells that came up short, and turns the fixed-point
+    sums (weight first, then replicates) into floats.
+
+    Args:
+        plan: The tabulation plan.
+        seed: Per inner cell, the selection seed.
+        k: Per inner cell, how many records to choose.
+        counts: Per inner cell, its number of records (``None``: no thresholds).
+        rank: The engine's query for some cells and their thresholds.
+    """
+    from tablesafe._fixed import from_fixed
+
+    shape = tuple(d.size for d in plan.dimensions)
+    flat_k = np.asarray(k, dtype=np.int64).reshape(-1)
+    cells = np.flatnonzero(flat_k > 0)
+    out_n = np.zeros(int(np.prod(shape)), dtype=np.int64)
+    sums = np.zeros((1 + len(plan.replicates), out_n.size), dtype=np.int64)
+    flat_counts = None if counts is None else np.asarray(counts, dtype=np.int64).reshape(-1)
+    threshold = mix_thresholds(flat_k, flat_counts)
+    if cells.size:
+        at, n_at, s_at = rank(cells, threshold)
+        out_n[at], sums[:, at] = n_at, s_at
+        if flat_counts is not None:
+            # Cells with fewer records under the threshold than asked: rank them in full.
+            short = cells[out_n[cells] < np.minimum(flat_k[cells], flat_counts[cells])]
+            if short.size:
+                at, n_at, s_at = rank(short, np.full_like(threshold, MIX_RANGE))
+                out_n[at], sums[:, at] = n_at, s_at
+    w = from_fixed(sums[0]).reshape(shape) if plan.weight else None
+    reps = from_fixed(sums[1:]).reshape((-1, *shape)) if plan.replicates else None
+    return SelectedSums(n=out_n.reshape(shape), weight_sum=w, replicate_sums=reps)

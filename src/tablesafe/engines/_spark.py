@@ -24,14 +24,13 @@ from tablesafe._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe._catalog import Catalog
 from tablesafe._dataset import Dataset
 from tablesafe._errors import ConfigError, DataError
-from tablesafe._fixed import fixed_sql, from_fixed, range_error
+from tablesafe._fixed import fixed_sql, range_error
 from tablesafe._hints import missing_key_hint
 from tablesafe._request import TabulationPlan
 from tablesafe._selection import (
     MIX_MULTIPLIER,
-    MIX_RANGE,
     SelectedSums,
-    mix_thresholds,
+    select_records,
     selection_rows,
 )
 from tablesafe.engines._base import DatasetSummary, ValidationCache, assemble_grouped
@@ -333,28 +332,15 @@ class SparkEngine(ValidationCache):
         and short cells are ranked again in full, so the choice is the same.
         """
         self.ensure_valid(dataset)
-        shape = tuple(d.size for d in plan.dimensions)
-        flat_k = np.asarray(k, dtype=np.int64).reshape(-1)
         flat_seed = np.asarray(seed, dtype=np.int64).reshape(-1)
-        cells = np.flatnonzero(flat_k > 0)
-        out_n = np.zeros(int(np.prod(shape)), dtype=np.int64)
-        sums = np.zeros((1 + len(plan.replicates), out_n.size), dtype=np.int64)
-        flat_counts = None if counts is None else np.asarray(counts, dtype=np.int64).reshape(-1)
-        threshold = mix_thresholds(flat_k, flat_counts)
-        if cells.size:
-            at, n_at, s_at = self._select_sums(dataset, plan, cells, flat_seed, flat_k, threshold)
-            out_n[at], sums[:, at] = n_at, s_at
-            if flat_counts is not None:
-                short = cells[out_n[cells] < np.minimum(flat_k[cells], flat_counts[cells])]
-                if short.size:
-                    full = np.full_like(threshold, MIX_RANGE)
-                    at, n_at, s_at = self._select_sums(
-                        dataset, plan, short, flat_seed, flat_k, full
-                    )
-                    out_n[at], sums[:, at] = n_at, s_at
-        w = from_fixed(sums[0]).reshape(shape) if plan.weight else None
-        reps = from_fixed(sums[1:]).reshape((-1, *shape)) if plan.replicates else None
-        return SelectedSums(n=out_n.reshape(shape), weight_sum=w, replicate_sums=reps)
+        flat_k = np.asarray(k, dtype=np.int64).reshape(-1)
+        return select_records(
+            plan,
+            seed,
+            k,
+            counts,
+            lambda cells, thr: self._select_sums(dataset, plan, cells, flat_seed, flat_k, thr),
+        )
 
     def _select_sums(
         self,
