@@ -25,7 +25,7 @@ while the memory of the ranking no longer grows with the number of records.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,7 @@ __all__ = [
     "mix32_sql",
     "mix32_staged_sql",
     "mix_thresholds",
+    "ranked_sums",
     "select_records",
     "selection_rows",
 ]
@@ -204,3 +205,19 @@ def select_records(
     w = from_fixed(sums[0]).reshape(shape) if plan.weight else None
     reps = from_fixed(sums[1:]).reshape((-1, *shape)) if plan.replicates else None
     return SelectedSums(n=out_n.reshape(shape), weight_sum=w, replicate_sums=reps)
+
+
+def ranked_sums(
+    plan: TabulationPlan, cell: npt.ArrayLike, n: npt.ArrayLike, values: Sequence[npt.ArrayLike]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """A ranking query's result columns as :data:`RankQuery` returns them.
+
+    ``values`` are the columns ``ts_v0 ..`` (the weight first when the plan
+    has one); rows of the sums without a column stay 0.
+    """
+    at = np.asarray(cell, dtype=np.int64)
+    sums = np.zeros((1 + len(plan.replicates), at.size), dtype=np.int64)
+    offset = 0 if plan.weight else 1
+    for i, column in enumerate(values):
+        sums[i + offset] = np.asarray(column, dtype=np.int64)
+    return at, np.asarray(n, dtype=np.int64), sums

@@ -22,17 +22,18 @@ from tablesafe._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe._catalog import Catalog
 from tablesafe._dataset import Dataset
 from tablesafe._errors import ComputationError, DataError, FormatError
-from tablesafe._fixed import fixed_sql, range_error
+from tablesafe._fixed import range_error
 from tablesafe._hints import missing_key_hint
 from tablesafe._request import TabulationPlan
 from tablesafe._selection import (
     SelectedSums,
     mix32_staged_sql,
+    ranked_sums,
     select_records,
     selection_rows,
 )
 from tablesafe.engines._base import DatasetSummary, ValidationCache, assemble_grouped
-from tablesafe.engines._sql import Dialect, tabulation_sql, universe_sql
+from tablesafe.engines._sql import Dialect, ranking_sql, tabulation_sql
 
 __all__ = ["DuckDBEngine"]
 
@@ -364,32 +365,14 @@ class DuckDBEngine(ValidationCache):
         """Cells, chosen counts and fixed-point sums (weight first) of one ranking query."""
         import pandas as pd
 
-        src = self._scan(dataset)
-        dims = plan.dimensions
         sel = pd.DataFrame(selection_rows(plan, cells, seed, k, threshold))
-        key = _ident(plan.record_key)
-        on = " AND ".join(f"t.{_ident(d.column)} = s.c{i}" for i, d in enumerate(dims))
-        weights = ([plan.weight] if plan.weight else []) + list(plan.replicates)
-        values = [f"{fixed_sql('t.' + _ident(c))} AS ts_v{i}" for i, c in enumerate(weights)]
-        params: list[Any] = []
-        where = universe_sql(plan, _DIALECT, params, prefix="t.")
-        joined = (
-            f"SELECT s.cell, s.k, s.thr, s.seed AS ts_seed, t.{key} AS ts_key, "
-            f"{', '.join(values) if values else '1 AS ts_one'} "
-            f"FROM {src} AS t JOIN ts_sel AS s ON {on}"
-            + (f" WHERE {' AND '.join(where)}" if where else "")
+        sql, params = ranking_sql(
+            plan,
+            self._scan(dataset),
+            "ts_sel",
+            _DIALECT,
+            lambda q: mix32_staged_sql(f"({q})", "ts_key", "ts_seed"),
         )
-        joined = mix32_staged_sql(f"({joined})", "ts_key", "ts_seed")
-        v = [f"ts_v{i}" for i in range(len(weights))]
-        ranked = (
-            f"SELECT {', '.join(['cell', 'k', *v])}, ROW_NUMBER() OVER (PARTITION BY cell "
-            f"ORDER BY {', '.join(['ts_mix', 'ts_key', *v])}) AS ts_rank "
-            f"FROM ({joined}) WHERE ts_mix < thr"
-        )
-        agg = ["COUNT(*) AS ts_n"] + [
-            f"CAST(SUM(ts_v{i}) AS BIGINT) AS ts_v{i}" for i in range(len(weights))
-        ]
-        sql = f"SELECT cell, {', '.join(agg)} FROM ({ranked}) WHERE ts_rank <= k GROUP BY cell"
         cur = self._con.cursor()
         try:
             cur.register("ts_sel", sel)
@@ -397,12 +380,8 @@ class DuckDBEngine(ValidationCache):
             res = cur.fetchnumpy()
         finally:
             cur.close()
-        at = _values(res["cell"], int)
-        sums = np.zeros((1 + len(plan.replicates), at.size), dtype=np.int64)
-        offset = 0 if plan.weight else 1
-        for i in range(len(weights)):
-            sums[i + offset] = _values(res[f"ts_v{i}"], int)
-        return at, _values(res["ts_n"], int), sums
+        values = [_values(res[c], int) for c in res if c.startswith("ts_v")]
+        return ranked_sums(plan, _values(res["cell"], int), _values(res["ts_n"], int), values)
 
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """Run the plan's ``GROUPING SETS`` query and assemble the cell arrays."""

@@ -24,17 +24,18 @@ from tablesafe._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe._catalog import Catalog
 from tablesafe._dataset import Dataset
 from tablesafe._errors import ConfigError, DataError
-from tablesafe._fixed import fixed_sql, range_error
+from tablesafe._fixed import range_error
 from tablesafe._hints import missing_key_hint
 from tablesafe._request import TabulationPlan
 from tablesafe._selection import (
     MIX_MULTIPLIER,
     SelectedSums,
+    ranked_sums,
     select_records,
     selection_rows,
 )
 from tablesafe.engines._base import DatasetSummary, ValidationCache, assemble_grouped
-from tablesafe.engines._sql import Dialect, tabulation_sql, universe_sql
+from tablesafe.engines._sql import Dialect, ranking_sql, tabulation_sql
 
 __all__ = ["SparkEngine"]
 
@@ -360,39 +361,17 @@ class SparkEngine(ValidationCache):
         sel = self.spark.createDataFrame(list(zip(*columns, strict=True)), schema=names)
         sel_view = f"ts_sel_{threading.get_ident()}"
         sel.createOrReplaceTempView(sel_view)
-        key = _ident(plan.record_key)
-        on = " AND ".join(f"t.{_ident(d.column)} = s.c{i}" for i, d in enumerate(dims))
-        weights = ([plan.weight] if plan.weight else []) + list(plan.replicates)
-        values = [f"{fixed_sql('t.' + _ident(c))} AS ts_v{i}" for i, c in enumerate(weights)]
-        params: dict[str, Any] = {}
-        where = universe_sql(plan, _DIALECT, params, prefix="t.")
-        mix = mix32_spark(f"t.{key}", "s.seed")
-        joined = (
-            f"SELECT s.cell, s.k, s.thr, t.{key} AS ts_key, "
-            f"{', '.join([*values, f'{mix} AS ts_mix'])} "
-            f"FROM {view} AS t JOIN {sel_view} AS s ON {on}"
-            + (f" WHERE {' AND '.join(where)}" if where else "")
+        sql, params = ranking_sql(
+            plan,
+            view,
+            sel_view,
+            _DIALECT,
+            lambda q: f"SELECT *, {mix32_spark('ts_key', 'ts_seed')} AS ts_mix FROM ({q}) AS m",
         )
-        v = [f"ts_v{i}" for i in range(len(weights))]
-        ranked = (
-            f"SELECT {', '.join(['cell', 'k', *v])}, ROW_NUMBER() OVER (PARTITION BY cell "
-            f"ORDER BY {', '.join(['ts_mix', 'ts_key', *v])}) AS ts_rank "
-            f"FROM ({joined}) AS j WHERE ts_mix < thr"
-        )
-        agg = ["COUNT(*) AS ts_n"] + [
-            f"CAST(SUM(ts_v{i}) AS BIGINT) AS ts_v{i}" for i in range(len(weights))
-        ]
-        result = self._run(
-            f"SELECT cell, {', '.join(agg)} FROM ({ranked}) AS r WHERE ts_rank <= k GROUP BY cell",
-            params,
-        )
-        at = np.array([int(r[0]) for r in result], dtype=np.int64)
-        n_at = np.array([int(r[1]) for r in result], dtype=np.int64)
-        sums = np.zeros((1 + len(plan.replicates), at.size), dtype=np.int64)
-        offset = 0 if plan.weight else 1
-        for i in range(len(weights)):
-            sums[i + offset] = [int(r[2 + i]) for r in result]
-        return at, n_at, sums
+        result = self._run(sql, params)
+        columns = list(zip(*result, strict=True)) if result else [[]] * (3 + len(plan.replicates))
+        width = len(plan.replicates) + (1 if plan.weight else 0)
+        return ranked_sums(plan, columns[0], columns[1], list(columns[2 : 2 + width]))
 
 
 def _csv_types(cat: Catalog) -> dict[str, str]:

@@ -20,7 +20,7 @@ from tablesafe._fixed import fixed_sql
 from tablesafe._magnitude_sums import magnitude_sql
 from tablesafe._request import TabulationPlan
 
-__all__ = ["Dialect", "tabulation_sql"]
+__all__ = ["Dialect", "ranking_sql", "tabulation_sql", "universe_sql"]
 
 
 @dataclass(frozen=True)
@@ -105,4 +105,53 @@ def tabulation_sql(plan: TabulationPlan, source: str, dialect: Dialect) -> tuple
         f"WITH ts_cells AS ({cte}) SELECT {', '.join(outer)} FROM ts_cells "
         f"GROUP BY GROUPING SETS ({sets})"
     )
+    return sql, params
+
+
+def ranking_sql(
+    plan: TabulationPlan,
+    source: str,
+    selection: str,
+    dialect: Dialect,
+    mix: Callable[[str], str],
+) -> tuple[str, Any]:
+    """The record choice of drop/add-up-to-q for some cells, and its parameters.
+
+    The records of the universe are joined to ``selection`` (the table of
+    :func:`tablesafe._selection.selection_rows`: raw codes ``c0 ..``, ``cell``,
+    ``seed``, ``k``, ``thr``); those whose mix lies under their cell's
+    threshold are ranked by mix, key and fixed-point weights, and the first
+    ``k`` of each cell are counted and summed. Result columns: ``cell``,
+    ``ts_n`` and ``ts_v0 ..`` (the weight first, then the replicates).
+
+    Args:
+        plan: The tabulation plan.
+        source: The records (a table or table function).
+        selection: The name of the selection table.
+        dialect: The engine's dialect.
+        mix: Wraps a query with columns ``ts_key`` and ``ts_seed`` into one
+            that adds ``ts_mix`` (:func:`tablesafe._selection.mix32`).
+    """
+    params: Any = {} if dialect.named else []
+    weights = ([plan.weight] if plan.weight else []) + list(plan.replicates)
+    v = [f"ts_v{i}" for i in range(len(weights))]
+    values = [
+        f"{fixed_sql('t.' + dialect.ident(c))} AS {x}" for c, x in zip(weights, v, strict=True)
+    ]
+    on = " AND ".join(
+        f"t.{dialect.ident(d.column)} = s.c{i}" for i, d in enumerate(plan.dimensions)
+    )
+    where = universe_sql(plan, dialect, params, prefix="t.")
+    joined = (
+        f"SELECT s.cell, s.k, s.thr, s.seed AS ts_seed, t.{dialect.ident(plan.record_key)} "
+        f"AS ts_key{''.join(', ' + x for x in values)} FROM {source} AS t "
+        f"JOIN {selection} AS s ON {on}" + (f" WHERE {' AND '.join(where)}" if where else "")
+    )
+    ranked = (
+        f"SELECT {', '.join(['cell', 'k', *v])}, ROW_NUMBER() OVER (PARTITION BY cell "
+        f"ORDER BY {', '.join(['ts_mix', 'ts_key', *v])}) AS ts_rank "
+        f"FROM ({mix(joined)}) AS j WHERE ts_mix < thr"
+    )
+    sums = ["COUNT(*) AS ts_n", *[f"CAST(SUM({x}) AS BIGINT) AS {x}" for x in v]]
+    sql = f"SELECT cell, {', '.join(sums)} FROM ({ranked}) AS r WHERE ts_rank <= k GROUP BY cell"
     return sql, params
