@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tablesafe._cli import app
+from tablesafe._cli._methods import CapOption, EpsilonOption, RateOption
 
 if TYPE_CHECKING:
     from tablesafe._dataset import Dataset
@@ -27,9 +28,9 @@ def sliver(
     method: Annotated[
         str, typer.Option(help="Comma-separated: none, ckm, dp, pram, q, q-records, ptable:FILE.")
     ] = "none,ckm,dp,q,q-records",
-    epsilon: Annotated[float, typer.Option(help="dp: epsilon.")] = 1.0,
-    cap: Annotated[int, typer.Option(help="dp, q: cap.")] = 7,
-    rate: Annotated[float, typer.Option(help="q, q-records: rate.")] = 0.01,
+    epsilon: EpsilonOption = 1.0,
+    cap: CapOption = 7,
+    rate: RateOption = 0.01,
     limit: Annotated[int | None, typer.Option(help="Attack a random sample of records.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of that sample.")] = 0,
     fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
@@ -113,9 +114,9 @@ def weighted(
     method: Annotated[
         str, typer.Option(help="Comma-separated: ckm, dp, pram, q, q-records, ptable:FILE.")
     ] = "ckm,dp,pram,q,q-records",
-    epsilon: Annotated[float, typer.Option(help="dp: epsilon.")] = 1.0,
-    cap: Annotated[int, typer.Option(help="dp, q: cap.")] = 7,
-    rate: Annotated[float, typer.Option(help="q, q-records: rate.")] = 0.01,
+    epsilon: EpsilonOption = 1.0,
+    cap: CapOption = 7,
+    rate: RateOption = 0.01,
     weight_noise: Annotated[
         float, typer.Option(help="Noise on weighted figures, in mean weights.")
     ] = 0.5,

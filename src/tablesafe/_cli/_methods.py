@@ -10,8 +10,9 @@ the server and the Python API.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 from pydantic import ValidationError
 
 from tablesafe._errors import ParameterError
@@ -19,6 +20,19 @@ from tablesafe._protection import Protection, protection_from_settings
 
 #: Methods the command line knows, for messages.
 METHODS = ("none", "ckm", "dp", "pram", "q", "q-records", "ptable:FILE")
+
+
+# The protection options, declared once for every command that takes them.
+EpsilonOption = Annotated[float, typer.Option(help="dp: epsilon.")]
+CapOption = Annotated[int, typer.Option(help="dp, q: cap.")]
+RateOption = Annotated[float, typer.Option(help="q, q-records: rate.")]
+MaxDeviationOption = Annotated[int, typer.Option(help="ckm: maximum deviation D.")]
+VarianceOption = Annotated[float, typer.Option(help="ckm: variance V.")]
+SeedsOption = Annotated[str, typer.Option(help="cellkey or dynamic.")]
+SecretEnvOption = Annotated[
+    str | None, typer.Option(help="Environment variable with the secret (dynamic seeds).")
+]
+AdditivityOption = Annotated[str, typer.Option(help="aggregate, independent or ipf.")]
 
 
 def protection_from_options(

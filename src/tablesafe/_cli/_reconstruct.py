@@ -11,6 +11,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tablesafe._cli._attack import attack_app
+from tablesafe._cli._methods import (
+    AdditivityOption,
+    CapOption,
+    EpsilonOption,
+    MaxDeviationOption,
+    RateOption,
+    SecretEnvOption,
+    SeedsOption,
+    VarianceOption,
+)
 from tablesafe._cli._server import audit_app
 
 if TYPE_CHECKING:
@@ -94,16 +104,14 @@ def reconstruct(
     method: Annotated[
         str, typer.Option(help="Protection: ckm, dp, pram, q, q-records, ptable:FILE, none.")
     ] = "ckm",
-    epsilon: Annotated[float, typer.Option(help="dp: epsilon.")] = 1.0,
-    cap: Annotated[int, typer.Option(help="dp, q: cap.")] = 7,
-    rate: Annotated[float, typer.Option(help="q, q-records: rate.")] = 0.01,
-    max_deviation: Annotated[int, typer.Option(help="ckm: maximum deviation D.")] = 3,
-    variance: Annotated[float, typer.Option(help="ckm: variance V.")] = 1.0,
-    seeds: Annotated[str, typer.Option(help="cellkey or dynamic.")] = "cellkey",
-    secret_env: Annotated[
-        str | None, typer.Option(help="Environment variable with the secret (dynamic seeds).")
-    ] = None,
-    additivity: Annotated[str, typer.Option(help="aggregate, independent or ipf.")] = "aggregate",
+    epsilon: EpsilonOption = 1.0,
+    cap: CapOption = 7,
+    rate: RateOption = 0.01,
+    max_deviation: MaxDeviationOption = 3,
+    variance: VarianceOption = 1.0,
+    seeds: SeedsOption = "cellkey",
+    secret_env: SecretEnvOption = None,
+    additivity: AdditivityOption = "aggregate",
     min_cell_size: Annotated[
         int, typer.Option(help="Small-cell rule: protected counts below this are suppressed.")
     ] = 0,

@@ -8,6 +8,16 @@ from typing import Annotated, Any
 import typer
 
 from tablesafe._cli import app
+from tablesafe._cli._methods import (
+    AdditivityOption,
+    CapOption,
+    EpsilonOption,
+    MaxDeviationOption,
+    RateOption,
+    SecretEnvOption,
+    SeedsOption,
+    VarianceOption,
+)
 from tablesafe._errors import ConfigError, RequestError
 
 
@@ -132,15 +142,13 @@ def table(
             help="Protection: ckm, dp, pram, q, q-records, ptable:FILE, or none (unprotected)."
         ),
     ] = "ckm",
-    epsilon: Annotated[float, typer.Option(help="dp: epsilon.")] = 1.0,
-    cap: Annotated[int, typer.Option(help="dp, q: cap.")] = 7,
-    rate: Annotated[float, typer.Option(help="q, q-records: rate.")] = 0.01,
-    max_deviation: Annotated[int, typer.Option(help="ckm: maximum deviation D.")] = 3,
-    variance: Annotated[float, typer.Option(help="ckm: variance V.")] = 1.0,
-    seeds: Annotated[str, typer.Option(help="cellkey or dynamic.")] = "cellkey",
-    secret_env: Annotated[
-        str | None, typer.Option(help="Environment variable with the secret (dynamic seeds).")
-    ] = None,
+    epsilon: EpsilonOption = 1.0,
+    cap: CapOption = 7,
+    rate: RateOption = 0.01,
+    max_deviation: MaxDeviationOption = 3,
+    variance: VarianceOption = 1.0,
+    seeds: SeedsOption = "cellkey",
+    secret_env: SecretEnvOption = None,
     weight_noise: Annotated[
         float, typer.Option(help="Noise on weighted figures, in mean weights (0 to 10).")
     ] = 0.5,
@@ -151,7 +159,7 @@ def table(
     se_min_count: Annotated[
         int, typer.Option(help="Smallest protected count with a published standard error.")
     ] = 10,
-    additivity: Annotated[str, typer.Option(help="aggregate, independent or ipf.")] = "aggregate",
+    additivity: AdditivityOption = "aggregate",
     config: Annotated[
         Path | None,
         typer.Option(help="Site configuration: use the protection it fixes for this dataset."),
