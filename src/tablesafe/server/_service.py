@@ -234,20 +234,15 @@ class TableService:
         else:
             table, universe_n, fingerprint, groups, cells = cached
         universe = plain_universe(request.universe, request.groupings, s.dataset.catalog)
-        sliver_guard(
-            store=self.audit,
-            key_id=who.id,
-            dataset=name,
-            universe=universe,
-            size=universe_n,
-            fingerprint=fingerprint,
-            rules=rules,
-            count=lambda a, b: self._count(s, intersect_universes(s.dataset.catalog, a, b)),
-        )
-        # Every merged group of a custom grouping is a record set of its own:
-        # one that differs from an answered universe or group by a few records
-        # is a sliver, as a universe would be.
-        for group, size, group_fp in groups:
+
+        def count(a: Mapping[str, Sequence[Code]], b: Mapping[str, Sequence[Code]]) -> int:
+            return self._count(s, intersect_universes(s.dataset.catalog, a, b))
+
+        # The universe, and every merged group of a custom grouping (a record set
+        # of its own): one that differs from an answered universe or group by a
+        # few records is a sliver.
+        record_sets = [(universe, universe_n, fingerprint), *groups]
+        for group, size, group_fp in record_sets:
             sliver_guard(
                 store=self.audit,
                 key_id=who.id,
@@ -256,7 +251,7 @@ class TableService:
                 size=size,
                 fingerprint=group_fp,
                 rules=rules,
-                count=lambda a, b: self._count(s, intersect_universes(s.dataset.catalog, a, b)),
+                count=count,
             )
         # The record sets the table breaks down, against those already published.
         cell_sliver_guard(
@@ -265,13 +260,12 @@ class TableService:
             dataset=name,
             sets=cells,
             rules=rules,
-            count=lambda a, b: self._count(s, intersect_universes(s.dataset.catalog, a, b)),
+            count=count,
         )
         if table is None:
             table = apply_small_cell_rule(s.builder.protect(request, plan, agg), rules)
             self._store(cache_key, (table, universe_n, fingerprint, groups, cells))
-        self.audit.remember_universe(who.id, name, universe, universe_n, fingerprint)
-        for group, size, group_fp in groups:
+        for group, size, group_fp in record_sets:
             self.audit.remember_universe(who.id, name, group, size, group_fp)
         self.audit.remember_sets(who.id, name, cells)
         return table
