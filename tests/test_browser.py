@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import shutil
 import socket
@@ -26,10 +27,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def served(demo_dir, tmp_path_factory):
+@contextlib.contextmanager
+def running(site):
+    """Serve ``site`` with uvicorn on a free port, in a thread; yield its URL."""
     import uvicorn
 
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(site), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            if httpx.get(f"{url}/api/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def served(demo_dir, tmp_path_factory):
     base = tmp_path_factory.mktemp("site")
     site = load_site_config(
         data={
@@ -44,22 +68,8 @@ def served(demo_dir, tmp_path_factory):
             ],
         }
     )
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(site), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            if httpx.get(f"{url}/api/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    yield url
-    server.should_exit = True
-    thread.join(timeout=10)
+    with running(site) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

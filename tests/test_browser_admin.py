@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import threading
-import time
-
 import httpx
 import pytest
 
 from tablesafe._settings import load_site_config
-from tablesafe.server import create_app, hash_key
-from test_browser import browser, free_port  # noqa: F401  (the Chromium fixture)
+from tablesafe.server import hash_key
+from test_browser import browser, running  # noqa: F401  (the Chromium fixture)
 from test_server import ADMIN_KEY, USER_KEY
 
 pytestmark = pytest.mark.system
@@ -18,8 +15,6 @@ pytestmark = pytest.mark.system
 
 @pytest.fixture(scope="module")
 def keyed_site(demo_dir, tmp_path_factory):
-    import uvicorn
-
     base = tmp_path_factory.mktemp("admin-site")
     site = load_site_config(
         data={
@@ -38,30 +33,16 @@ def keyed_site(demo_dir, tmp_path_factory):
             ],
         }
     )
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(site), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            if httpx.get(f"{url}/api/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    for dims in (["SEX", "AGEGRP"], ["SEX", "REGION"], ["AGEGRP", "REGION"]):
-        r = httpx.post(
-            f"{url}/api/datasets/demo/tables",
-            json={"dimensions": dims},
-            headers={"x-api-key": USER_KEY},
-            timeout=30,
-        )
-        assert r.status_code == 200, r.text
-    yield url
-    server.should_exit = True
-    thread.join(timeout=10)
+    with running(site) as url:
+        for dims in (["SEX", "AGEGRP"], ["SEX", "REGION"], ["AGEGRP", "REGION"]):
+            r = httpx.post(
+                f"{url}/api/datasets/demo/tables",
+                json={"dimensions": dims},
+                headers={"x-api-key": USER_KEY},
+                timeout=30,
+            )
+            assert r.status_code == 200, r.text
+        yield url
 
 
 def test_admin_sees_the_cumulative_risk_and_runs_an_audit(keyed_site, browser):  # noqa: F811
