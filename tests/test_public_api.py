@@ -62,6 +62,7 @@ def test_top_level_all_is_pinned():
 
 def test_engines_all_is_pinned():
     assert set(tablesafe.engines.__all__) == {
+        "CubeCache",
         "DatasetSummary",
         "DuckDBEngine",
         "Engine",
@@ -89,10 +90,11 @@ def test_error_hierarchy():
 
 
 def test_engines_satisfy_the_protocol():
-    from tablesafe.engines import DuckDBEngine, Engine, MemoryEngine
+    from tablesafe.engines import CubeCache, DuckDBEngine, Engine, MemoryEngine
 
     assert isinstance(DuckDBEngine(), Engine)
     assert isinstance(MemoryEngine(), Engine)
+    assert isinstance(CubeCache(MemoryEngine()), Engine)
 
 
 def test_postprocess_all_is_pinned():

@@ -12,9 +12,14 @@ import pytest
 from tablesafe._dataset import Dataset
 from tablesafe._keys import KEY_MODULUS, cell_keys
 from tablesafe._request import TableRequest
-from tablesafe.engines import DuckDBEngine, MemoryEngine
+from tablesafe.engines import CubeCache, DuckDBEngine, MemoryEngine
 
-ENGINES = {"duckdb": DuckDBEngine, "memory": MemoryEngine}
+ENGINES = {
+    "duckdb": DuckDBEngine,
+    "memory": MemoryEngine,
+    # Derived from cached cubes: the same integers as a direct query.
+    "cube": lambda: CubeCache(MemoryEngine()),
+}
 
 
 def exact_sum(values: pd.Series) -> float:

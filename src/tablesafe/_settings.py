@@ -96,6 +96,23 @@ class EngineSettings(BaseModel):
         "its file for every query.",
     )
     spark_master: str = Field("local[*]", description="Spark master URL when kind = 'spark'.")
+    cube_cache: bool = Field(
+        True,
+        description="Answer tables from cached cubes: one scan per set of variables, then "
+        "any universe over them from memory, with the same bytes.",
+    )
+    max_cube_cells: int = Field(
+        2_000_000,
+        gt=0,
+        description="Largest cube built (product of its variables' category counts, totals "
+        "included); a table needing a larger one is computed directly.",
+    )
+    max_cached_rows: int = Field(
+        10_000_000,
+        gt=0,
+        description="Nonzero cube cells kept in memory in all; least recently used cubes go "
+        "first.",
+    )
 
 
 class ProtectionSettings(BaseModel):

@@ -8,11 +8,13 @@ from tablesafe._lazy import attach
 
 if TYPE_CHECKING:
     from tablesafe.engines._base import DatasetSummary, Engine
+    from tablesafe.engines._cube import CubeCache
     from tablesafe.engines._duckdb import DuckDBEngine
     from tablesafe.engines._memory import MemoryEngine
     from tablesafe.engines._spark import SparkEngine
 
 _EXPORTS = {
+    "CubeCache": "tablesafe.engines._cube",
     "DatasetSummary": "tablesafe.engines._base",
     "DuckDBEngine": "tablesafe.engines._duckdb",
     "Engine": "tablesafe.engines._base",
@@ -22,4 +24,4 @@ _EXPORTS = {
 
 __getattr__, __dir__ = attach(__name__, _EXPORTS)
 
-__all__ = ["DatasetSummary", "DuckDBEngine", "Engine", "MemoryEngine", "SparkEngine"]
+__all__ = ["CubeCache", "DatasetSummary", "DuckDBEngine", "Engine", "MemoryEngine", "SparkEngine"]

@@ -123,6 +123,17 @@ class TableService:
 
     def _engine(self, ds: DatasetSettings) -> Any:
         es = self.site.engine
+        engine = self._reader(ds)
+        if not es.cube_cache:
+            return engine
+        from tablesafe.engines import CubeCache
+
+        return CubeCache(
+            engine, max_cube_cells=es.max_cube_cells, max_cached_rows=es.max_cached_rows
+        )
+
+    def _reader(self, ds: DatasetSettings) -> Any:
+        es = self.site.engine
         if es.kind == "duckdb":
             from tablesafe.engines import DuckDBEngine
 

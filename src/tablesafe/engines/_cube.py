@@ -1,0 +1,304 @@
+"""Answer tables from cached cubes: one scan per set of variables, not per table.
+
+A census table builder is asked the same variables over and over with
+different universes: area by age by sex for each age band, each tenure,
+each ethnic group. :class:`CubeCache` wraps any engine. For each set of
+microdata columns a table reads (its dimensions' and its universe's), it
+asks the wrapped engine once for the *cube*: the exact aggregates of every
+combination of those columns' codes, over all records, with no universe.
+Every later table over the same columns (any universe, grouping, category
+subset or margins) is derived from the cube in memory.
+
+The derivation is exact, bit for bit: every aggregate of a cell is an
+integer sum (counts, record-key sums modulo 2**32, fixed-point weight and
+replicate sums; :mod:`tablesafe._fixed`), and the cube's cells partition
+the records, so adding the cube cells of a table cell gives the same
+integers as adding its records. The derived rows go through the engines'
+one assembly function (:func:`~tablesafe.engines._base.assemble_grouped`),
+so derived and directly computed aggregates are the same arrays. Tables
+with magnitudes, cubes larger than the cache's limit, and fixed-point sums
+beyond 2**53 (where the float round trip would not be exact) go to the
+wrapped engine unchanged.
+
+What the cache changes for an attacker: nothing in what is published (the
+same request gives the same bytes, cached or not). Its timing shows
+whether some table over the same variables was asked before, by anyone; it
+says nothing about the microdata (docs/decisions.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tablesafe._aggregates import KEY_MODULUS, CellAggregates
+from tablesafe._dataset import Dataset
+from tablesafe._errors import ConfigError
+from tablesafe._fixed import FIXED_SCALE
+from tablesafe._request import DimensionPlan, TabulationPlan
+from tablesafe.engines._base import DatasetSummary, assemble_grouped
+
+__all__ = ["CubeCache"]
+
+#: Fixed-point sums up to this size survive the float round trip exactly.
+_EXACT_LIMIT = float(2**53)
+
+
+@dataclass(frozen=True, eq=False)
+class _Cube:
+    """The nonzero cells of one cube, as rows.
+
+    Attributes:
+        columns: The cube's microdata columns, sorted.
+        codes: Per column, its source variable's codes (position -> code).
+        positions: Per column, each row's code position, shape ``(rows,)``.
+        n: Per-row counts.
+        key: Per-row record-key sums modulo 2**32 (uint64).
+        weight: Per-row fixed-point weight sums, or ``None``.
+        replicates: Per-row fixed-point replicate sums ``(R, rows)``, or ``None``.
+    """
+
+    columns: tuple[str, ...]
+    codes: dict[str, np.ndarray]
+    positions: dict[str, np.ndarray]
+    n: np.ndarray
+    key: np.ndarray
+    weight: np.ndarray | None
+    replicates: np.ndarray | None
+
+    @property
+    def rows(self) -> int:
+        return int(self.n.size)
+
+
+class CubeCache:
+    """An engine that answers tables from cached cubes of a wrapped engine.
+
+    Args:
+        engine: The engine that reads the microdata (DuckDB, Spark, memory).
+        max_cube_cells: The largest cube (the product of its columns' numbers
+            of categories, totals included) that is built; a table needing a
+            larger one goes to ``engine`` directly.
+        max_cached_rows: How many cube rows (nonzero cells) are kept in all;
+            the least recently used cubes are dropped beyond it.
+
+    Raises:
+        ConfigError: for a limit below 1.
+    """
+
+    def __init__(
+        self, engine: Any, *, max_cube_cells: int = 2_000_000, max_cached_rows: int = 10_000_000
+    ) -> None:
+        if max_cube_cells < 1 or max_cached_rows < 1:
+            raise ConfigError(
+                "cube cache limits must be at least 1 (max_cube_cells, max_cached_rows); "
+                "turn the cache off instead of setting 0"
+            )
+        self.engine = engine
+        self.name: str = engine.name
+        self.max_cube_cells = max_cube_cells
+        self.max_cached_rows = max_cached_rows
+        self._cubes: OrderedDict[tuple[object, ...], _Cube] = OrderedDict()
+        self._building: dict[tuple[object, ...], threading.Lock] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    # -- the engine protocol: everything but tabulate goes to the wrapped engine -------
+
+    def validate(self, dataset: Dataset) -> DatasetSummary:
+        """Check the microdata (the wrapped engine's check)."""
+        summary: DatasetSummary = self.engine.validate(dataset)
+        return summary
+
+    def ensure_valid(self, dataset: Dataset) -> DatasetSummary:
+        """Validate once per file version (the wrapped engine's memory)."""
+        summary: DatasetSummary = self.engine.ensure_valid(dataset)
+        return summary
+
+    def select(self, *args: Any, **kwargs: Any) -> Any:
+        """Record-level selection needs the records: the wrapped engine's."""
+        return self.engine.select(*args, **kwargs)
+
+    def close(self) -> None:
+        """Drop the cubes and close the wrapped engine."""
+        with self._lock:
+            self._cubes.clear()
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
+
+    def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
+        """The aggregates of ``plan``, derived from its cube when one serves."""
+        cube_plan = self._cube_plan(dataset, plan)
+        if cube_plan is None:
+            return self.engine.tabulate(dataset, plan)  # type: ignore[no-any-return]
+        cube = self._cube(dataset, cube_plan)
+        if cube is None:
+            return self.engine.tabulate(dataset, plan)  # type: ignore[no-any-return]
+        return _derive(cube, plan)
+
+    # -- cubes ---------------------------------------------------------------------------
+
+    def _cube_plan(self, dataset: Dataset, plan: TabulationPlan) -> TabulationPlan | None:
+        if plan.magnitudes:
+            return None
+        columns = sorted({d.column for d in plan.dimensions} | {c for c, _ in plan.universe})
+        by_column = {v.column: v for v in dataset.catalog.source_variables}
+        if any(c not in by_column for c in columns):
+            return None
+        dims = tuple(DimensionPlan.from_variable(by_column[c]) for c in columns)
+        cells = 1
+        for d in dims:
+            cells *= d.size + 1
+        if cells > self.max_cube_cells:
+            return None
+        return TabulationPlan(
+            dimensions=dims,
+            universe=(),
+            grouping_sets=(tuple(range(len(dims))),),
+            record_key=plan.record_key,
+            weight=plan.weight,
+            replicates=plan.replicates,
+        )
+
+    def _cube(self, dataset: Dataset, cube_plan: TabulationPlan) -> _Cube | None:
+        st = dataset.path.stat()
+        key = (
+            str(dataset.path.resolve()),
+            st.st_size,
+            st.st_mtime_ns,
+            id(dataset.catalog),
+            tuple(d.column for d in cube_plan.dimensions),
+            cube_plan.record_key,
+            cube_plan.weight,
+            cube_plan.replicates,
+        )
+        with self._lock:
+            cube = self._cubes.get(key)
+            if cube is not None:
+                self._cubes.move_to_end(key)
+                self.hits += 1
+                return cube
+            building = self._building.setdefault(key, threading.Lock())
+        # One build per cube: concurrent requests for it wait for the first.
+        with building:
+            with self._lock:
+                cube = self._cubes.get(key)
+                if cube is not None:
+                    self.hits += 1
+                    return cube
+                self.misses += 1
+            agg = self.engine.tabulate(dataset, cube_plan)
+            cube = _rows_of(cube_plan, agg)
+            with self._lock:
+                self._building.pop(key, None)
+                if cube is None or cube.rows > self.max_cached_rows:
+                    return cube
+                self._cubes[key] = cube
+                total = sum(c.rows for c in self._cubes.values())
+                while total > self.max_cached_rows and len(self._cubes) > 1:
+                    _, dropped = self._cubes.popitem(last=False)
+                    total -= dropped.rows
+            return cube
+
+
+def _to_fixed(values: np.ndarray) -> np.ndarray | None:
+    """Fixed-point integers back from the engine's floats, or ``None`` if not exact."""
+    if values.size and float(np.abs(values).max()) * FIXED_SCALE >= _EXACT_LIMIT:
+        return None
+    return np.rint(values * float(FIXED_SCALE)).astype(np.int64)
+
+
+def _rows_of(plan: TabulationPlan, agg: CellAggregates) -> _Cube | None:
+    """The nonzero inner cells of a cube's aggregates, as rows."""
+    inner = agg.inner
+    n = agg.n[inner]
+    nonzero = np.nonzero(n.reshape(-1))[0]
+    shape = n.shape
+    idx = np.unravel_index(nonzero, shape)
+    weight = None
+    if agg.weight_sum is not None:
+        weight = _to_fixed(agg.weight_sum[inner].reshape(-1)[nonzero])
+        if weight is None:
+            return None
+    reps = None
+    if agg.replicate_sums is not None:
+        r = agg.replicate_sums[(slice(None), *inner)].reshape(agg.replicate_sums.shape[0], -1)
+        reps = _to_fixed(r[:, nonzero])
+        if reps is None:
+            return None
+    positions = {}
+    codes = {}
+    for i, d in enumerate(plan.dimensions):
+        smallest = np.uint8 if d.size <= 255 else np.uint16 if d.size <= 65535 else np.int64
+        positions[d.column] = idx[i].astype(smallest)
+        codes[d.column] = np.asarray(d.codes)
+    return _Cube(
+        columns=tuple(d.column for d in plan.dimensions),
+        codes=codes,
+        positions=positions,
+        n=n.reshape(-1)[nonzero].astype(np.int64),
+        key=agg.cell_key[inner].reshape(-1)[nonzero].astype(np.uint64),
+        weight=weight,
+        replicates=reps,
+    )
+
+
+def _derive(cube: _Cube, plan: TabulationPlan) -> CellAggregates:
+    """The aggregates of ``plan`` from ``cube``: the rows its engine query would group."""
+    keep = np.ones(cube.rows, dtype=bool)
+    for column, allowed in plan.universe:
+        inside = np.isin(cube.codes[column], np.asarray(allowed))
+        keep &= inside[cube.positions[column]]
+    rows = np.nonzero(keep)[0]
+    # Group the universe's rows by the dimensions' columns (the query's inner cells).
+    dim_columns = list(dict.fromkeys(d.column for d in plan.dimensions))
+    if dim_columns:
+        sizes = [cube.codes[c].size for c in dim_columns]
+        flat = np.ravel_multi_index(
+            tuple(cube.positions[c][rows].astype(np.int64) for c in dim_columns), sizes
+        )
+        cells, inverse = np.unique(flat, return_inverse=True)
+        cell_pos = np.unravel_index(cells, sizes)
+    else:
+        cells = np.zeros(1 if rows.size else 0, dtype=np.int64)
+        inverse = np.zeros(rows.size, dtype=np.int64)
+        cell_pos = ()
+    m = cells.size
+
+    def add(values: np.ndarray, dtype: type) -> np.ndarray:
+        out: np.ndarray = np.zeros(m, dtype=dtype)
+        np.add.at(out, inverse, values[rows].astype(dtype))
+        return out
+
+    n = add(cube.n, np.int64)
+    key = add(cube.key, np.uint64) % np.uint64(KEY_MODULUS)
+    weight = None if cube.weight is None or plan.weight is None else add(cube.weight, np.int64)
+    reps = None
+    if cube.replicates is not None and plan.replicates:
+        reps = np.stack([add(r, np.int64) for r in cube.replicates])
+    raw = {c: cube.codes[c][p] for c, p in zip(dim_columns, cell_pos, strict=True)}
+    # One copy of the inner rows per grouping set, flagged as the query's
+    # GROUPING() would flag them; assembly adds the copies into the margins.
+    k = len(plan.dimensions)
+    sets = plan.grouping_sets
+    grouping = np.concatenate(
+        [
+            np.full(m, sum(1 << (k - 1 - i) for i in range(k) if i not in gs), dtype=np.int64)
+            for gs in sets
+        ]
+    )
+    return assemble_grouped(
+        plan,
+        grouping=grouping,
+        codes=[np.tile(raw[d.column], len(sets)) for d in plan.dimensions],
+        n=np.tile(n, len(sets)),
+        key_sum=np.tile(key, len(sets)),
+        weight_sum=None if weight is None else np.tile(weight, len(sets)),
+        replicate_sums=None if reps is None else np.tile(reps, (1, len(sets))),
+    )
