@@ -167,6 +167,12 @@ class TableBuilder:
         request = request.coerced(cat)
         plan = request.bind(cat, max_dimensions=self.max_dimensions)
         full_plan = replace(plan, grouping_sets=replace(request, margins="all").grouping_sets())
+        if full_plan.magnitudes:
+            from tablesafe._magnitude_sums import with_top
+
+            # Only as many largest contributions as the site's protection uses.
+            top = self.magnitude_protection.top_needed()
+            full_plan = replace(full_plan, magnitudes=with_top(full_plan.magnitudes, top))
         agg = self.engine.tabulate(self.dataset, full_plan)
         return self.protect(request, plan, agg)
 

@@ -22,7 +22,7 @@ multiset's largest elements are unique).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +38,7 @@ __all__ = [
     "sums_from_records",
     "top_from_records",
     "top_of_margins",
+    "with_top",
 ]
 
 #: How many of a cell's largest contributions engines return.
@@ -95,6 +96,13 @@ def magnitude_sql(
     x = f"CAST({ident(mag.column)} AS DOUBLE)"
     if mag.weight is not None:
         x = f"({x} * CAST({ident(mag.weight)} AS DOUBLE))"
+    if mag.top == 1:
+        # The largest alone is a plain MAX: no list (DuckDB's max(x, k) and Spark's
+        # sorted list cost many times a MAX per record).
+        return [
+            f"SUM({magnitude_fixed_sql(x)}) AS ts_m{i}",
+            f"MAX(ABS({x})) AS ts_l{i}",
+        ], [f"CAST(SUM(ts_m{i}) AS BIGINT) AS ts_m{i}", f"MAX(ts_l{i}) AS ts_t{i}_1"]
     inner = [
         f"SUM({magnitude_fixed_sql(x)}) AS ts_m{i}",
         f"{top_inner(f'ABS({x})', mag.top)} AS ts_l{i}",
@@ -103,6 +111,13 @@ def magnitude_sql(
         f"MAX({top_item(f'ts_l{i}', j)}) AS ts_t{i}_{j}" for j in range(1, mag.top + 1)
     ]
     return inner, outer
+
+
+def with_top(plans: Sequence[MagnitudePlan], top: int) -> tuple[MagnitudePlan, ...]:
+    """The magnitude plans asking for ``top`` largest contributions per cell (1 to ``TOP_K``)."""
+    if not 1 <= top <= TOP_K:
+        raise ValueError(f"top must lie in 1..{TOP_K}, not {top}")
+    return tuple(replace(m, top=top) for m in plans)
 
 
 def merge_top(

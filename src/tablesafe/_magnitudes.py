@@ -43,7 +43,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import ParameterError, RequestError
+from tablesafe._errors import InternalError, ParameterError, RequestError
 from tablesafe._magnitude_catalog import Magnitude
 
 __all__ = [
@@ -305,6 +305,21 @@ class MagnitudeProtection:
         for r in (self.rounding, self.mean_rounding):
             Rounding.parse(r)
 
+    def top_needed(self) -> int:
+        """How many largest contributions per cell the protection and the rules use.
+
+        The cell-key method perturbs by the ``top_k`` largest, the dominance
+        ``(n, k)`` rule sums the ``n`` largest and the p% rule needs two; at
+        least one (the largest, for cells without records). Engines compute
+        no more than this (each further one costs a top-k aggregate per record).
+        """
+        k = self.top_k if self.method == "ckm" else 1
+        if self.dominance is not None:
+            k = max(k, self.dominance[0])
+        if self.p_percent is not None:
+            k = max(k, 2)
+        return k
+
     def ptable(self) -> NumPTable:
         """The numeric ptable (built once per parameters)."""
         return _cached_ptable(self.D, float(self.V), self.step, self.icat)
@@ -481,6 +496,11 @@ def protect_magnitudes(
     for name in names:
         sums = agg.magnitudes[name]
         total, top = sums.total, sums.top
+        if top.shape[0] < prot.top_needed():
+            raise InternalError(
+                f"magnitude {name} comes with {top.shape[0]} largest contributions per cell; "
+                f"the protection needs {prot.top_needed()}"
+            )
         flags = np.zeros(total.shape, dtype=bool)
         if prot.dominance is not None:
             flags |= dominance_rule(total, top, *prot.dominance)
