@@ -282,7 +282,30 @@ def output_costs(folder: Path, repeat: int) -> dict[str, float]:
 # -- served latency ---------------------------------------------------------------------------
 
 
-def served_latency(folder: Path, clients: int = 16, requests_each: int = 8) -> dict[str, float]:
+def served_body(mix: str, i: int) -> dict[str, object]:
+    """Request ``i`` of a client mix of area-level tables.
+
+    ``age-bands``: universes over age bands, which the server's cube of AREA x
+    AGE x SEX answers after its first scan. ``other``: universes over one
+    marital status and one tenure, whose cube (3.2 million cells) is over the
+    cache's limit, so every table is a query of the microdata.
+    """
+    if mix == "age-bands":
+        lo = i % 90
+        universe: dict[str, list[int]] = {"AGE": list(range(lo, lo + 11))}
+    else:
+        universe = {"MARSTAT": [1 + i % 5], "TENURE": [1 + (i // 5) % 4]}
+    return {"dimensions": ["AREA", "AGE", "SEX"], "universe": universe, "statistic": "count"}
+
+
+def served_latency(
+    folder: Path,
+    clients: int = 16,
+    requests_each: int = 8,
+    *,
+    mix: str = "age-bands",
+    cube_cache: bool = True,
+) -> dict[str, object]:
     import httpx
 
     tmp = Path(tempfile.mkdtemp(prefix="ts-census-"))
@@ -296,6 +319,7 @@ def served_latency(folder: Path, clients: int = 16, requests_each: int = 8) -> d
             [engine]
             kind = "duckdb"
             materialize = true
+            cube_cache = {"true" if cube_cache else "false"}
             [[datasets]]
             name = "census"
             path = "{folder}"
@@ -338,13 +362,7 @@ def served_latency(folder: Path, clients: int = 16, requests_each: int = 8) -> d
         def client(c: int) -> None:
             with httpx.Client(timeout=600) as http:
                 for j in range(requests_each):
-                    # Area-level tables over different universes (an age band each).
-                    lo = (c * requests_each + j) % 90
-                    body = {
-                        "dimensions": ["AREA", "AGE", "SEX"],
-                        "universe": {"AGE": list(range(lo, lo + 11))},
-                        "statistic": "count",
-                    }
+                    body = served_body(mix, c * requests_each + j)
                     t0 = time.perf_counter()
                     http.post(url, json=body).raise_for_status()
                     with lock:
@@ -356,7 +374,15 @@ def served_latency(folder: Path, clients: int = 16, requests_each: int = 8) -> d
         for t in threads:
             t.join()
         q = np.quantile(latencies, [0.5, 0.99])
-        return {"clients": clients, "requests": len(latencies), "p50_s": q[0], "p99_s": q[1]}
+        return {
+            "mix": mix,
+            "cube_cache": cube_cache,
+            "clients": clients,
+            "requests": len(latencies),
+            "p50_s": q[0],
+            "p99_s": q[1],
+            "max_s": max(latencies),
+        }
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -369,6 +395,8 @@ def main() -> None:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--skip-server", action="store_true")
+    ap.add_argument("--skip-methods", action="store_true")
+    ap.add_argument("--skip-cli", action="store_true")
     ap.add_argument("--json", type=Path, help="also write the results to this file")
     args = ap.parse_args()
     methods = args.methods.split(",")
@@ -378,8 +406,9 @@ def main() -> None:
         f"census-like data, {args.records:,} records: {folder} ({time.perf_counter() - t0:.0f} s)"
     )
     results: dict[str, object] = {"records": args.records}
-    print("time against a plain GROUP BY of the same cells (DuckDB, Parquet scan, median):")
-    results["methods"] = time_methods(folder, methods, args.repeat)
+    if not args.skip_methods:
+        print("time against a plain GROUP BY of the same cells (DuckDB, Parquet scan, median):")
+        results["methods"] = time_methods(folder, methods, args.repeat)
     if not args.skip_memory:
         print("resident memory (MiB), fresh process: before, peak of tabulation, peak of method:")
         mem = []
@@ -402,17 +431,26 @@ def main() -> None:
                     flush=True,
                 )
         results["memory"] = mem
-    print("command line (wall time, best of 3):")
-    results["cli"] = cli_costs(folder)
-    for k, v in results["cli"].items():
-        print(f"  {k:<22} {v:6.3f} s")
-    print("writing the 107k-cell AREA x AGE x SEX table:")
-    results["output"] = output_costs(folder, args.repeat)
-    print(f"  {results['output']}")
+    if not args.skip_cli:
+        print("command line (wall time, best of 3):")
+        results["cli"] = cli_costs(folder)
+        for k, v in results["cli"].items():
+            print(f"  {k:<22} {v:6.3f} s")
+        print("writing the 107k-cell AREA x AGE x SEX table:")
+        results["output"] = output_costs(folder, args.repeat)
+        print(f"  {results['output']}")
     if not args.skip_server:
-        print("served AREA x AGE x SEX tables, 16 clients:")
-        results["served"] = served_latency(folder)
-        print(f"  {results['served']}")
+        print("served AREA x AGE x SEX tables, 16 clients x 8 requests (seconds):")
+        served = []
+        for mix, cube in (("age-bands", True), ("age-bands", False), ("other", True)):
+            r = served_latency(folder, mix=mix, cube_cache=cube)
+            served.append(r)
+            print(
+                f"  {mix:<10} cube cache {'on ' if cube else 'off'}   p50 {r['p50_s']:6.2f}   "
+                f"p99 {r['p99_s']:6.2f}   max {r['max_s']:6.2f}",
+                flush=True,
+            )
+        results["served"] = served
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

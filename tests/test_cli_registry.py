@@ -1,0 +1,48 @@
+"""The command line registers only the command it runs, and the map of commands is whole."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tablesafe._cli import COMMAND_MODULES, get_app
+
+
+def _modules(info) -> set[str]:
+    """Modules defining a registered command or group (recursively)."""
+    if getattr(info, "typer_instance", None) is not None:
+        t = info.typer_instance
+        out = {c.callback.__module__ for c in t.registered_commands}
+        for g in t.registered_groups:
+            out |= _modules(g)
+        return out
+    return {info.callback.__module__}
+
+
+def test_every_command_is_mapped_to_the_modules_that_define_it():
+    app = get_app()
+    # A command registered without a name takes its function's, with dashes.
+    registered = {
+        c.name or c.callback.__name__.replace("_", "-"): _modules(c)
+        for c in app.registered_commands
+    }
+    registered.update({g.name: _modules(g) for g in app.registered_groups})
+    assert set(registered) == set(COMMAND_MODULES)
+    for name, modules in registered.items():
+        mapped = {f"tablesafe._cli.{m}" for m in COMMAND_MODULES[name]}
+        # Commands defined in the package's __init__ (version) need no import.
+        assert modules - {"tablesafe._cli"} <= mapped, name
+
+
+def test_running_one_command_imports_only_its_modules(tmp_path):
+    code = (
+        "import sys\n"
+        "sys.argv = ['tablesafe', 'version']\n"
+        "from tablesafe._cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('tablesafe._cli.')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]"
