@@ -3,7 +3,8 @@
 Sum and mean of income by area x age x sex (350 x 100 x 2 inner cells and
 every margin) on a synthetic Parquet file of ``--records`` records (income
 lognormal with 30% zeros and a Pareto tail). Timed in the same process, on
-the same file, DuckDB with ``--threads`` threads, best of ``--repeat``:
+the same file, DuckDB with ``--threads`` threads, best of ``--repeat``
+rounds (each round runs every variant once, so load changes weigh on all):
 
 * ``plain``: ``SELECT AREA, AGE, SEX, COUNT(*), SUM(INCOME) ... GROUP BY``
   (inner cells only, float sums: the baseline);
@@ -11,11 +12,15 @@ the same file, DuckDB with ``--threads`` threads, best of ``--repeat``:
   magnitudes (counts and cell keys of every cell: what any table costs);
 * ``query``: tablesafe's tabulation of ``count,sum:INCOME,mean:INCOME``
   (``DuckDBEngine.tabulate``: one GROUPING SETS query with counts, cell
-  keys, fixed-point sums and the three largest contributions of every cell,
-  assembled into the cell arrays);
+  keys, fixed-point sums and the two largest contributions of every cell,
+  as many as the default protection uses, assembled into the cell arrays);
 * ``table``: the whole protected table (``TableBuilder.build``: the query,
   the count ptable, the cell-key method for magnitudes, rules, rounding),
-  with the numeric ptable already built.
+  with the numeric ptable already built; the defaults use the two largest
+  contributions per cell (``top_k`` 2 and the p% rule);
+* ``table, one largest``: the same with ``top_k = 1`` and no p% rule (the
+  dominance (1, k) rule only), where engines compute a plain ``MAX``
+  instead of DuckDB's ``max(x, k)``.
 
 Prints each time and its ratio to ``plain`` (target for ``query`` and
 ``table``: within 1.5x).
@@ -26,7 +31,10 @@ Usage: python benchmarks/bench_magnitudes.py [--records 10000000] [--repeat 3] [
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -38,6 +46,8 @@ from tablesafe._builder import TableBuilder
 from tablesafe._catalog import Catalog
 from tablesafe._cli._methods import protection_from_options
 from tablesafe._dataset import Dataset
+from tablesafe._magnitude_sums import with_top
+from tablesafe._magnitudes import MagnitudeProtection
 from tablesafe._request import TableRequest
 from tablesafe.engines import DuckDBEngine
 
@@ -83,13 +93,19 @@ def make(records: int) -> Path:
     return folder
 
 
-def best(fn: object, repeat: int) -> float:
-    times = []
+def best(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """Best time of each function over ``repeat`` rounds, the functions interleaved.
+
+    Each round runs every function once, so a change of the machine's load
+    during the run weighs on all of them alike (the machine is shared).
+    """
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
-        t = time.perf_counter()
-        fn()  # type: ignore[operator]
-        times.append(time.perf_counter() - t)
-    return min(times)
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: min(ts) for name, ts in times.items()}
 
 
 def main() -> None:
@@ -100,6 +116,7 @@ def main() -> None:
     args = parser.parse_args()
 
     folder = make(args.records)
+    load_before = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     ds = Dataset.open(folder)
     engine = DuckDBEngine(threads=args.threads)
     engine.ensure_valid(ds)
@@ -113,20 +130,42 @@ def main() -> None:
         ("AREA", "AGE", "SEX"), statistic="count", magnitudes=("sum:INCOME", "mean:INCOME")
     )
     plan = request.bind(ds.catalog)
+    # As the builder asks: as many largest contributions as the default protection uses (2).
+    top = MagnitudeProtection().top_needed()
+    plan = dataclasses.replace(plan, magnitudes=with_top(plan.magnitudes, top))
     builder = TableBuilder(ds, protection_from_options("ckm"), engine=engine)
     builder.build(request)  # warm: numeric ptable, count ptable, file cache
 
-    plain = best(lambda: con.sql(plain_sql).fetchnumpy(), args.repeat)
     counts_plan = TableRequest(("AREA", "AGE", "SEX"), statistic="count").bind(ds.catalog)
-    counts = best(lambda: engine.tabulate(ds, counts_plan), args.repeat)
-    query = best(lambda: engine.tabulate(ds, plan), args.repeat)
-    table = best(lambda: builder.build(request), args.repeat)
+    one = TableBuilder(
+        ds,
+        protection_from_options("ckm"),
+        engine=engine,
+        magnitudes=MagnitudeProtection(top_k=1, p_percent=None),
+    )
+    one.build(request)
+    t = best(
+        {
+            "plain": lambda: con.sql(plain_sql).fetchnumpy(),
+            "counts": lambda: engine.tabulate(ds, counts_plan),
+            "query": lambda: engine.tabulate(ds, plan),
+            "table": lambda: builder.build(request),
+            "table1": lambda: one.build(request),
+        },
+        args.repeat,
+    )
+    plain, counts, query, table, table1 = (
+        t[k] for k in ("plain", "counts", "query", "table", "table1")
+    )
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"records {args.records:,}, DuckDB threads {args.threads}, best of {args.repeat}")
+    print(f"  load average before/after: {load_before} / {load}")
     print("  area x age x sex: 70,000 inner cells, all margins; sum and mean of income")
     print(f"  plain GROUP BY with SUM  {plain:7.3f} s   1.00x")
     print(f"  tablesafe counts only    {counts:7.3f} s   {counts / plain:.2f}x")
     print(f"  tablesafe query          {query:7.3f} s   {query / plain:.2f}x")
     print(f"  protected table          {table:7.3f} s   {table / plain:.2f}x")
+    print(f"  table, one largest       {table1:7.3f} s   {table1 / plain:.2f}x")
 
 
 if __name__ == "__main__":
