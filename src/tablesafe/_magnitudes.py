@@ -366,7 +366,9 @@ class MagnitudeProtection:
 
 @functools.lru_cache(maxsize=16)
 def _cached_ptable(D: int, V: float, step: int, icat: tuple[int, ...] | None) -> NumPTable:
-    return num_ptable(D, V, step=step, icat=icat)
+    from tablesafe._num_ptable_cache import cached_num_ptable
+
+    return cached_num_ptable(D, V, step, icat)
 
 
 # -- uniforms from the keys -----------------------------------------------------------------
