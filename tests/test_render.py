@@ -127,3 +127,33 @@ def test_json_cells_are_what_orjson_writes_for_cell_objects():
     expected = orjson.dumps({"meta": meta, "cells": cells})
     for chunk in (1, 16, 1000):
         assert b"".join(iter_json(frame, meta, chunk=chunk)) == expected
+
+
+def test_csv_is_what_the_csv_writer_writes():
+    """Plain values take a joined fast path; anything to quote goes through csv.writer."""
+    import csv
+
+    from tablesafe._render import _csv_value, iter_csv
+
+    def reference(frame: dict) -> str:
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(list(frame))
+        for row in zip(*(a.tolist() for a in frame.values()), strict=True):
+            writer.writerow([_csv_value(v) for v in row])
+        return buf.getvalue()
+
+    n = 60
+    plain = {
+        "AREA": np.array([1, "_T", "x y", None] * 15, dtype=object),
+        "n": np.arange(n),
+        "w": np.linspace(-1e6, 1e-7, n),
+        "flag": np.arange(n) % 3 == 0,
+        "mixed": np.array([True, 1, 1.0, np.nan, "1", None] * 10, dtype=object),
+    }
+    quoted = {**plain, "label": np.array(["a,b", 'say "hi"', "two\nlines", "ok"] * 15)}
+    single = {"only": np.array(["", "a", ""], dtype=object)}
+    for frame in (plain, quoted, single, {k: v[:0] for k, v in plain.items()}):
+        assert to_csv(frame) == reference(frame)
+        for chunk in (1, 7, 1000):
+            assert b"".join(iter_csv(frame, chunk=chunk)).decode() == reference(frame)
