@@ -32,7 +32,13 @@ import numpy.typing as npt
 from tablesafe._errors import ParameterError
 from tablesafe._keys import KEY_MODULUS
 
-__all__ = ["SeedScheme", "cell_key_uniforms", "dynamic_streams", "dynamic_uniforms"]
+__all__ = [
+    "SeedScheme",
+    "cell_key_uniforms",
+    "dynamic_streams",
+    "dynamic_uniforms",
+    "dynamic_words",
+]
 
 #: The two schemes.
 SeedScheme = Literal["cellkey", "dynamic"]
@@ -166,3 +172,70 @@ def _digests(base: hashlib.blake2b, data: bytes, width: int) -> list[bytes]:
         h.update(data[j : j + width])
         out.append(h.digest())
     return out
+
+
+def dynamic_words(
+    cell_key: npt.NDArray[np.uint32],
+    secret: bytes | str,
+    salt: bytes,
+    count: int,
+) -> list[npt.NDArray[np.float64]]:
+    """``count`` independent dynamic-seed uniforms per cell from one keyed hash.
+
+    The hash input of a cell is that of :func:`dynamic_uniforms` (its key sum
+    and those of every margin it belongs to); one keyed BLAKE2b with a digest
+    of ``8 * count`` bytes is split into ``count`` 64-bit words ``h_i``, each
+    giving a uniform ``(h_i + 0.5) / 2**64``. BLAKE2b keyed with the secret is
+    a pseudorandom function, so disjoint words of one digest are as
+    independent and as unpredictable as digests under different salts, at
+    the cost of one hash per cell instead of one per stream. The whole salt
+    is hashed into BLAKE2b's 16-byte salt (no truncation: different salts
+    give different streams), under a personalisation of its own, so these
+    words are unrelated to the draws of :func:`dynamic_streams`.
+
+    Args:
+        cell_key: Extended array of cell keys (uint32).
+        secret: The data owner's secret (at least 16 bytes).
+        salt: Names the family of streams (any length).
+        count: How many uniforms per cell (1 to 8).
+
+    Returns:
+        ``count`` arrays of uniforms in (0, 1), shaped like ``cell_key``.
+    """
+    if not 1 <= count <= 8:
+        raise ParameterError(f"count must lie in 1..8 (64-byte digests), not {count}")
+    key = _secret_bytes(secret)
+    shape = cell_key.shape
+    k = len(shape)
+    totals = tuple(s - 1 for s in shape)
+    keys = np.ascontiguousarray(cell_key, dtype="<u4")
+    outs = [np.full(shape, np.nan) for _ in range(count)]
+    base = hashlib.blake2b(
+        key=key,
+        digest_size=8 * count,
+        person=b"tablesafe-words",
+        salt=hashlib.blake2b(salt, digest_size=16).digest(),
+    )
+    for free in _free_patterns(k):
+        if any(totals[i] == 0 for i in free):
+            continue  # a dimension with no categories has no inner slots
+        grids = np.meshgrid(*[np.arange(totals[i]) for i in free], indexing="ij")
+        size = int(np.prod([totals[i] for i in free]))
+        coords = [
+            grids[free.index(i)].ravel() if i in free else np.full(size, totals[i])
+            for i in range(k)
+        ]
+        parts = [keys[tuple(coords)]]
+        for r in range(1, len(free) + 1):
+            for drop in itertools.combinations(free, r):
+                other = [
+                    np.full_like(c, totals[i]) if i in drop else c for i, c in enumerate(coords)
+                ]
+                parts.append(keys[tuple(other)])
+        message = np.ascontiguousarray(np.stack(parts, axis=1)).view(np.uint8)
+        digests = b"".join(_digests(base, message.tobytes(), message.shape[1]))
+        h = np.frombuffer(digests, dtype="<u8").reshape(size, count)
+        u = (h.astype(np.float64) + 0.5) / _TWO_64
+        for i, out in enumerate(outs):
+            out[tuple(coords)] = u[:, i]
+    return outs
