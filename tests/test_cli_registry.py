@@ -46,3 +46,27 @@ def test_running_one_command_imports_only_its_modules(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
     ).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_a_csv_table_imports_no_text_or_frame_libraries(tmp_path):
+    """What `tablesafe table --format csv` does not need, it does not import.
+
+    The second call: the first may build the ptable (with scipy) into the cache.
+    """
+    from tablesafe._demo import write_demo_data
+
+    data = write_demo_data(tmp_path / "demo", 500, seed=3)
+    code = (
+        "import sys\n"
+        f"sys.argv = ['tablesafe', 'table', {str(data)!r}, '--rows', 'REGION', '--cols', 'SEX',"
+        " '--method', 'ckm', '--format', 'csv']\n"
+        "from tablesafe._cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = ('rich', 'pandas', 'scipy', 'pyarrow', 'markdown_it')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n"
+    )
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
+        ).stdout
+    assert out.strip().splitlines()[-1] == "[]"

@@ -17,9 +17,6 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import orjson
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 from tablesafe._request import DimensionPlan
 
@@ -277,6 +274,11 @@ def render_text(
     columns for each combination of the layer dimensions (3rd and 4th).
     Cells that were not computed (a margin not asked for) show as blank.
     """
+    # rich only for text: CSV and JSON, and the server, do not pay its import.
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console(file=io.StringIO(), width=width, force_terminal=False, color_system=None)
     console.print(title)
     k = len(dimensions)
