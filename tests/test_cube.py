@@ -130,13 +130,14 @@ def test_concurrent_requests_build_a_cube_once(demo):
 
 def test_least_recently_used_cubes_are_dropped(demo):
     counting = Counting(MemoryEngine())
-    # REGION x SEX has 16 rows, REGION x EDUC 48: the cache keeps 50 rows.
-    cube = CubeCache(counting, max_cached_rows=50)
+    # Rows of 26 bytes (count, key, weight, two codes): REGION x SEX has 16, REGION x EDUC
+    # 48; the cache keeps 1500 bytes.
+    cube = CubeCache(counting, max_cache_mib=1500 / 2**20)
     cat = demo.catalog
     rs = TableRequest(("REGION", "SEX")).bind(cat)
     re = TableRequest(("REGION", "EDUC")).bind(cat)
     cube.tabulate(demo, rs)
-    cube.tabulate(demo, re)  # 64 rows > 50: REGION x SEX is dropped
+    cube.tabulate(demo, re)  # 64 rows, 1664 bytes: REGION x SEX is dropped
     cube.tabulate(demo, re)
     assert counting.calls == 2
     cube.tabulate(demo, rs)
@@ -173,5 +174,7 @@ def test_protected_tables_are_the_same_bytes(demo):
 
 
 def test_limits_below_one_are_refused():
-    with pytest.raises(ts.ConfigError, match="at least 1"):
+    with pytest.raises(ts.ConfigError, match="must be positive"):
         CubeCache(MemoryEngine(), max_cube_cells=0)
+    with pytest.raises(ts.ConfigError, match="must be positive"):
+        CubeCache(MemoryEngine(), max_cache_mib=0)

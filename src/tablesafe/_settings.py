@@ -107,11 +107,11 @@ class EngineSettings(BaseModel):
         description="Largest cube built (product of its variables' category counts, totals "
         "included); a table needing a larger one is computed directly.",
     )
-    max_cached_rows: int = Field(
-        10_000_000,
+    max_cache_mib: float = Field(
+        512,
         gt=0,
-        description="Nonzero cube cells kept in memory in all; least recently used cubes go "
-        "first.",
+        description="Memory the cached cubes may take in all (MiB); least recently used cubes "
+        "go first.",
     )
 
 

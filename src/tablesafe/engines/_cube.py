@@ -74,6 +74,12 @@ class _Cube:
     def rows(self) -> int:
         return int(self.n.size)
 
+    @property
+    def nbytes(self) -> int:
+        arrays = [self.n, self.key, *self.positions.values()]
+        arrays += [a for a in (self.weight, self.replicates) if a is not None]
+        return sum(a.nbytes for a in arrays)
+
 
 class CubeCache:
     """An engine that answers tables from cached cubes of a wrapped engine.
@@ -83,7 +89,7 @@ class CubeCache:
         max_cube_cells: The largest cube (the product of its columns' numbers
             of categories, totals included) that is built; a table needing a
             larger one goes to ``engine`` directly.
-        max_cached_rows: How many cube rows (nonzero cells) are kept in all;
+        max_cache_mib: How much memory the kept cubes may take in all (MiB);
             the least recently used cubes are dropped beyond it.
 
     Raises:
@@ -91,17 +97,17 @@ class CubeCache:
     """
 
     def __init__(
-        self, engine: Any, *, max_cube_cells: int = 2_000_000, max_cached_rows: int = 10_000_000
+        self, engine: Any, *, max_cube_cells: int = 2_000_000, max_cache_mib: float = 512
     ) -> None:
-        if max_cube_cells < 1 or max_cached_rows < 1:
+        if max_cube_cells < 1 or not max_cache_mib > 0:
             raise ConfigError(
-                "cube cache limits must be at least 1 (max_cube_cells, max_cached_rows); "
-                "turn the cache off instead of setting 0"
+                "cube cache limits must be positive (max_cube_cells at least 1, max_cache_mib "
+                "above 0); turn the cache off instead"
             )
         self.engine = engine
         self.name: str = engine.name
         self.max_cube_cells = max_cube_cells
-        self.max_cached_rows = max_cached_rows
+        self.max_cache_bytes = int(max_cache_mib * 2**20)
         self._cubes: OrderedDict[tuple[object, ...], _Cube] = OrderedDict()
         self._building: dict[tuple[object, ...], threading.Lock] = {}
         self._lock = threading.Lock()
@@ -197,13 +203,13 @@ class CubeCache:
             cube = _rows_of(cube_plan, agg)
             with self._lock:
                 self._building.pop(key, None)
-                if cube is None or cube.rows > self.max_cached_rows:
+                if cube is None or cube.nbytes > self.max_cache_bytes:
                     return cube
                 self._cubes[key] = cube
-                total = sum(c.rows for c in self._cubes.values())
-                while total > self.max_cached_rows and len(self._cubes) > 1:
+                total = sum(c.nbytes for c in self._cubes.values())
+                while total > self.max_cache_bytes and len(self._cubes) > 1:
                     _, dropped = self._cubes.popitem(last=False)
-                    total -= dropped.rows
+                    total -= dropped.nbytes
             return cube
 
 

@@ -129,7 +129,7 @@ class TableService:
         from tablesafe.engines import CubeCache
 
         return CubeCache(
-            engine, max_cube_cells=es.max_cube_cells, max_cached_rows=es.max_cached_rows
+            engine, max_cube_cells=es.max_cube_cells, max_cache_mib=es.max_cache_mib
         )
 
     def _reader(self, ds: DatasetSettings) -> Any:
