@@ -41,22 +41,60 @@ class Tabulation:
     dataset: str
 
     def statistics(self) -> dict[str, np.ndarray]:
-        """Statistic name -> extended cell array, as the request asked."""
+        """Statistic name -> extended cell array, as the request asked.
+
+        ``n``, ``weighted``, then for each ``sum:VAR`` and ``mean:VAR`` of the
+        request the true ``sum_VAR`` (the exact sum of the contributions ``x``,
+        weighted ``w x``) and ``mean_VAR`` (that sum over the true count,
+        weighted over the true weighted count; NaN where it is 0), as a
+        protected table names them.
+
+        Raises:
+            RequestError: for ``mean:VAR`` where the universe's (weighted)
+                count is 0, as for a protected table.
+        """
         agg = self.aggregates
         out: dict[str, np.ndarray] = {}
         if self.request.statistic in ("count", "both"):
             out["n"] = agg.n
         if self.request.statistic in ("weighted", "both") and agg.weight_sum is not None:
             out["weighted"] = agg.weight_sum
+        weighted = self.request.statistic != "count" and agg.weight_sum is not None
+        denominators = np.asarray(agg.weight_sum if weighted else agg.n, dtype=np.float64)
+        for item in self.request.magnitudes:
+            kind, name = item.split(":", 1)
+            total = agg.magnitudes[name].total
+            if kind == "sum":
+                out[f"sum_{name}"] = total
+            else:
+                if not float(denominators[(-1,) * denominators.ndim]) > 0:
+                    raise RequestError(
+                        f"mean:{name} has nothing to average over: the "
+                        f"{'weighted ' if weighted else ''}count of the universe is 0"
+                    )
+                out[f"mean_{name}"] = np.divide(
+                    total, denominators, out=np.full(total.shape, np.nan), where=denominators > 0
+                )
         return out
 
     def _columns(self) -> dict[str, np.ndarray]:
-        return long_columns(self.aggregates.dimensions, self.statistics(), self.aggregates.computed)
+        return long_columns(self.aggregates.dimensions, self._shown(), self.aggregates.computed)
+
+    def _shown(self) -> dict[str, np.ndarray]:
+        """The statistics with NaN (a mean over nothing) as a blank."""
+        out = {}
+        for name, arr in self.statistics().items():
+            if arr.dtype.kind == "f" and np.isnan(arr).any():
+                values = arr.astype(object)
+                values[np.isnan(arr)] = None
+                arr = values
+            out[name] = arr
+        return out
 
     def to_frame(self, *, labels: bool = False) -> pd.DataFrame:
         """Long DataFrame: one row per cell, ``_T`` codes for totals."""
         return long_frame(
-            self.aggregates.dimensions, self.statistics(), self.aggregates.computed, labels=labels
+            self.aggregates.dimensions, self._shown(), self.aggregates.computed, labels=labels
         )
 
     def metadata(self) -> dict[str, Any]:
@@ -68,6 +106,7 @@ class Tabulation:
             "dimensions": [d.name for d in self.aggregates.dimensions],
             "universe": {k: list(v) for k, v in self.request.universe.items()},
             "statistic": self.request.statistic,
+            "magnitudes": list(self.request.magnitudes),
         }
 
     def render(self, fmt: str = "text") -> str:
@@ -83,7 +122,7 @@ class Tabulation:
             )
             return render_text(
                 self.aggregates.dimensions,
-                self.statistics(),
+                self._shown(),
                 self.aggregates.computed,
                 title=f"{UNPROTECTED}\ndataset: {self.dataset}; universe: {universe}",
             )
