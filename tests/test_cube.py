@@ -178,3 +178,26 @@ def test_limits_below_one_are_refused():
         CubeCache(MemoryEngine(), max_cube_cells=0)
     with pytest.raises(ts.ConfigError, match="must be positive"):
         CubeCache(MemoryEngine(), max_cache_mib=0)
+
+
+class SlowCubes(Counting):
+    """A real engine whose queries over all records (no universe) time out."""
+
+    def tabulate(self, dataset, plan):
+        self.calls += 1
+        if not plan.universe:
+            raise ts.ComputationError("the tabulation took longer than 1 s and was cancelled")
+        return self.engine.tabulate(dataset, plan)
+
+
+def test_a_cube_too_slow_to_build_leaves_tables_to_the_engine(demo):
+    engine = SlowCubes(MemoryEngine())
+    cube = CubeCache(engine)
+    plan = TableRequest(("REGION", "SEX"), universe={"AGE": [30, 31]}).bind(demo.catalog)
+    assert_same(cube.tabulate(demo, plan), MemoryEngine().tabulate(demo, plan))
+    assert engine.calls == 2  # the cube, refused; then the table itself
+    cube.tabulate(demo, plan)
+    assert engine.calls == 3  # the cube is not tried again
+    # A table over no universe fails as it would without the cache.
+    with pytest.raises(ts.ComputationError):
+        cube.tabulate(demo, TableRequest(("REGION",)).bind(demo.catalog))

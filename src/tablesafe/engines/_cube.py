@@ -37,7 +37,7 @@ import numpy as np
 
 from tablesafe._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe._dataset import Dataset
-from tablesafe._errors import ConfigError
+from tablesafe._errors import ComputationError, ConfigError
 from tablesafe._fixed import FIXED_SCALE
 from tablesafe._request import DimensionPlan, TabulationPlan
 from tablesafe.engines._base import DatasetSummary, assemble_grouped
@@ -110,6 +110,8 @@ class CubeCache:
         self.max_cache_bytes = int(max_cache_mib * 2**20)
         self._cubes: OrderedDict[tuple[object, ...], _Cube] = OrderedDict()
         self._building: dict[tuple[object, ...], threading.Lock] = {}
+        # Cubes that cannot serve (too slow to build, or sums beyond exact floats).
+        self._failed: set[tuple[object, ...]] = set()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -143,7 +145,12 @@ class CubeCache:
         cube_plan = self._cube_plan(dataset, plan)
         if cube_plan is None:
             return self.engine.tabulate(dataset, plan)  # type: ignore[no-any-return]
-        cube = self._cube(dataset, cube_plan)
+        try:
+            cube = self._cube(dataset, cube_plan)
+        except ComputationError:
+            # The cube's query (all records, more columns) took longer than the
+            # engine allows; the table's own query may not: ask it directly.
+            cube = None
         if cube is None:
             return self.engine.tabulate(dataset, plan)  # type: ignore[no-any-return]
         return _derive(cube, plan)
@@ -173,6 +180,7 @@ class CubeCache:
         )
 
     def _cube(self, dataset: Dataset, cube_plan: TabulationPlan) -> _Cube | None:
+        """The cube of ``cube_plan``: cached, or built once (``None`` if it cannot serve)."""
         st = dataset.path.stat()
         key = (
             str(dataset.path.resolve()),
@@ -185,6 +193,8 @@ class CubeCache:
             cube_plan.replicates,
         )
         with self._lock:
+            if key in self._failed:
+                return None
             cube = self._cubes.get(key)
             if cube is not None:
                 self._cubes.move_to_end(key)
@@ -194,16 +204,26 @@ class CubeCache:
         # One build per cube: concurrent requests for it wait for the first.
         with building:
             with self._lock:
+                if key in self._failed:
+                    return None
                 cube = self._cubes.get(key)
                 if cube is not None:
                     self.hits += 1
                     return cube
                 self.misses += 1
-            agg = self.engine.tabulate(dataset, cube_plan)
+            try:
+                agg = self.engine.tabulate(dataset, cube_plan)
+            except ComputationError:
+                with self._lock:
+                    self._failed.add(key)
+                    self._building.pop(key, None)
+                raise
             cube = _rows_of(cube_plan, agg)
             with self._lock:
                 self._building.pop(key, None)
                 if cube is None or cube.nbytes > self.max_cache_bytes:
+                    # It would not be kept: later tables query the engine directly.
+                    self._failed.add(key)
                     return cube
                 self._cubes[key] = cube
                 total = sum(c.nbytes for c in self._cubes.values())
