@@ -196,6 +196,7 @@ def table(
     request.bind(dataset.catalog)
     eng = _engine(engine, spark_master)
     magnitudes: Any = None  # the cell-key method for magnitudes unless a site says otherwise
+    rules: Any = None
     if config is not None:
         from tablesafe._settings import load_site_config
         from tablesafe.server._service import protection_from_settings
@@ -207,6 +208,7 @@ def table(
             raise ConfigError(f"the site configuration {config} serves no dataset at {data_dir}")
         protection = protection_from_settings(match[0], site)
         magnitudes = match[0].magnitudes.protection() if protection.mechanism else None
+        rules = match[0].rules
     elif method == "none":
         from tablesafe._tabulation import tabulate
 
@@ -233,7 +235,16 @@ def table(
             rounding=rounding,
             se_min_count=se_min_count,
         )
-    result = TableBuilder(dataset, protection, engine=eng, magnitudes=magnitudes).build(request)
+    builder = TableBuilder(dataset, protection, engine=eng, magnitudes=magnitudes)
+    if rules is None:
+        result = builder.build(request)
+    else:
+        # The site's rules as its server applies them (the sliver guard aside:
+        # it depends on what the server has published).
+        from tablesafe.server._service import checked_request, ruled_table
+
+        request = checked_request(request, dataset.catalog, rules)
+        result = ruled_table(builder, dataset, request, rules)[2]
     if owner_flags and fmt in ("csv", "json"):
         from tablesafe._render import to_csv, to_json
 

@@ -16,14 +16,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tablesafe._aggregates import CellAggregates
 from tablesafe._builder import TableBuilder
-from tablesafe._catalog import Code
+from tablesafe._catalog import Catalog, Code
 from tablesafe._custom import check_grouping_limits, group_record_sets, plain_universe
 from tablesafe._dataset import Dataset
 from tablesafe._errors import ConfigError, TablesafeError
 from tablesafe._protection import Protection
 from tablesafe._protection import protection_from_settings as core_protection
-from tablesafe._request import TableRequest
+from tablesafe._request import TableRequest, TabulationPlan
 from tablesafe._rules import (
     PublishedSet,
     apply_small_cell_rule,
@@ -35,12 +36,12 @@ from tablesafe._rules import (
     sliver_guard,
     universe_fingerprint,
 )
-from tablesafe._settings import DatasetSettings, SiteConfig
+from tablesafe._settings import DatasetSettings, RuleSettings, SiteConfig
 from tablesafe._table import ProtectedTable
 from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Principal
 
-__all__ = ["TableService", "protection_from_settings"]
+__all__ = ["TableService", "checked_request", "protection_from_settings", "ruled_table"]
 
 
 def protection_from_settings(dataset: DatasetSettings, site: SiteConfig) -> Protection:
@@ -70,6 +71,44 @@ class _Served:
     dataset: Dataset
     builder: TableBuilder
     title: str
+
+
+def checked_request(request: TableRequest, catalog: Catalog, rules: RuleSettings) -> TableRequest:
+    """``request`` checked against a dataset's request limits, codes in the catalog's types.
+
+    Raises:
+        RequestError, RefusedError: for a request the rules do not allow.
+    """
+    check_grouping_limits(
+        request.groupings,
+        max_groups=rules.max_custom_groups,
+        max_categories=rules.max_categories_per_group,
+    )
+    check_request_limits(request, catalog, rules)
+    return request.coerced(catalog)
+
+
+def ruled_table(
+    builder: TableBuilder, dataset: Dataset, request: TableRequest, rules: RuleSettings
+) -> tuple[TabulationPlan, CellAggregates, ProtectedTable]:
+    """The protected table a site's rules allow for a checked request (no history involved).
+
+    The universe-size rule on the true universe, then the protection, then the
+    small-cell rule on the protected counts. What the sliver guard adds depends
+    on what was published before, so the server applies it; the command line's
+    ``--config`` preview applies this (the same bytes as the server's answer).
+
+    Returns:
+        The plan, the exact aggregates of every grouping set, and the table.
+
+    Raises:
+        RefusedError: for a universe under the minimum size.
+    """
+    plan = request.bind(dataset.catalog, max_dimensions=rules.max_dimensions)
+    full = replace(plan, grouping_sets=replace(request, margins="all").grouping_sets())
+    agg = builder.engine.tabulate(dataset, full)
+    check_universe_size(agg.universe_n, rules)
+    return plan, agg, apply_small_cell_rule(builder.protect(request, plan, agg), rules)
 
 
 class TableService:
@@ -128,9 +167,7 @@ class TableService:
             return engine
         from tablesafe.engines import CubeCache
 
-        return CubeCache(
-            engine, max_cube_cells=es.max_cube_cells, max_cache_mib=es.max_cache_mib
-        )
+        return CubeCache(engine, max_cube_cells=es.max_cube_cells, max_cache_mib=es.max_cache_mib)
 
     def _reader(self, ds: DatasetSettings) -> Any:
         es = self.site.engine
@@ -214,23 +251,14 @@ class TableService:
         """
         s = self._served[name]
         rules = s.settings.rules
-        check_grouping_limits(
-            request.groupings,
-            max_groups=rules.max_custom_groups,
-            max_categories=rules.max_categories_per_group,
-        )
-        check_request_limits(request, s.dataset.catalog, rules)
-        request = request.coerced(s.dataset.catalog)
+        request = checked_request(request, s.dataset.catalog, rules)
         cache_key = (name, _request_key(request))
         cached = self._cached(cache_key)
+        fresh = cached is None
         if cached is None:
-            plan = request.bind(s.dataset.catalog, max_dimensions=rules.max_dimensions)
-            full = replace(plan, grouping_sets=replace(request, margins="all").grouping_sets())
-            agg = s.builder.engine.tabulate(s.dataset, full)
+            plan, agg, table = ruled_table(s.builder, s.dataset, request, rules)
             universe_n = agg.universe_n
             fingerprint = universe_fingerprint(name, agg)
-            check_universe_size(universe_n, rules)
-            table: ProtectedTable | None = None
             universe = plain_universe(request.universe, request.groupings, s.dataset.catalog)
             groups = group_record_sets(
                 name,
@@ -273,8 +301,7 @@ class TableService:
             rules=rules,
             count=count,
         )
-        if table is None:
-            table = apply_small_cell_rule(s.builder.protect(request, plan, agg), rules)
+        if fresh:
             self._store(cache_key, (table, universe_n, fingerprint, groups, cells))
         for group, size, group_fp in record_sets:
             self.audit.remember_universe(who.id, name, group, size, group_fp)
