@@ -380,8 +380,15 @@ def _stream(name: str, j: int, what: str) -> int:
 
 
 #: Under dynamic seeds, the word of a magnitude's digest that each draw takes.
-_WORDS = {("v", 0): 0, ("sign", 0): 1, ("v", 1): 2, ("sign", 1): 3, ("v", 2): 4, ("sign", 2): 5}
-_WORDS[("laplace", 0)] = 6
+_WORDS = {
+    ("v", 0): 0,
+    ("sign", 0): 1,
+    ("v", 1): 2,
+    ("sign", 1): 3,
+    ("v", 2): 4,
+    ("sign", 2): 5,
+    ("laplace", 0): 6,
+}
 
 
 def dynamic_magnitude_words(
@@ -393,7 +400,7 @@ def dynamic_magnitude_words(
     salt ``magnitude:NAME``) split into seven 64-bit words: ``v`` and the
     sign coin of contributions 1 to 3, then the Laplace draw (see
     ``_WORDS``). Words of one keyed digest are jointly pseudorandom, so the
-    draws are independent as with one hash per stream, at a seventh of the cost.
+    draws are as independent as with one hash per draw, at the cost of one hash per cell.
     """
     from tablesafe._seeds import dynamic_words
 
