@@ -565,7 +565,9 @@ class _Model:
         import highspy
 
         self.hs = highspy
-        fixed = lb == ub
+        # Every cell not in ``free`` is held at its lower bound (equal to its upper).
+        fixed = np.ones(lb.size, dtype=bool)
+        fixed[free] = False
         a = system.matrix()
         fixed_sum = a @ np.where(fixed, lb, 0.0)
         sub = system.matrix(csc=True)[:, free]
@@ -698,6 +700,93 @@ def _repair(
     return lp.integral_point(point)
 
 
+def _partitions(k: int, m: int) -> list[tuple[int, ...]]:
+    """Every partition of ``k`` variables into ``m`` nonempty blocks, each block a bitmask."""
+    out = []
+    for labels in itertools.product(range(m), repeat=k):
+        first: list[int] = []
+        for label in labels:
+            if label not in first:
+                first.append(label)
+        if first == list(range(m)):
+            out.append(tuple(sum(1 << i for i in range(k) if labels[i] == g) for g in range(m)))
+    return out
+
+
+class _BlockMoves:
+    """Integer moves that keep every published cell: parities of blocks of variables.
+
+    Split the variables into ``m`` blocks and pick a second cell ``q`` besides
+    a cell ``c``; the ``2**m`` cells that take, block by block, either ``c``'s
+    categories or ``q``'s form a cube, and the move that adds ``s`` to the cells
+    with an even number of blocks from ``q`` and subtracts ``s`` from the others
+    changes no sum over fewer than ``m`` variables (on any ``m - 1`` blocks
+    it sums to zero over the one left). With ``m`` one more than the most
+    variables a published cell conditions on, it keeps every published cell,
+    so the truth plus the move is an integer point whenever no cell leaves its
+    bounds: a witness that frees all ``2**m`` cells. Candidates are checked
+    against the constraints anyway before they count.
+    """
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        cells: npt.NDArray[np.int64],
+        up: npt.NDArray[np.bool_],
+        down: npt.NDArray[np.bool_],
+        m: int,
+        rng: np.random.Generator,
+    ) -> None:
+        k = len(shape)
+        size = int(np.prod(shape, dtype=np.int64))
+        self.shape = shape
+        self.strides = np.array(
+            [int(np.prod(shape[i + 1 :], dtype=np.int64)) for i in range(k)], dtype=np.int64
+        )
+        self.can = {1: np.zeros(size, dtype=bool), -1: np.zeros(size, dtype=bool)}
+        self.can[1][cells] = up
+        self.can[-1][cells] = down
+        self.rng = rng
+        parts = np.array(_partitions(k, m), dtype=np.int64).reshape(-1, m)
+        self.parts = parts
+        subsets = np.arange(2**m)
+        member = (subsets[:, None] >> np.arange(m)[None, :]) & 1  # 2^m x m
+        self.cube = np.bitwise_or.reduce(np.where(member[None] == 1, parts[:, None, :], 0), axis=2)
+        self.odd = member.sum(axis=1) % 2 == 1
+        self.bits = ((np.arange(2**k)[None, :] >> np.arange(k)[:, None]) & 1).astype(np.int64)
+        self.m = m
+
+    def find(
+        self, cell: int, s: int, chunk: int = 512
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+        """A move adding ``s`` to full cell ``cell``: (cells, changes), or None."""
+        if self.parts.size == 0 or not self.can[s][cell]:
+            return None
+        cc = np.array(np.unravel_index(cell, self.shape), dtype=np.int64)
+        # The cell with every block from q has m blocks from q: its sign is s if m is even.
+        far = s if self.m % 2 == 0 else -s
+        cand = np.stack(np.unravel_index(np.flatnonzero(self.can[far]), self.shape), axis=1)
+        order = self.rng.permutation(cand.shape[0])
+        even_cols = self.cube[:, ~self.odd]
+        odd_cols = self.cube[:, self.odd]
+        for start in range(0, order.size, chunk):
+            q = cand[order[start : start + chunk]]
+            differ = q != cc[None, :]
+            dmask = (differ.astype(np.int64) << np.arange(cc.size)[None, :]).sum(axis=1)
+            idx = cell + ((q - cc[None, :]) * self.strides[None, :]) @ self.bits  # nq x 2^k
+            ok_s = self.can[s][idx]
+            ok_m = self.can[-s][idx]
+            valid = ok_s[:, even_cols].all(axis=2) & ok_m[:, odd_cols].all(axis=2)
+            valid &= ((dmask[:, None, None] & self.parts[None, :, :]) != 0).all(axis=2)
+            hits = np.argwhere(valid)
+            if hits.size:
+                qi, p = (int(v) for v in hits[0])
+                cube = idx[qi, self.cube[p]]
+                change = np.where(self.odd, -s, s).astype(np.int64)
+                return cube, change
+        return None
+
+
 def reconstruct(
     system: _System,
     ub0: npt.NDArray[np.float64],
@@ -706,6 +795,7 @@ def reconstruct(
     time_limit: float,
     shape: tuple[int, ...] | None = None,
     width: int = 3,
+    blocks: int = 0,
     progress: Progress | None = None,
 ) -> tuple[npt.NDArray[np.int8], dict[str, int]]:
     """Decide, for every cell, whether the published constraints pin its count.
@@ -717,6 +807,8 @@ def reconstruct(
             search in slices; none without it).
         width: Variables left free in a slice (one more than the most
             dimensions of a published table serves well).
+        blocks: Blocks of the block-parity moves: one more than the most
+            variables a published cell conditions on (0: no such moves).
         truth: The true counts (flat; a feasible integer point).
         time_limit: Seconds before the attack stops with partial results.
         progress: Called with (stage, done, total).
@@ -734,6 +826,7 @@ def reconstruct(
             "propagation",
             "single_moves",
             "milp_free",
+            "block_free",
             "slice_free",
             "lp_pinned",
             "lp_free",
@@ -817,6 +910,45 @@ def reconstruct(
             stale += 1
             if stale >= 2:
                 break
+    # Stage 3a: block-parity moves (see _BlockMoves) around each open cell,
+    # taken one after the other: the walk's current point ``y`` is an integer
+    # point, every cell in which it differs from the truth is free, and each
+    # move opens new moves (the cells it raised can be lowered next).
+    if shape is not None and open_.any() and 3 <= blocks <= len(shape):
+        y = tu.copy()
+        cube_moves = _BlockMoves(shape, alive[movable], y + 1 <= lp.ub, y - 1 >= lp.lb, blocks, rng)
+        position = np.full(int(np.prod(shape, dtype=np.int64)), -1, dtype=np.int64)
+        position[alive[movable]] = np.arange(movable.size)
+        for rnd in range(20):
+            todo = rng.permutation(np.flatnonzero(open_))
+            before = int(todo.size)
+            for step, c in enumerate(todo.tolist()):
+                if time.monotonic() > deadline:
+                    break
+                if progress is not None and step % 200 == 0:
+                    progress(f"block moves (round {rnd + 1})", step, int(todo.size))
+                if not open_[c]:
+                    continue
+                for s in (1, -1):
+                    found = cube_moves.find(int(alive[movable[c]]), s)
+                    if found is None:
+                        continue
+                    cells_, change = found
+                    j = position[cells_]
+                    x = y.copy()
+                    x[j] += change
+                    xi = lp.integral_point(x)
+                    if xi is None:
+                        continue
+                    y = x
+                    cube_moves.can[1][cells_] = y[j] + 1 <= lp.ub[j]
+                    cube_moves.can[-1][cells_] = y[j] - 1 >= lp.lb[j]
+                    moved = open_ & (xi != tu)
+                    open_ &= ~moved
+                    stages["block_free"] += int(moved.sum())
+                    break
+            if time.monotonic() > deadline or int(open_.sum()) == before:
+                break
     # Stage 3b: neighbourhood search in slices. The cells that share their
     # categories on all but ``width`` variables (a slice) may move while every
     # other cell keeps its true value: a small integer program, started from
@@ -863,8 +995,8 @@ def reconstruct(
                 part.objective(np.where(open_[in_slice], sign_s, 0.0))
                 part.sense("max")
                 part.start(ts)
-                _, _, y = part.solve("max", min(0.5, deadline - time.monotonic()))
-                yi = part.integral_point(y)
+                _, _, ys = part.solve("max", min(0.5, deadline - time.monotonic()))
+                yi = part.integral_point(ys)
                 if yi is None:
                     continue
                 point = tu.copy()
@@ -1128,6 +1260,7 @@ def reconstruction_attack(
         time_limit=max(remaining, 0.01),
         shape=cross.shape,
         width=width,
+        blocks=max(len(r.dimensions) + len(r.universe) for r in bound) + 1,
         progress=progress,
     )
     shares = _shares(state, cross.truth)
