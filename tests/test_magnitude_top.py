@@ -137,3 +137,39 @@ def test_spark_gives_the_same_bits_for_one_and_two(demo_dir: Path) -> None:
             assert np.array_equal(spark.top, duck.top)
     finally:
         engine.close()
+
+
+class PlansSeen:
+    """A real engine that records the plans it is asked to tabulate."""
+
+    def __init__(self) -> None:
+        self.engine = DuckDBEngine()
+        self.name = "duckdb"
+        self.plans: list = []
+
+    def ensure_valid(self, dataset):
+        return self.engine.ensure_valid(dataset)
+
+    def validate(self, dataset):
+        return self.engine.validate(dataset)
+
+    def tabulate(self, dataset, plan):
+        self.plans.append(plan)
+        return self.engine.tabulate(dataset, plan)
+
+
+def test_the_server_path_asks_only_for_what_the_protection_uses(demo: Dataset) -> None:
+    """`ruled_table` (the server, and `table --config`) plans as `TableBuilder.build` does."""
+    from tablesafe._settings import RuleSettings
+    from tablesafe.server._service import checked_request, ruled_table
+
+    engine = PlansSeen()
+    mags = MagnitudeProtection(top_k=1, p_percent=None, dominance=None)
+    builder = TableBuilder(demo, protection_from_options("ckm"), engine=engine, magnitudes=mags)
+    rules = RuleSettings(min_universe_size=0)
+    request = checked_request(
+        TableRequest(("REGION",), magnitudes=("sum:INCOME",)), demo.catalog, rules
+    )
+    table = ruled_table(builder, demo, request, rules)[2]
+    assert [m.top for m in engine.plans[-1].magnitudes] == [1]
+    assert table.to_csv() == builder.build(request).to_csv()

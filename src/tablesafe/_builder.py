@@ -163,18 +163,30 @@ class TableBuilder:
 
     def build(self, request: TableRequest) -> ProtectedTable:
         """Build the protected table answering ``request``."""
-        cat = self.dataset.catalog
-        request = request.coerced(cat)
-        plan = request.bind(cat, max_dimensions=self.max_dimensions)
+        request = request.coerced(self.dataset.catalog)
+        plan, full_plan = self.plans(request)
+        agg = self.engine.tabulate(self.dataset, full_plan)
+        return self.protect(request, plan, agg)
+
+    def plans(
+        self, request: TableRequest, *, max_dimensions: int | None = None
+    ) -> tuple[TabulationPlan, TabulationPlan]:
+        """The plan of a coerced ``request``, and the plan the engine runs for it.
+
+        The engine computes every grouping set (dynamic seeds hash the margins
+        a cell belongs to) and only as many largest contributions of each
+        magnitude as the protection and rules use.
+        """
+        plan = request.bind(
+            self.dataset.catalog, max_dimensions=max_dimensions or self.max_dimensions
+        )
         full_plan = replace(plan, grouping_sets=replace(request, margins="all").grouping_sets())
         if full_plan.magnitudes:
             from tablesafe._magnitude_sums import with_top
 
-            # Only as many largest contributions as the site's protection uses.
             top = self.magnitude_protection.top_needed()
             full_plan = replace(full_plan, magnitudes=with_top(full_plan.magnitudes, top))
-        agg = self.engine.tabulate(self.dataset, full_plan)
-        return self.protect(request, plan, agg)
+        return plan, full_plan
 
     def protect(
         self, request: TableRequest, plan: TabulationPlan, agg: CellAggregates

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from tablesafe._aggregates import CellAggregates
@@ -104,8 +104,7 @@ def ruled_table(
     Raises:
         RefusedError: for a universe under the minimum size.
     """
-    plan = request.bind(dataset.catalog, max_dimensions=rules.max_dimensions)
-    full = replace(plan, grouping_sets=replace(request, margins="all").grouping_sets())
+    plan, full = builder.plans(request, max_dimensions=rules.max_dimensions)
     agg = builder.engine.tabulate(dataset, full)
     check_universe_size(agg.universe_n, rules)
     return plan, agg, apply_small_cell_rule(builder.protect(request, plan, agg), rules)
