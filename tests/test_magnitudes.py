@@ -203,6 +203,8 @@ def test_num_ptable_matches_create_num_ptable_example() -> None:
     [
         ({"D": 5, "V": 2, "icat": (1, 3)}, "icat must hold 1 and D"),
         ({"D": 5, "V": 2, "icat": (1, 5, 7)}, "icat must hold 1 and D"),
+        ({"D": 5, "V": 2, "icat": (1, "a", 5)}, "icat must be whole numbers"),
+        ({"D": 5, "V": 2, "icat": (1, 2.5, 5)}, "icat must be whole numbers"),
         ({"D": 10, "V": 2, "step": 5}, "below 50"),
         ({"D": 0, "V": 2}, "D must be an integer"),
         ({"D": 3, "V": 0}, "V \\(variance\\)"),

@@ -76,13 +76,13 @@ def test_the_protection_uses_the_disk_cache(
         ((3, 1.0, 20, None), "D \\* step must be below 50"),
         ((3, -1.0, 4, None), "V \\(variance\\)"),
         ((3, 1.0, 4, (2, 3)), "icat must hold 1"),
-        ((3, 1.0, 4, ("a",)), "icat must hold 1|invalid"),
+        ((3, 1.0, 4, ("a",)), "icat must be whole numbers"),
     ],
 )
 def test_refused_parameters_are_never_cached(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple, message: str
 ) -> None:
     monkeypatch.setenv("TABLESAFE_CACHE_DIR", str(tmp_path))
-    with pytest.raises((ParameterError, ValueError), match=message):
+    with pytest.raises(ParameterError, match=message):
         cached_num_ptable(*args)
     assert not list(tmp_path.rglob("*.npz"))

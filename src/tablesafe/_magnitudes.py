@@ -165,7 +165,10 @@ def num_ptable(
         raise ParameterError(f"V (variance) must be a positive number, not {V!r}")
     if D * step >= 50:
         raise ParameterError(f"D * step must be below 50 (as in R's ptable), not {D * step}")
-    cats = sorted({int(c) for c in (icat if icat is not None else (1, D))})
+    given = list(icat) if icat is not None else [1, D]
+    if any(isinstance(c, bool) or not isinstance(c, numbers.Integral) for c in given):
+        raise ParameterError(f"icat must be whole numbers from 1 to D = {D}, not {given!r}")
+    cats = sorted({int(c) for c in given})
     if 1 not in cats or D not in cats or cats[-1] > D or cats[0] < 1:
         raise ParameterError(
             f"icat must hold 1 and D = {D} and values between them, e.g. icat = [1, {D}]; "
