@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -10,8 +11,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tablesafe._dataset import Dataset
+from tablesafe._errors import RefusedError
 from tablesafe._request import TableRequest
-from tablesafe._rules import published_sets
+from tablesafe._rules import PublishedSet, cell_sliver_guard, published_sets, sliver_guard
+from tablesafe._settings import RuleSettings
 from tablesafe.engines import DuckDBEngine
 from tablesafe.server import create_app
 from test_server import ADMIN_KEY, USER_KEY, error_of, site
@@ -148,3 +151,73 @@ def test_published_sets_are_the_tables_slices(demo_dir, frame):
         assert s.size == truth
         assert len(s.breakdown) == 1
     assert np.all([s.size >= 0 for s in sets])
+
+
+class _Store:
+    """An audit store holding earlier universes and record sets, all near in size."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def answered_universes_all(self, dataset: str, low: int, high: int) -> list[Any]:
+        return [({"REGION": [i]}, 100 + i % 3, f"fp{i}", False) for i in range(self.n)]
+
+    def published_sets_near(
+        self, dataset: str, low: int, high: int, only: str | None, key_id: str
+    ) -> list[Any]:
+        return [
+            (PublishedSet({"REGION": [i]}, ("SEX",), 100, f"fp{i}", "", "x"), False)
+            for i in range(self.n)
+        ]
+
+
+def _cap_rules(cap: int) -> RuleSettings:
+    return RuleSettings.model_validate({"sliver_min_difference": 10, "sliver_max_candidates": cap})
+
+
+@pytest.mark.parametrize("guard", ["universe", "cells"])
+def test_more_candidates_than_the_cap_are_refused_without_a_count(guard: str) -> None:
+    calls: list[int] = []
+
+    def count(a: Any, b: Any) -> int:
+        calls.append(1)
+        return 0  # disjoint: no sliver
+
+    def run(n: int, cap: int) -> None:
+        if guard == "universe":
+            sliver_guard(
+                store=_Store(n),
+                key_id="k",
+                dataset="demo",
+                universe={"SEX": [1]},
+                size=101,
+                fingerprint="new",
+                rules=_cap_rules(cap),
+                count=count,
+            )
+        else:
+            new = PublishedSet({"SEX": [1]}, ("SEX",), 101, "new", "parent", "the records")
+            cell_sliver_guard(
+                store=_Store(n),
+                key_id="k",
+                dataset="demo",
+                sets=[new],
+                rules=_cap_rules(cap),
+                count=count,
+            )
+
+    run(5, 5)  # at the cap: every candidate is counted, none is a sliver
+    assert len(calls) == 5
+    calls.clear()
+    with pytest.raises(RefusedError) as refused:
+        run(6, 5)
+    assert calls == []  # refused before any count of the microdata
+    message = str(refused.value)
+    assert "at most 5" in message
+    assert _numbers(message) == {5}  # the cap (a published setting), no count
+
+
+def test_the_cap_is_a_documented_setting() -> None:
+    assert RuleSettings().sliver_max_candidates >= 1
+    with pytest.raises(ValueError):
+        RuleSettings.model_validate({"sliver_max_candidates": 0})

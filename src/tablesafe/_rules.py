@@ -140,6 +140,23 @@ def _candidates(
     return [(u, n, fp, True) for u, n, fp in store.answered_universes(key_id, dataset, low, high)]
 
 
+def _check_candidates(n: int, rules: RuleSettings) -> None:
+    """Refuse a request with more sliver candidates than ``sliver_max_candidates``.
+
+    Each candidate costs one count of the microdata, so the number is capped.
+    Past the cap the request is refused, never answered unchecked (that would
+    let a sliver through). The refusal names the cap (a published setting),
+    no count; what it reveals is in docs/attacks.md.
+    """
+    cap = getattr(rules, "sliver_max_candidates", 2000)
+    if n > cap:
+        raise RefusedError(
+            "this table would have to be compared with more earlier tables than the sliver "
+            f"guard checks for one request (at most {cap}); ask for coarser categories, "
+            "fewer dimensions or a different universe"
+        )
+
+
 def sliver_guard(
     *,
     store: UniverseStore,
@@ -176,11 +193,13 @@ def sliver_guard(
     if m <= 0:
         return
     scope = getattr(rules, "sliver_scope", "key")
-    for old, old_size, old_fp, mine in _candidates(
-        store, key_id, dataset, size - m + 1, size + m - 1, scope
-    ):
-        if old_fp == fingerprint:
-            continue
+    candidates = [
+        c
+        for c in _candidates(store, key_id, dataset, size - m + 1, size + m - 1, scope)
+        if c[2] != fingerprint
+    ]
+    _check_candidates(len(candidates), rules)
+    for old, old_size, _old_fp, mine in candidates:
         both = int(count(old, universe))
         diff = size + old_size - 2 * both
         if 0 < diff < m:
@@ -324,6 +343,7 @@ def cell_sliver_guard(
     if m <= 0 or not getattr(rules, "sliver_cells", True):
         return
     only = key_id if getattr(rules, "sliver_scope", "key") == "key" else None
+    pairs: list[tuple[PublishedSet, PublishedSet, bool]] = []
     for x in sets:
         if x.size < m:
             continue
@@ -338,16 +358,19 @@ def cell_sliver_guard(
                 continue
             if x.parent == y.fingerprint or y.parent == x.fingerprint:
                 continue  # a slice along a dimension of a universe published itself
-            both = int(count(x.definition, y.definition))
-            diff = x.size + y.size - 2 * both
-            if 0 < diff < m:
-                earlier = (
-                    "a table you already received"
-                    if mine
-                    else ("a table already published from this dataset")
-                )
-                raise RefusedError(
-                    f"{x.label} differ by fewer than {m} records from a group of records "
-                    f"broken down in {earlier}; differencing the two could reveal those "
-                    "records. Ask for coarser categories or a universe that differs more"
-                )
+            pairs.append((x, y, mine))
+    _check_candidates(len(pairs), rules)
+    for x, y, mine in pairs:
+        both = int(count(x.definition, y.definition))
+        diff = x.size + y.size - 2 * both
+        if 0 < diff < m:
+            earlier = (
+                "a table you already received"
+                if mine
+                else ("a table already published from this dataset")
+            )
+            raise RefusedError(
+                f"{x.label} differ by fewer than {m} records from a group of records "
+                f"broken down in {earlier}; differencing the two could reveal those "
+                "records. Ask for coarser categories or a universe that differs more"
+            )

@@ -237,6 +237,13 @@ class RuleSettings(BaseModel):
         description="Also compare the record sets of published cells (each category of each "
         "dimension of a table of 2 or more dimensions), not only universes.",
     )
+    sliver_max_candidates: int = Field(
+        2000,
+        ge=1,
+        description="Most earlier record sets one check of the sliver guard may compare a "
+        "request with (one count of the microdata each); a request with more candidates is "
+        "refused, never let through unchecked.",
+    )
     max_custom_groups: int = Field(
         30,
         ge=0,

@@ -889,6 +889,62 @@ def reconstruct(
     lp = _Model(system, movable, lb, ub, integer=False)
     tu = t[movable]
     open_ = local[movable] == -1
+    # Stage 3a: block-parity moves (see _BlockMoves) around each open cell,
+    # taken one after the other: the walk's current point ``y`` is an integer
+    # point, every cell in which it differs from the truth is free, and each
+    # move opens new moves (the cells it raised can be lowered next).
+    if shape is not None and open_.any() and 3 <= blocks <= len(shape):
+        y = tu.copy()
+        cube_moves = _BlockMoves(shape, alive[movable], y + 1 <= lp.ub, y - 1 >= lp.lb, blocks, rng)
+        position = np.full(int(np.prod(shape, dtype=np.int64)), -1, dtype=np.int64)
+        position[alive[movable]] = np.arange(movable.size)
+
+        def step_to(c: int, s: int) -> bool:
+            """Move ``y`` by a block move adding ``s`` to movable cell ``c``, if one exists."""
+            nonlocal y
+            found = cube_moves.find(int(alive[movable[c]]), s)
+            if found is None:
+                return False
+            cells_, change = found
+            j = position[cells_]
+            x = y.copy()
+            x[j] += change
+            if lp.integral_point(x) is None:
+                return False
+            y = x
+            cube_moves.can[1][cells_] = y[j] + 1 <= lp.ub[j]
+            cube_moves.can[-1][cells_] = y[j] - 1 >= lp.lb[j]
+            return True
+
+        stale = 0
+        for rnd in range(40):
+            todo = rng.permutation(np.flatnonzero(open_))
+            before = int(todo.size)
+            for step, c in enumerate(todo.tolist()):
+                if time.monotonic() > deadline:
+                    break
+                if progress is not None and step % 200 == 0:
+                    progress(f"block moves (round {rnd + 1})", step, int(todo.size))
+                if open_[c] and (step_to(c, 1) or step_to(c, -1)):
+                    moved = open_ & (y != tu)
+                    open_ &= ~moved
+                    stages["block_free"] += int(moved.sum())
+            if time.monotonic() > deadline or not open_.any():
+                break
+            if int(open_.sum()) < before:
+                stale = 0
+                continue
+            stale += 1
+            if stale > 3:
+                break
+            # Stuck: wander (random moves anywhere) so that new moves open up.
+            for c in rng.choice(movable.size, min(movable.size, 300), replace=False).tolist():
+                if time.monotonic() > deadline:
+                    break
+                step_to(c, int(rng.choice([-1, 1])))
+            moved = open_ & (y != tu)
+            open_ &= ~moved
+            stages["block_free"] += int(moved.sum())
     rounds = 30
     stale = 0
     for rnd in range(rounds):
@@ -909,45 +965,6 @@ def reconstruct(
         if moved.sum() <= max(1, 0.005 * open_.sum()):
             stale += 1
             if stale >= 2:
-                break
-    # Stage 3a: block-parity moves (see _BlockMoves) around each open cell,
-    # taken one after the other: the walk's current point ``y`` is an integer
-    # point, every cell in which it differs from the truth is free, and each
-    # move opens new moves (the cells it raised can be lowered next).
-    if shape is not None and open_.any() and 3 <= blocks <= len(shape):
-        y = tu.copy()
-        cube_moves = _BlockMoves(shape, alive[movable], y + 1 <= lp.ub, y - 1 >= lp.lb, blocks, rng)
-        position = np.full(int(np.prod(shape, dtype=np.int64)), -1, dtype=np.int64)
-        position[alive[movable]] = np.arange(movable.size)
-        for rnd in range(20):
-            todo = rng.permutation(np.flatnonzero(open_))
-            before = int(todo.size)
-            for step, c in enumerate(todo.tolist()):
-                if time.monotonic() > deadline:
-                    break
-                if progress is not None and step % 200 == 0:
-                    progress(f"block moves (round {rnd + 1})", step, int(todo.size))
-                if not open_[c]:
-                    continue
-                for s in (1, -1):
-                    found = cube_moves.find(int(alive[movable[c]]), s)
-                    if found is None:
-                        continue
-                    cells_, change = found
-                    j = position[cells_]
-                    x = y.copy()
-                    x[j] += change
-                    xi = lp.integral_point(x)
-                    if xi is None:
-                        continue
-                    y = x
-                    cube_moves.can[1][cells_] = y[j] + 1 <= lp.ub[j]
-                    cube_moves.can[-1][cells_] = y[j] - 1 >= lp.lb[j]
-                    moved = open_ & (xi != tu)
-                    open_ &= ~moved
-                    stages["block_free"] += int(moved.sum())
-                    break
-            if time.monotonic() > deadline or int(open_.sum()) == before:
                 break
     # Stage 3b: neighbourhood search in slices. The cells that share their
     # categories on all but ``width`` variables (a slice) may move while every
