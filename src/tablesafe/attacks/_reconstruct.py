@@ -769,7 +769,7 @@ class _BlockMoves:
         order = self.rng.permutation(cand.shape[0])
         even_cols = self.cube[:, ~self.odd]
         odd_cols = self.cube[:, self.odd]
-        for start in range(0, order.size, chunk):
+        for start in range(0, min(order.size, 2 * chunk), chunk):
             q = cand[order[start : start + chunk]]
             differ = q != cc[None, :]
             dmask = (differ.astype(np.int64) << np.arange(cc.size)[None, :]).sum(axis=1)
