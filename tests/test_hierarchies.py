@@ -306,3 +306,21 @@ def test_a_zone_table_equals_the_custom_grouping_of_its_regions(client):
         return {(c[dim], c["SEX"]): (c["n"], c["weighted"]) for c in doc["cells"]}
 
     assert values(zone, "ZONE") == values(mine, "MYZONE")
+
+
+def test_a_filter_by_an_upper_level_trims_the_finer_dimension(demo_dir):
+    """ZONE = N by REGION shows the regions of zone N only: the same cells, no empty rows."""
+    ds = ts.Dataset.open(demo_dir)
+    builder = ts.TableBuilder(ds, _ckm())
+    by_zone = builder.build(ts.TableRequest(("REGION", "SEX"), universe={"ZONE": ["N"]}))
+    by_regions = builder.build(ts.TableRequest(("REGION", "SEX"), universe={"REGION": ZONES["N"]}))
+    pd.testing.assert_frame_equal(by_zone.to_frame(), by_regions.to_frame())
+    regions = sorted({c for c in by_zone.to_frame()["REGION"] if c != "_T"})
+    assert regions == sorted(ZONES["N"])
+    # A grouping by a condition on its source variable: age groups overlapping ages 20-34.
+    plan = ts.TableRequest(("AGEGRP", "SEX"), universe={"AGE": list(range(20, 35))}).bind(
+        ds.catalog
+    )
+    agegrp = ds.catalog.variable("AGEGRP")
+    expected = [c for c in agegrp.codes if set(agegrp.source_codes(c)) & set(range(20, 35))]
+    assert list(plan.dimensions[0].codes) == expected

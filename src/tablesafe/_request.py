@@ -304,6 +304,17 @@ class TableRequest:
         mags = tuple(
             MagnitudePlan(name=n, column=catalog.magnitudes[n].column, weight=weight) for n in names
         )
+        for v in variables:
+            allowed = universe.get(v.column)
+            if v.name in trimmed or allowed is None:
+                continue
+            # The universe restricts this dimension's column through another
+            # variable (an upper level, a grouping, a custom grouping): show only
+            # the categories that can hold records of it. A function of the
+            # request and the catalog only; an empty universe keeps them all.
+            inside = tuple(c for c in v.codes if allowed.intersection(v.source_codes(c)))
+            if inside:
+                trimmed[v.name] = inside
         dims = tuple(DimensionPlan.from_variable(v, trimmed.get(v.name)) for v in variables)
         source_order = {v.column: v for v in catalog.source_variables}
         return TabulationPlan(
