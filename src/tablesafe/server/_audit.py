@@ -231,9 +231,10 @@ class AuditLog:
 
     def remember_sets(self, key_id: str, dataset: str, sets: Sequence[Any]) -> None:
         """Store the record sets an answered table broke down (``PublishedSet``)."""
+        now = self._now()  # one answer, one time (a table breaks down hundreds of sets)
         rows = [
             (
-                self._now(),
+                now,
                 key_id,
                 dataset,
                 json.dumps({k: list(v) for k, v in p.definition.items()}, sort_keys=True),
