@@ -47,6 +47,29 @@ def test_spark_equals_duckdb(spark, random_data, request_):
     np.testing.assert_array_equal(a.replicate_sums, b.replicate_sums)
 
 
+def test_cubes_from_spark_equal_duckdb(spark, random_data):
+    """The cube cache over Spark: tables derived from Spark's cubes are DuckDB's tables."""
+    from tablesafe.engines import CubeCache
+
+    dataset, _ = random_data
+    cached = CubeCache(spark)
+    for request_ in REQUESTS:
+        req = TableRequest(
+            request_.dimensions,
+            universe=request_.universe,
+            margins=request_.margins,
+            replicates=True,
+        )
+        plan = req.bind(dataset.catalog)
+        a = cached.tabulate(dataset, plan)
+        b = DuckDBEngine().tabulate(dataset, plan)
+        np.testing.assert_array_equal(a.n, b.n)
+        np.testing.assert_array_equal(a.cell_key, b.cell_key)
+        assert a.weight_sum.tobytes() == b.weight_sum.tobytes()
+        assert a.replicate_sums.tobytes() == b.replicate_sums.tobytes()
+    assert cached.hits > 0
+
+
 def test_spark_reads_csv(spark, random_data, make_dataset):
     dataset, frame = random_data
     csv = make_dataset(frame, fmt="csv")
