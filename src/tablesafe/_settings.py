@@ -50,7 +50,9 @@ __all__ = [
     "load_site_config",
 ]
 
-_STRICT = ConfigDict(extra="forbid", frozen=True)
+# Schemas are built on first validation: a command that validates one model
+# (the protection of `tablesafe table`) does not build them all.
+_STRICT = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ServerSettings(BaseModel):
