@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,8 @@ class _Cube:
         key: Per-row record-key sums modulo 2**32 (uint64).
         weight: Per-row fixed-point weight sums, or ``None``.
         replicates: Per-row fixed-point replicate sums ``(R, rows)``, or ``None``.
+        catalog: The catalog it was built for, held so that its ``id`` (part of
+            the cache key) is not reused while the cube is kept.
     """
 
     columns: tuple[str, ...]
@@ -69,6 +71,7 @@ class _Cube:
     key: np.ndarray
     weight: np.ndarray | None
     replicates: np.ndarray | None
+    catalog: object = None
 
     @property
     def rows(self) -> int:
@@ -219,6 +222,8 @@ class CubeCache:
                     self._building.pop(key, None)
                 raise
             cube = _rows_of(cube_plan, agg)
+            if cube is not None:
+                cube = replace(cube, catalog=dataset.catalog)
             with self._lock:
                 self._building.pop(key, None)
                 if cube is None or cube.nbytes > self.max_cache_bytes:
