@@ -240,3 +240,24 @@ def test_ci_overlap_of_record_level_protection_is_high(random_data):
         f_o["ci_low"][inner], f_o["ci_high"][inner], f_p["ci_low"][inner], f_p["ci_high"][inner]
     )
     assert np.median(j) > 0.8
+
+
+def test_the_join_packs_small_integer_codes_one_to_one(random_data):
+    """The record choice joins on one packed integer when every code is a small integer."""
+    import itertools
+
+    from tablesafe.engines._sql import _packing
+
+    dataset, _ = random_data
+    cat = dataset.catalog
+    packed = _packing(TableRequest(("A", "CG")).bind(cat))
+    assert packed is not None
+    plan = TableRequest(("A", "CG")).bind(cat)
+    codes = [sorted({c for m in d.members for c in m}) for d in plan.dimensions]
+    values = {
+        sum((c - lo) * stride for c, (lo, _, stride) in zip(combo, packed, strict=True))
+        for combo in itertools.product(*codes)
+    }
+    assert len(values) == len(list(itertools.product(*codes)))  # one to one
+    # Text codes keep the join on every code.
+    assert _packing(TableRequest(("A", "B")).bind(cat)) is None

@@ -138,14 +138,41 @@ def ranking_sql(
     values = [
         f"{fixed_sql('t.' + dialect.ident(c))} AS {x}" for c, x in zip(weights, v, strict=True)
     ]
-    on = " AND ".join(
-        f"t.{dialect.ident(d.column)} = s.c{i}" for i, d in enumerate(plan.dimensions)
-    )
-    where = universe_sql(plan, dialect, params, prefix="t.")
+    where = universe_sql(plan, dialect, params)
+    key = dialect.ident(plan.record_key)
+    packing = _packing(plan)
+    if packing is None:
+        # Codes that are not small integers: join on every dimension's code.
+        on = " AND ".join(
+            f"t.{dialect.ident(d.column)} = s.c{i}" for i, d in enumerate(plan.dimensions)
+        )
+        records = f"(SELECT * FROM {source}" + (f" WHERE {' AND '.join(where)})" if where else ")")
+        chosen = selection
+    else:
+        # Small integer codes: join on one integer packing them, which engines
+        # join much faster (DuckDB, 30M records, 70k cells: the record choice
+        # 3.2 s to 2.2 s). Records with a code outside a dimension's range are
+        # left out first, so the packing is one to one on what is joined; only
+        # the columns used are read.
+        probe = " + ".join(
+            f"(CAST({dialect.ident(d.column)} AS BIGINT) - {lo}) * {stride}"
+            for d, (lo, _, stride) in zip(plan.dimensions, packing, strict=True)
+        )
+        build = " + ".join(
+            f"(CAST(c{i} AS BIGINT) - {lo}) * {stride}" for i, (lo, _, stride) in enumerate(packing)
+        )
+        where += [
+            f"{dialect.ident(d.column)} BETWEEN {lo} AND {hi}"
+            for d, (lo, hi, _) in zip(plan.dimensions, packing, strict=True)
+        ]
+        used = ", ".join(dict.fromkeys([key, *(dialect.ident(c) for c in weights)]))
+        records = f"(SELECT {used}, {probe} AS ts_packed FROM {source} WHERE {' AND '.join(where)})"
+        chosen = f"(SELECT *, {build} AS ts_packed FROM {selection})"
+        on = "t.ts_packed = s.ts_packed"
     joined = (
-        f"SELECT s.cell, s.k, s.thr, s.seed AS ts_seed, t.{dialect.ident(plan.record_key)} "
-        f"AS ts_key{''.join(', ' + x for x in values)} FROM {source} AS t "
-        f"JOIN {selection} AS s ON {on}" + (f" WHERE {' AND '.join(where)}" if where else "")
+        f"SELECT s.cell, s.k, s.thr, s.seed AS ts_seed, t.{key} "
+        f"AS ts_key{''.join(', ' + x for x in values)} FROM {records} AS t "
+        f"JOIN {chosen} AS s ON {on}"
     )
     ranked = (
         f"SELECT {', '.join(['cell', 'k', *v])}, ROW_NUMBER() OVER (PARTITION BY cell "
@@ -155,3 +182,29 @@ def ranking_sql(
     sums = ["COUNT(*) AS ts_n", *[f"CAST(SUM({x}) AS BIGINT) AS {x}" for x in v]]
     sql = f"SELECT cell, {', '.join(sums)} FROM ({ranked}) AS r WHERE ts_rank <= k GROUP BY cell"
     return sql, params
+
+
+#: The largest packed code a join on one integer may use (any engine's BIGINT holds it).
+_PACKED_LIMIT = 2**62
+
+
+def _packing(plan: TabulationPlan) -> list[tuple[int, int, int]] | None:
+    """Per dimension, (lowest code, highest code, stride) packing its raw codes into one integer.
+
+    ``None`` when a dimension has a code that is not an integer, or when the
+    packed codes would not fit in :data:`_PACKED_LIMIT`.
+    """
+    ranges = []
+    for d in plan.dimensions:
+        codes = [c for members in d.members for c in members]
+        if not codes or not all(isinstance(c, int) and not isinstance(c, bool) for c in codes):
+            return None
+        ranges.append((min(codes), max(codes)))
+    out: list[tuple[int, int, int]] = []
+    stride = 1
+    for lo, hi in reversed(ranges):
+        out.append((int(lo), int(hi), stride))
+        stride *= int(hi) - int(lo) + 1
+        if stride > _PACKED_LIMIT:
+            return None
+    return out[::-1]
