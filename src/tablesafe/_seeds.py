@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -121,15 +122,32 @@ def dynamic_streams(
         One array of uniforms per salt, shaped like ``cell_key``.
     """
     key = _secret_bytes(secret)
-    shape = cell_key.shape
-    k = len(shape)
-    totals = tuple(s - 1 for s in shape)
-    keys = np.ascontiguousarray(cell_key, dtype="<u4")
-    outs = [np.full(shape, np.nan) for _ in salts]
+    outs = [np.full(cell_key.shape, np.nan) for _ in salts]
     bases = [
         hashlib.blake2b(key=key, digest_size=8, person=b"tablesafe-seed", salt=salt[:16])
         for salt in salts
     ]
+    for coords, flat, width, _ in _cell_messages(cell_key, inner_only=inner_only):
+        for base, out in zip(bases, outs, strict=True):
+            digests = b"".join(_digests(base, flat, width))
+            h = np.frombuffer(digests, dtype="<u8")
+            out[coords] = (h.astype(np.float64) + 0.5) / _TWO_64
+    return outs
+
+
+def _cell_messages(
+    cell_key: npt.NDArray[np.uint32], *, inner_only: bool = False
+) -> Iterator[tuple[tuple[np.ndarray, ...], bytes, int, int]]:
+    """The dynamic-seed hash inputs of every cell, one pattern of total coordinates at a time.
+
+    A cell's input is its key sum and those of every margin it belongs to
+    (little-endian uint32s). Yields the cells' coordinates, their inputs
+    concatenated, the width of one input in bytes, and the number of cells.
+    """
+    shape = cell_key.shape
+    k = len(shape)
+    totals = tuple(s - 1 for s in shape)
+    keys = np.ascontiguousarray(cell_key, dtype="<u4")
     patterns = [tuple(range(k))] if inner_only else _free_patterns(k)
     for free in patterns:
         if any(totals[i] == 0 for i in free):
@@ -149,13 +167,7 @@ def dynamic_streams(
                 ]
                 parts.append(keys[tuple(other)])
         message = np.ascontiguousarray(np.stack(parts, axis=1)).view(np.uint8)
-        width = message.shape[1]
-        flat = message.tobytes()
-        for base, out in zip(bases, outs, strict=True):
-            digests = b"".join(_digests(base, flat, width))
-            h = np.frombuffer(digests, dtype="<u8")
-            out[tuple(coords)] = (h.astype(np.float64) + 0.5) / _TWO_64
-    return outs
+        yield tuple(coords), message.tobytes(), message.shape[1], size
 
 
 def _free_patterns(k: int) -> list[tuple[int, ...]]:
@@ -205,37 +217,17 @@ def dynamic_words(
     if not 1 <= count <= 8:
         raise ParameterError(f"count must lie in 1..8 (64-byte digests), not {count}")
     key = _secret_bytes(secret)
-    shape = cell_key.shape
-    k = len(shape)
-    totals = tuple(s - 1 for s in shape)
-    keys = np.ascontiguousarray(cell_key, dtype="<u4")
-    outs = [np.full(shape, np.nan) for _ in range(count)]
+    outs = [np.full(cell_key.shape, np.nan) for _ in range(count)]
     base = hashlib.blake2b(
         key=key,
         digest_size=8 * count,
         person=b"tablesafe-words",
         salt=hashlib.blake2b(salt, digest_size=16).digest(),
     )
-    for free in _free_patterns(k):
-        if any(totals[i] == 0 for i in free):
-            continue  # a dimension with no categories has no inner slots
-        grids = np.meshgrid(*[np.arange(totals[i]) for i in free], indexing="ij")
-        size = int(np.prod([totals[i] for i in free]))
-        coords = [
-            grids[free.index(i)].ravel() if i in free else np.full(size, totals[i])
-            for i in range(k)
-        ]
-        parts = [keys[tuple(coords)]]
-        for r in range(1, len(free) + 1):
-            for drop in itertools.combinations(free, r):
-                other = [
-                    np.full_like(c, totals[i]) if i in drop else c for i, c in enumerate(coords)
-                ]
-                parts.append(keys[tuple(other)])
-        message = np.ascontiguousarray(np.stack(parts, axis=1)).view(np.uint8)
-        digests = b"".join(_digests(base, message.tobytes(), message.shape[1]))
+    for coords, flat, width, size in _cell_messages(cell_key):
+        digests = b"".join(_digests(base, flat, width))
         h = np.frombuffer(digests, dtype="<u8").reshape(size, count)
         u = (h.astype(np.float64) + 0.5) / _TWO_64
         for i, out in enumerate(outs):
-            out[tuple(coords)] = u[:, i]
+            out[coords] = u[:, i]
     return outs

@@ -157,9 +157,10 @@ def selection_rows(
     return dict(out)
 
 
-#: One ranking query of an engine: (cells, threshold) -> (cells, chosen counts, fixed-point sums).
+#: One ranking query of an engine: (cells, seed, k, threshold) -> (cells, chosen counts,
+#: fixed-point sums); seed, k and threshold are flat arrays indexed by inner cell.
 RankQuery = Callable[
-    [npt.NDArray[np.int64], npt.NDArray[np.int64]],
+    [npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]],
     tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]],
 ]
 
@@ -187,6 +188,7 @@ def select_records(
     from tablesafe._fixed import from_fixed
 
     shape = tuple(d.size for d in plan.dimensions)
+    flat_seed = np.asarray(seed, dtype=np.int64).reshape(-1)
     flat_k = np.asarray(k, dtype=np.int64).reshape(-1)
     cells = np.flatnonzero(flat_k > 0)
     out_n = np.zeros(int(np.prod(shape)), dtype=np.int64)
@@ -194,13 +196,13 @@ def select_records(
     flat_counts = None if counts is None else np.asarray(counts, dtype=np.int64).reshape(-1)
     threshold = mix_thresholds(flat_k, flat_counts)
     if cells.size:
-        at, n_at, s_at = rank(cells, threshold)
+        at, n_at, s_at = rank(cells, flat_seed, flat_k, threshold)
         out_n[at], sums[:, at] = n_at, s_at
         if flat_counts is not None:
             # Cells with fewer records under the threshold than asked: rank them in full.
             short = cells[out_n[cells] < np.minimum(flat_k[cells], flat_counts[cells])]
             if short.size:
-                at, n_at, s_at = rank(short, np.full_like(threshold, MIX_RANGE))
+                at, n_at, s_at = rank(short, flat_seed, flat_k, np.full_like(threshold, MIX_RANGE))
                 out_n[at], sums[:, at] = n_at, s_at
     w = from_fixed(sums[0]).reshape(shape) if plan.weight else None
     reps = from_fixed(sums[1:]).reshape((-1, *shape)) if plan.replicates else None

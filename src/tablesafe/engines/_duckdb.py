@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -343,15 +344,7 @@ class DuckDBEngine(ValidationCache):
             counts: Per inner cell, its number of records in the universe.
         """
         self.ensure_valid(dataset)
-        flat_seed = np.asarray(seed, dtype=np.int64).reshape(-1)
-        flat_k = np.asarray(k, dtype=np.int64).reshape(-1)
-        return select_records(
-            plan,
-            seed,
-            k,
-            counts,
-            lambda cells, thr: self._select_sums(dataset, plan, cells, flat_seed, flat_k, thr),
-        )
+        return select_records(plan, seed, k, counts, partial(self._select_sums, dataset, plan))
 
     def _select_sums(
         self,

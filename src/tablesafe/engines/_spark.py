@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -333,15 +334,7 @@ class SparkEngine(ValidationCache):
         and short cells are ranked again in full, so the choice is the same.
         """
         self.ensure_valid(dataset)
-        flat_seed = np.asarray(seed, dtype=np.int64).reshape(-1)
-        flat_k = np.asarray(k, dtype=np.int64).reshape(-1)
-        return select_records(
-            plan,
-            seed,
-            k,
-            counts,
-            lambda cells, thr: self._select_sums(dataset, plan, cells, flat_seed, flat_k, thr),
-        )
+        return select_records(plan, seed, k, counts, partial(self._select_sums, dataset, plan))
 
     def _select_sums(
         self,
