@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 from pathlib import Path
 
 import numpy as np
 
 from tablesafe._magnitudes import NumPTable, num_ptable
-from tablesafe._ptable_cache import cache_dir
+from tablesafe._ptable_cache import cache_dir, write_npz
 
 __all__ = ["cached_num_ptable"]
 
@@ -97,10 +96,4 @@ def _store(path: Path, table: NumPTable) -> None:
     }
     for r, (v, p, ub) in enumerate(zip(table.v, table.p, table.ub, strict=True)):
         arrays[f"v{r}"], arrays[f"p{r}"], arrays[f"ub{r}"] = v, p, ub
-    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(tmp, **arrays)  # type: ignore[arg-type]
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    write_npz(path, arrays)

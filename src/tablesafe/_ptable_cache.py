@@ -30,7 +30,7 @@ import numpy as np
 
 from tablesafe._ptable import PTable
 
-__all__ = ["cache_dir", "cached_destatis"]
+__all__ = ["cache_dir", "cached_destatis", "write_npz"]
 
 
 def cache_dir() -> Path:
@@ -94,6 +94,11 @@ def _store(path: Path, table: PTable) -> None:
     for i, (v, p) in enumerate(table.rows):
         arrays[f"v{i}"] = np.asarray(v)
         arrays[f"p{i}"] = np.asarray(p)
+    write_npz(path, arrays)
+
+
+def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write a cache entry atomically (temporary file, then rename); skip an unwritable cache."""
     tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
