@@ -131,12 +131,7 @@ def reconstruct(
     from tablesafe.attacks._reconstruct import all_k_way_requests, reconstruction_attack
     from tablesafe.server._cumulative import requests_from_bodies
 
-    if fmt not in ("text", "json"):
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
-    if not time_limit > 0:
-        raise ParameterError(
-            f"--time-limit must be a positive number of seconds, not {time_limit:g}"
-        )
+    _check_options(fmt, time_limit)
     if min_cell_size < 0:
         raise ParameterError(f"--min-cell-size must be 0 (off) or more, not {min_cell_size}")
     if (tables is None) == (all_k_way is None):
@@ -205,17 +200,11 @@ def audit_reconstruct(
     fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
 ) -> None:
     """Attack every table the audit log says was served for a dataset, across all keys."""
-    from tablesafe._errors import ParameterError, RequestError
     from tablesafe._settings import load_site_config
     from tablesafe.server._audit import AuditLog
     from tablesafe.server._cumulative import audit_reconstruction
 
-    if fmt not in ("text", "json"):
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
-    if not time_limit > 0:
-        raise ParameterError(
-            f"--time-limit must be a positive number of seconds, not {time_limit:g}"
-        )
+    _check_options(fmt, time_limit)
     site = load_site_config(config)
     log = AuditLog(site.resolve(site.server.audit_db))
     try:
@@ -233,3 +222,15 @@ def audit_reconstruct(
         f"Reconstruction of {dataset} from the {out['tables']} tables served until "
         f"{out['served_until']}",
     )
+
+
+def _check_options(fmt: str, time_limit: float) -> None:
+    """The output format and time limit both reconstruction commands take."""
+    from tablesafe._errors import ParameterError, RequestError
+
+    if fmt not in ("text", "json"):
+        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
+    if not time_limit > 0:
+        raise ParameterError(
+            f"--time-limit must be a positive number of seconds, not {time_limit:g}"
+        )
