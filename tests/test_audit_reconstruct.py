@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from click.testing import CliRunner
 from fastapi.testclient import TestClient
-from typer.testing import CliRunner
 
 from tablesafe._cli import get_app
 from tablesafe._errors import RequestError

@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from tablesafe._cli import get_app, main
 from tablesafe._errors import FormatError, ParameterError

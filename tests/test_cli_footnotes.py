@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 from fastapi.testclient import TestClient
-from typer.testing import CliRunner
 
 from tablesafe._catalog import Catalog
 from tablesafe._cli import get_app

@@ -8,25 +8,17 @@ import sys
 from tablesafe._cli import COMMAND_MODULES, get_app
 
 
-def _modules(info) -> set[str]:
+def _modules(command) -> set[str]:
     """Modules defining a registered command or group (recursively)."""
-    if getattr(info, "typer_instance", None) is not None:
-        t = info.typer_instance
-        out = {c.callback.__module__ for c in t.registered_commands}
-        for g in t.registered_groups:
-            out |= _modules(g)
-        return out
-    return {info.callback.__module__}
+    out = {command.callback.__module__} if command.callback is not None else set()
+    for sub in getattr(command, "commands", {}).values():
+        out |= _modules(sub)
+    return out
 
 
 def test_every_command_is_mapped_to_the_modules_that_define_it():
     app = get_app()
-    # A command registered without a name takes its function's, with dashes.
-    registered = {
-        c.name or c.callback.__name__.replace("_", "-"): _modules(c)
-        for c in app.registered_commands
-    }
-    registered.update({g.name: _modules(g) for g in app.registered_groups})
+    registered = {name: _modules(c) for name, c in app.commands.items()}
     assert set(registered) == set(COMMAND_MODULES)
     for name, modules in registered.items():
         mapped = {f"tablesafe._cli.{m}" for m in COMMAND_MODULES[name]}

@@ -191,7 +191,7 @@ def test_custom_grouping_values_and_python_api():
 
 
 def test_cli_group_option(demo_dir):
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from tablesafe._cli import get_app
 

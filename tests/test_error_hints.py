@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 import tablesafe as ts
 from tablesafe._cli import get_app

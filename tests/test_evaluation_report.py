@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from tablesafe._builder import Protection, TableBuilder
 from tablesafe._cli import get_app

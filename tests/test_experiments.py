@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from tablesafe._cli import get_app
 from tablesafe.experiments import run_shlomo2019

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from tablesafe._catalog import Catalog
 from tablesafe._cli import get_app

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from tablesafe import RequestError
 from tablesafe._cli import get_app

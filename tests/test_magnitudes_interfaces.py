@@ -7,8 +7,8 @@ import io
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from fastapi.testclient import TestClient
-from typer.testing import CliRunner
 
 from tablesafe._cli import get_app
 from tablesafe._settings import load_site_config

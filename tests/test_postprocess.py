@@ -184,7 +184,7 @@ def test_bad_input():
 
 
 def test_cli_fit_from_a_long_csv(tmp_path):
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from tablesafe._cli import get_app
 

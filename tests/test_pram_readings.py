@@ -137,7 +137,7 @@ def test_the_study_runs_a_reading_and_says_which():
 def test_cli_takes_a_reading():
     import json
 
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from tablesafe._cli import get_app
 

@@ -413,7 +413,7 @@ def test_cell_key_tables_equal_the_ons_package(tmp_path, make_dataset):
 
 
 def test_cli_ptable_write_and_show(tmp_path):
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from tablesafe._cli import get_app
 

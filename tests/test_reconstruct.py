@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from tablesafe._cli import get_app
 from tablesafe._cli._methods import protection_from_options

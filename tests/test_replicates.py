@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from tablesafe import Dataset, Protection, TableBuilder, TableRequest
 from tablesafe._catalog_init import init_catalog

@@ -390,7 +390,7 @@ def test_record_level_protection_from_the_site(demo_dir, tmp_path, monkeypatch):
 
 
 def test_audit_and_api_key_commands(demo_dir, tmp_path):
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from tablesafe._cli import get_app
 

@@ -139,7 +139,7 @@ def test_missing_java_is_a_clear_error(monkeypatch):
 
 
 def test_cli_engine_spark(spark, demo_dir):
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from tablesafe._cli import get_app
 

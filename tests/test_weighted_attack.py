@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from tablesafe._builder import TableBuilder
 from tablesafe._cli import get_app

@@ -1,33 +1,30 @@
-"""The ``tablesafe`` command line.
+"""The ``tablesafe`` command line (click).
 
 Each command group lives in its own module and registers itself on
-:data:`app` here; :func:`main` maps tablesafe errors to a one-line message
-on standard error and an exit code (2 for user errors, 1 for the rest). Usage errors are
-typer's own (exit code 2).
+:data:`app` here. :data:`app` is a lazy group: looking a command up imports
+only the modules that define it (:data:`COMMAND_MODULES`), and ``tablesafe
+--help`` lists every command from :data:`COMMAND_HELP` without importing
+any of them (tests check both maps against the full registration).
+:func:`main` maps tablesafe errors to a one-line message on standard error
+and an exit code (2 for user errors, 1 for the rest). Usage errors are
+click's own (exit code 2).
+
+Why click and not typer: docs/decisions.md ("Command line").
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
-import typer
+import click
 
 from tablesafe._errors import TablesafeError, UserError
 
-app = typer.Typer(
-    name="tablesafe",
-    help="Flexible table builder for confidential microdata.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-
 #: Each top-level command or group, and the modules that define it (and its
-#: subcommands). Running one command imports only its modules, so typer turns
-#: only its signatures into options (a test checks this map against the full
-#: registration).
+#: subcommands). Running one command imports only its modules (a test checks
+#: this map against the full registration).
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "api-key": ("_server",),
     "attack": ("_attack", "_reconstruct"),
@@ -47,6 +44,83 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "version": (),
 }
 
+#: The one-line help of each top-level command, shown by ``tablesafe --help``
+#: without importing the command's modules (a test checks that it is the
+#: first paragraph of each registered command's help).
+COMMAND_HELP: dict[str, str] = {
+    "api-key": "API keys for the server.",
+    "attack": "Attack simulations against the protection.",
+    "audit": "Read the audit log of a site (newest first).",
+    "catalog": "Catalogs: draft one from a Parquet, CSV, SPSS, Stata or SAS file.",
+    "cyclic": "Cyclic perturbation (Duncan & Roehrig): perturb a table, or compute the "
+    "posterior of the original cells from a published one.",
+    "demo-data": "Write a realistic synthetic survey and its catalog.",
+    "evaluate": "Risk and utility of each mechanism and parameter on a dataset's tables.",
+    "keys": "Record keys: permanent random uint32 keys, one per record.",
+    "postprocess": "Post-process protected tables into releasable inner cells (Langsrud 2019).",
+    "ptable": "Perturbation tables: write those of DP, PRAM, drop/add-up-to-q and the Destatis "
+    "cell-key method in the Destatis (probability) or ABS/ONS (sampled) layout; show one.",
+    "replicates": "Replicate weights: made from strata and PSUs, for standard errors and "
+    "intervals.",
+    "reproduce": "Reproduce the source papers' studies.",
+    "resample": "Resampling (Domingo-Ferrer & Mateo-Sanz): Heer's bootstrap table or the "
+    "cell-oriented binomial method, with the quality condition S.",
+    "serve": "Serve the table builder: HTTP API and web page.",
+    "table": "Build a protected table: rows by columns (by layers) inside a universe.",
+    "version": "Print the version of tablesafe.",
+}
+
+#: The parameter type of file and folder arguments: a :class:`pathlib.Path`,
+#: not checked here (the commands say what is wrong with a path).
+PATH = click.Path(path_type=Path)
+
+
+class LazyGroup(click.Group):
+    """The top-level group: a command's modules are imported when it is looked up.
+
+    This is click's documented lazy-loading pattern (``list_commands`` names
+    every command, ``get_command`` imports on demand); ``format_commands``
+    takes the one-line helps from :data:`COMMAND_HELP`, so that ``tablesafe
+    --help`` imports no command module.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command, registered or not, sorted by name."""
+        return sorted(set(COMMAND_MODULES) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command ``cmd_name``, importing its modules first if needed."""
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            _register(cmd_name)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Write the commands section of the help, as click's would, without imports."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            cmd = self.commands.get(name)
+            if cmd is not None:
+                if cmd.hidden:
+                    continue
+                rows.append((name, cmd.get_short_help_str(limit)))
+            else:
+                # A stand-in command shortens the help exactly as the real one would.
+                stand_in = click.Command(name, help=COMMAND_HELP[name])
+                rows.append((name, stand_in.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+app = LazyGroup(
+    name="tablesafe",
+    help="Flexible table builder for confidential microdata.",
+    no_args_is_help=True,
+    # Defaults are shown in every command's help (inherited by subcommands).
+    context_settings={"show_default": True},
+)
+
 
 def _register(command: str | None = None) -> None:
     """Import the modules adding ``command`` to :data:`app` (every module for ``None``).
@@ -60,33 +134,28 @@ def _register(command: str | None = None) -> None:
         importlib.import_module(f"tablesafe._cli.{module}")
 
 
-def get_app(command: str | None = None) -> typer.Typer:
-    """Return the command-line application with ``command`` (default: every command) registered."""
+def get_app(command: str | None = None) -> click.Group:
+    """Return the command-line group with ``command`` (default: every command) registered."""
     _register(command)
     return app
 
 
-def main() -> None:
-    """Run the command line; the entry point of the ``tablesafe`` command."""
-    # The command is the first argument that is not an option; with none
-    # (``tablesafe --help``) or an unknown one, everything is registered so
-    # that help and typer's "no such command" list every command.
-    first = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+def main(args: list[str] | None = None) -> None:
+    """Run the command line; the entry point of the ``tablesafe`` command.
+
+    Args:
+        args: The arguments (default: ``sys.argv[1:]``).
+    """
     try:
-        get_app(first)()
+        app.main(args, prog_name="tablesafe")
     except TablesafeError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {exc}", err=True)
         sys.exit(2 if isinstance(exc, UserError) else 1)
 
 
-@app.callback()
-def _root() -> None:
-    """Flexible table builder for confidential microdata."""
-
-
-@app.command()
+@app.command("version")
 def version() -> None:
     """Print the version of tablesafe."""
     from tablesafe import __version__
 
-    typer.echo(__version__)
+    click.echo(__version__)

@@ -4,36 +4,46 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-import typer
+import click
 
-from tablesafe._cli import app
-from tablesafe._cli._methods import CapOption, EpsilonOption, RateOption
+from tablesafe._cli import PATH, app
+from tablesafe._cli._methods import protection_options
 
 if TYPE_CHECKING:
     from tablesafe._dataset import Dataset
 
-attack_app = typer.Typer(help="Attack simulations against the protection.", no_args_is_help=True)
-app.add_typer(attack_app, name="attack")
+
+@app.group("attack", help="Attack simulations against the protection.", no_args_is_help=True)
+def attack_app() -> None:
+    """Attack simulations against the protection."""
 
 
 @attack_app.command("sliver")
+@click.argument("data_dir", type=PATH, help="Dataset folder (with catalog.toml).")
+@click.option("--table", required=True, help="The table, e.g. AGEGRP*SEX.")
+@click.option("--universe", multiple=True, help="Subgroup A: VAR=CODE,CODE (repeatable).")
+@click.option(
+    "--method",
+    default="none,ckm,dp,q,q-records",
+    help="Comma-separated: none, ckm, dp, pram, q, q-records, ptable:FILE.",
+)
+@protection_options("epsilon", "cap", "rate")
+@click.option("--limit", type=int, default=None, help="Attack a random sample of records.")
+@click.option("--seed", type=int, default=0, help="Seed of that sample.")
+@click.option("--format", "fmt", default="text", help="text or json.")
 def sliver(
-    data_dir: Annotated[Path, typer.Argument(help="Dataset folder (with catalog.toml).")],
-    table: Annotated[str, typer.Option(help="The table, e.g. AGEGRP*SEX.")],
-    universe: Annotated[
-        list[str] | None, typer.Option(help="Subgroup A: VAR=CODE,CODE (repeatable).")
-    ] = None,
-    method: Annotated[
-        str, typer.Option(help="Comma-separated: none, ckm, dp, pram, q, q-records, ptable:FILE.")
-    ] = "none,ckm,dp,q,q-records",
-    epsilon: EpsilonOption = 1.0,
-    cap: CapOption = 7,
-    rate: RateOption = 0.01,
-    limit: Annotated[int | None, typer.Option(help="Attack a random sample of records.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of that sample.")] = 0,
-    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    data_dir: Path,
+    table: str,
+    universe: tuple[str, ...],
+    method: str,
+    epsilon: float,
+    cap: int,
+    rate: float,
+    limit: int | None,
+    seed: int,
+    fmt: str,
 ) -> None:
     """Difference the table in A and in A minus each record (Li & Krenzke 2016)."""
     import os
@@ -69,7 +79,7 @@ def sliver(
             results.append(
                 sliver_attack(
                     dataset,
-                    parse_where(universe or []),
+                    parse_where(list(universe)),
                     dims,
                     prot,
                     limit=limit,
@@ -79,7 +89,7 @@ def sliver(
                 )
             )
     if fmt == "json":
-        typer.echo(json.dumps([r.as_dict() for r in results], indent=1))
+        click.echo(json.dumps([r.as_dict() for r in results], indent=1))
         return
     out = Table(title=f"Sliver attack on {' * '.join(dims)} ({results[0].pairs} pairs)")
     out.add_column("measure")
@@ -105,29 +115,37 @@ def _show(v: float | None) -> str:
 
 
 @attack_app.command("weighted")
+@click.argument("data_dir", type=PATH, help="Dataset folder (with catalog.toml).")
+@click.option("--table", required=True, help="The table, e.g. AGEGRP*REGION*SEX.")
+@click.option("--universe", multiple=True, help="Universe: VAR=CODE,CODE (repeatable).")
+@click.option(
+    "--method",
+    default="ckm,dp,pram,q,q-records",
+    help="Comma-separated: ckm, dp, pram, q, q-records, ptable:FILE.",
+)
+@protection_options("epsilon", "cap", "rate")
+@click.option(
+    "--weight-noise", type=float, default=0.5, help="Noise on weighted figures, in mean weights."
+)
+@click.option("--rounding", default="1", help="Rounding of weighted figures.")
+@click.option(
+    "--integer-weights",
+    is_flag=True,
+    help="Attack a copy of the data with weights rounded to integers.",
+)
+@click.option("--format", "fmt", default="text", help="text or json.")
 def weighted(
-    data_dir: Annotated[Path, typer.Argument(help="Dataset folder (with catalog.toml).")],
-    table: Annotated[str, typer.Option(help="The table, e.g. AGEGRP*REGION*SEX.")],
-    universe: Annotated[
-        list[str] | None, typer.Option(help="Universe: VAR=CODE,CODE (repeatable).")
-    ] = None,
-    method: Annotated[
-        str, typer.Option(help="Comma-separated: ckm, dp, pram, q, q-records, ptable:FILE.")
-    ] = "ckm,dp,pram,q,q-records",
-    epsilon: EpsilonOption = 1.0,
-    cap: CapOption = 7,
-    rate: RateOption = 0.01,
-    weight_noise: Annotated[
-        float, typer.Option(help="Noise on weighted figures, in mean weights.")
-    ] = 0.5,
-    rounding: Annotated[str, typer.Option(help="Rounding of weighted figures.")] = "1",
-    integer_weights: Annotated[
-        bool,
-        typer.Option(
-            "--integer-weights", help="Attack a copy of the data with weights rounded to integers."
-        ),
-    ] = False,
-    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    data_dir: Path,
+    table: str,
+    universe: tuple[str, ...],
+    method: str,
+    epsilon: float,
+    cap: int,
+    rate: float,
+    weight_noise: float,
+    rounding: str,
+    integer_weights: bool,
+    fmt: str,
 ) -> None:
     """Try to recover true counts from published weighted figures (docs/weighted.md)."""
     import os
@@ -151,7 +169,7 @@ def weighted(
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     dims = tuple(d.strip() for d in table.split("*") if d.strip())
     dataset = Dataset.open(data_dir)
-    request = TableRequest(dims, universe=parse_where(universe or []), statistic="both")
+    request = TableRequest(dims, universe=parse_where(list(universe)), statistic="both")
     request.bind(dataset.catalog)
     if dataset.catalog.weight is None:
         raise RequestError(f"dataset {dataset.name} has no weight column: nothing to attack")
@@ -192,7 +210,7 @@ def weighted(
                 row[f"eq{eq}_best"] = leaky.best
             results.append(row)
     if fmt == "json":
-        typer.echo(json.dumps(results, indent=1))
+        click.echo(json.dumps(results, indent=1))
         return
     out = Table(title=f"Weighted-figures attack on {'*'.join(dims)} (percent of cells right)")
     cols = (

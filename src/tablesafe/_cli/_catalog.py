@@ -3,40 +3,54 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
 
-from tablesafe._cli import app
+from tablesafe._cli import PATH, app
 
-catalog_app = typer.Typer(
+
+@app.group(
+    "catalog",
     help="Catalogs: draft one from a Parquet, CSV, SPSS, Stata or SAS file.",
     no_args_is_help=True,
 )
-app.add_typer(catalog_app, name="catalog")
+def catalog_app() -> None:
+    """Catalogs: draft one from a Parquet, CSV, SPSS, Stata or SAS file."""
 
 
 @catalog_app.command("init")
+@click.argument(
+    "data_file",
+    type=PATH,
+    help="Parquet, CSV, SPSS (.sav), Stata (.dta) or SAS (.sas7bdat, .xpt).",
+)
+@click.argument("directory", type=PATH, help="Dataset folder to write.")
+@click.option("--weight", default=None, help="Survey-weight column (finite, >= 0).")
+@click.option(
+    "--record-key",
+    default="RKEY",
+    help="Record-key column: kept if present, drawn securely if not.",
+)
+@click.option(
+    "--variables",
+    default=None,
+    help="Comma-separated columns to make variables (default: all that can be).",
+)
+@click.option(
+    "--max-categories",
+    type=int,
+    default=50,
+    help="Most distinct values of a column without value labels.",
+)
+@click.option("--overwrite", is_flag=True, help="Replace a dataset already in the folder.")
 def catalog_init(
-    data_file: Annotated[
-        Path,
-        typer.Argument(help="Parquet, CSV, SPSS (.sav), Stata (.dta) or SAS (.sas7bdat, .xpt)."),
-    ],
-    directory: Annotated[Path, typer.Argument(help="Dataset folder to write.")],
-    weight: Annotated[str | None, typer.Option(help="Survey-weight column (finite, >= 0).")] = None,
-    record_key: Annotated[
-        str, typer.Option(help="Record-key column: kept if present, drawn securely if not.")
-    ] = "RKEY",
-    variables: Annotated[
-        str | None,
-        typer.Option(help="Comma-separated columns to make variables (default: all that can be)."),
-    ] = None,
-    max_categories: Annotated[
-        int, typer.Option(help="Most distinct values of a column without value labels.")
-    ] = 50,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace a dataset already in the folder.")
-    ] = False,
+    data_file: Path,
+    directory: Path,
+    weight: str | None,
+    record_key: str,
+    variables: str | None,
+    max_categories: int,
+    overwrite: bool,
 ) -> None:
     """Write DIR/microdata.parquet and a draft DIR/catalog.toml that validates at once."""
     from tablesafe._catalog_init import init_catalog
@@ -52,12 +66,12 @@ def catalog_init(
         overwrite=overwrite,
     )
     keys = "drawn" if report.keys_added else "kept"
-    typer.echo(
+    click.echo(
         f"wrote {report.records:,} records to {directory / 'microdata.parquet'} (record keys "
         f"{keys} in column {record_key}) and a draft {directory / 'catalog.toml'} with "
         f"{len(report.variables)} variables: {', '.join(report.variables)}"
     )
     for name, reason in report.undecided:
-        typer.echo(f"  not a variable (see the comment in catalog.toml): {name}: {reason}")
+        click.echo(f"  not a variable (see the comment in catalog.toml): {name}: {reason}")
     for old, new in report.renamed:
-        typer.echo(f"  renamed column {old!r} to {new}")
+        click.echo(f"  renamed column {old!r} to {new}")

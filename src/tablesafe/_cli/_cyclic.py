@@ -11,12 +11,12 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Any
 
+import click
 import numpy as np
-import typer
 
-from tablesafe._cli import app
+from tablesafe._cli import PATH, app
 from tablesafe._cli._tablefiles import (
     CountTable,
     cell_name,
@@ -27,12 +27,15 @@ from tablesafe._cli._tablefiles import (
 )
 from tablesafe._errors import FormatError
 
-cyclic_app = typer.Typer(
+
+@app.group(
+    "cyclic",
     help="Cyclic perturbation (Duncan & Roehrig): perturb a table, or compute the posterior "
     "of the original cells from a published one.",
     no_args_is_help=True,
 )
-app.add_typer(cyclic_app, name="cyclic")
+def cyclic_app() -> None:
+    """Cyclic perturbation (Duncan & Roehrig)."""
 
 
 def _read_cycles(path: Path, shape: tuple[int, ...]) -> list[np.ndarray]:
@@ -132,35 +135,55 @@ def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
 # Commands
 # ---------------------------------------------------------------------------
 
-TableArg = Annotated[
-    Path,
-    typer.Argument(help="CSV matrix of counts (no header), or a long CSV with a header."),
-]
-Alpha = Annotated[float, typer.Option("--alpha", help="Probability of adding a cycle.")]
-Beta = Annotated[float, typer.Option("--beta", help="Probability of subtracting a cycle.")]
-CyclesOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--cycles",
-        help="JSON list of cycles, in order (or the JSON of 'cyclic perturb'); default: the "
-        "standard set for the table's shape.",
-    ),
-]
-Skip = Annotated[str, typer.Option("--skip", help="Skip rule: zero or negative.")]
-Format = Annotated[str, typer.Option("--format", help="text or json.")]
+
+def _shared(f: Any) -> Any:
+    """The options both commands take: --alpha, --beta and --cycles."""
+    for decorator in reversed(
+        (
+            click.option(
+                "--alpha", type=float, default=0.25, help="Probability of adding a cycle."
+            ),
+            click.option(
+                "--beta", type=float, default=0.25, help="Probability of subtracting a cycle."
+            ),
+            click.option(
+                "--cycles",
+                type=PATH,
+                default=None,
+                help="JSON list of cycles, in order (or the JSON of 'cyclic perturb'); default: "
+                "the standard set for the table's shape.",
+            ),
+        )
+    ):
+        f = decorator(f)
+    return f
+
+
+_skip = click.option("--skip", default="zero", help="Skip rule: zero or negative.")
+_format = click.option("--format", "fmt", default="text", help="text or json.")
 
 
 @cyclic_app.command("perturb")
+@click.argument(
+    "table", type=PATH, help="CSV matrix of counts (no header), or a long CSV with a header."
+)
+@_shared
+@_skip
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Seed, for reproducible runs (default: unpredictable).",
+)
+@_format
 def perturb(
-    table: TableArg,
-    alpha: Alpha = 0.25,
-    beta: Beta = 0.25,
-    cycles: CyclesOpt = None,
-    skip: Skip = "zero",
-    seed: Annotated[
-        int | None, typer.Option(help="Seed, for reproducible runs (default: unpredictable).")
-    ] = None,
-    fmt: Format = "text",
+    table: Path,
+    alpha: float,
+    beta: float,
+    cycles: Path | None,
+    skip: str,
+    seed: int | None,
+    fmt: str,
 ) -> None:
     """Perturb a table and print it with the parameters to publish (cycles, alpha, beta)."""
     from tablesafe.mechanisms import cyclic_perturb
@@ -170,48 +193,51 @@ def perturb(
     cyc = _read_cycles(cycles, data.counts.shape) if cycles is not None else None
     res = cyclic_perturb(data.counts, alpha, beta, cycles=cyc, skip=skip, rng=seed)  # type: ignore[arg-type]
     if fmt == "json":
-        typer.echo(json.dumps({"published": res.published()}, indent=1))
+        click.echo(json.dumps({"published": res.published()}, indent=1))
         return
-    typer.echo("# perturbed table")
-    typer.echo(format_table(data, res.table), nl=False)
-    typer.echo(
+    click.echo("# perturbed table")
+    click.echo(format_table(data, res.table), nl=False)
+    click.echo(
         f"# published: alpha {res.alpha:g}, beta {res.beta:g}, gamma {res.gamma:g}; "
         f"{len(res.cycles)} cycles (below, in order); skip rule: {res.skip} "
         f"({res.published()['skip_rule']})"
     )
     for i, c in enumerate(res.cycles, start=1):
-        typer.echo(f"# cycle {i}")
-        typer.echo(
+        click.echo(f"# cycle {i}")
+        click.echo(
             format_table(CountTable(c), c) if c.ndim == 2 else format_table(data, c), nl=False
         )
 
 
 @cyclic_app.command("posterior")
+@click.argument("table", type=PATH, help="The published (perturbed) table, as for perturb.")
+@_shared
+@click.option(
+    "--prior",
+    type=PATH,
+    default=None,
+    help="CSV prior per cell: dimension columns (row,col for a matrix), value, weight; "
+    "unlisted values weigh 1. Default: uniform.",
+)
+@_skip
+@click.option(
+    "--likelihood",
+    default="exact",
+    help="exact (the mechanism's likelihood) or slides (the convention behind the "
+    "slides' printed numbers).",
+)
+@click.option("--tables", is_flag=True, help="Also enumerate the possible original tables.")
+@_format
 def posterior(
-    table: Annotated[Path, typer.Argument(help="The published (perturbed) table, as for perturb.")],
-    alpha: Alpha = 0.25,
-    beta: Beta = 0.25,
-    cycles: CyclesOpt = None,
-    prior: Annotated[
-        Path | None,
-        typer.Option(
-            "--prior",
-            help="CSV prior per cell: dimension columns (row,col for a matrix), value, weight; "
-            "unlisted values weigh 1. Default: uniform.",
-        ),
-    ] = None,
-    skip: Skip = "zero",
-    likelihood: Annotated[
-        str,
-        typer.Option(
-            help="exact (the mechanism's likelihood) or slides (the convention behind the "
-            "slides' printed numbers)."
-        ),
-    ] = "exact",
-    tables: Annotated[
-        bool, typer.Option("--tables", help="Also enumerate the possible original tables.")
-    ] = False,
-    fmt: Format = "text",
+    table: Path,
+    alpha: float,
+    beta: float,
+    cycles: Path | None,
+    prior: Path | None,
+    skip: str,
+    likelihood: str,
+    tables: bool,
+    fmt: str,
 ) -> None:
     """Posterior distribution of every original cell, given the published table and parameters."""
     from tablesafe.mechanisms import cyclic_posterior
@@ -236,19 +262,19 @@ def posterior(
         out = post.to_dict()
         for c in out["cells"]:
             c["name"] = cell_name(data, tuple(i - 1 for i in c["cell"]))
-        typer.echo(json.dumps(out, indent=1))
+        click.echo(json.dumps(out, indent=1))
         return
     gamma = max(0.0, 1 - post.alpha - post.beta)
-    typer.echo(
+    click.echo(
         f"# posterior: alpha {post.alpha:g}, beta {post.beta:g}, gamma {gamma:g}; skip rule "
         f"{post.skip}; likelihood {post.likelihood}; prior "
         f"{'from ' + str(prior) if prior else 'uniform'}"
     )
     extra = f", {len(post.tables)} distinct tables" if post.tables is not None else ""
-    typer.echo(f"# {post.hypotheses:,} possible coin histories{extra}")
+    click.echo(f"# {post.hypotheses:,} possible coin histories{extra}")
     mode = post.mode()
     for idx in np.ndindex(*post.published.shape):
         dist = "  ".join(f"{v}: {p:.2f}" for v, p in post.cell(idx).items())
-        typer.echo(
+        click.echo(
             f"{cell_name(data, idx)} published {post.published[idx]}, mode {mode[idx]}: {dist}"
         )

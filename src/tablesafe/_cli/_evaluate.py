@@ -4,30 +4,38 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
 
-from tablesafe._cli import app
+from tablesafe._cli import PATH, app
 
 
 @app.command("evaluate")
+@click.argument("data_dir", type=PATH, help="Dataset folder (with catalog.toml).")
+@click.option(
+    "--table", required=True, multiple=True, help="A table, e.g. AGEGRP*SEX (repeatable)."
+)
+@click.option("--methods", default="dp,pram,q,ckm", help="Comma-separated: dp, pram, q, ckm.")
+@click.option("--epsilon", default="0.5,1,2", help="dp: comma-separated epsilons.")
+@click.option("--cap", default="3,5,7", help="dp and q: comma-separated caps.")
+@click.option(
+    "--out", type=PATH, default=None, help="Folder for results.json, PNG and report.html."
+)
+@click.option("--format", "fmt", default="text", help="text or json.")
+@click.option(
+    "--magnitude",
+    multiple=True,
+    help="A continuous variable whose sums and means to measure (repeatable).",
+)
 def evaluate_cmd(
-    data_dir: Annotated[Path, typer.Argument(help="Dataset folder (with catalog.toml).")],
-    table: Annotated[list[str], typer.Option(help="A table, e.g. AGEGRP*SEX (repeatable).")],
-    methods: Annotated[
-        str, typer.Option(help="Comma-separated: dp, pram, q, ckm.")
-    ] = "dp,pram,q,ckm",
-    epsilon: Annotated[str, typer.Option(help="dp: comma-separated epsilons.")] = "0.5,1,2",
-    cap: Annotated[str, typer.Option(help="dp and q: comma-separated caps.")] = "3,5,7",
-    out: Annotated[
-        Path | None, typer.Option(help="Folder for results.json, PNG and report.html.")
-    ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
-    magnitude: Annotated[
-        list[str] | None,
-        typer.Option(help="A continuous variable whose sums and means to measure (repeatable)."),
-    ] = None,
+    data_dir: Path,
+    table: tuple[str, ...],
+    methods: str,
+    epsilon: str,
+    cap: str,
+    out: Path | None,
+    fmt: str,
+    magnitude: tuple[str, ...],
 ) -> None:
     """Risk and utility of each mechanism and parameter on a dataset's tables."""
     from rich.console import Console
@@ -52,6 +60,6 @@ def evaluate_cmd(
     if out is not None:
         write_evaluation_report(rows, out)
     if fmt == "json":
-        typer.echo(json.dumps(rows, indent=1))
+        click.echo(json.dumps(rows, indent=1))
         return
-    typer.echo(evaluation_text(rows), nl=False)
+    click.echo(evaluation_text(rows), nl=False)

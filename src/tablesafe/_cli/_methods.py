@@ -10,9 +10,10 @@ the server and the Python API.
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-import typer
+import click
 from pydantic import ValidationError
 
 from tablesafe._errors import ParameterError
@@ -21,18 +22,32 @@ from tablesafe._protection import Protection, protection_from_settings
 #: Methods the command line knows, for messages.
 METHODS = ("none", "ckm", "dp", "pram", "q", "q-records", "ptable:FILE")
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-# The protection options, declared once for every command that takes them.
-EpsilonOption = Annotated[float, typer.Option(help="dp: epsilon.")]
-CapOption = Annotated[int, typer.Option(help="dp, q: cap.")]
-RateOption = Annotated[float, typer.Option(help="q, q-records: rate.")]
-MaxDeviationOption = Annotated[int, typer.Option(help="ckm: maximum deviation D.")]
-VarianceOption = Annotated[float, typer.Option(help="ckm: variance V.")]
-SeedsOption = Annotated[str, typer.Option(help="cellkey or dynamic.")]
-SecretEnvOption = Annotated[
-    str | None, typer.Option(help="Environment variable with the secret (dynamic seeds).")
-]
-AdditivityOption = Annotated[str, typer.Option(help="aggregate, independent or ipf.")]
+# The protection options, declared once for every command that takes them:
+# name -> (type, default, help).
+_PROTECTION_OPTIONS: dict[str, tuple[Any, Any, str]] = {
+    "epsilon": (float, 1.0, "dp: epsilon."),
+    "cap": (int, 7, "dp, q: cap."),
+    "rate": (float, 0.01, "q, q-records: rate."),
+    "max-deviation": (int, 3, "ckm: maximum deviation D."),
+    "variance": (float, 1.0, "ckm: variance V."),
+    "seeds": (str, "cellkey", "cellkey or dynamic."),
+    "secret-env": (str, None, "Environment variable with the secret (dynamic seeds)."),
+    "additivity": (str, "aggregate", "aggregate, independent or ipf."),
+}
+
+
+def protection_options(*names: str) -> Callable[[F], F]:
+    """Add the named protection options (``epsilon``, ``max-deviation``, ...) in that order."""
+
+    def decorate(f: F) -> F:
+        for name in reversed(names):
+            kind, default, text = _PROTECTION_OPTIONS[name]
+            f = click.option(f"--{name}", type=kind, default=default, help=text)(f)
+        return f
+
+    return decorate
 
 
 def protection_from_options(

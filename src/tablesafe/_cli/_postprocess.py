@@ -3,40 +3,52 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
 
-from tablesafe._cli import app
+from tablesafe._cli import PATH, app
 
-pp_app = typer.Typer(
+
+@app.group(
+    "postprocess",
     help="Post-process protected tables into releasable inner cells (Langsrud 2019).",
     no_args_is_help=True,
 )
-app.add_typer(pp_app, name="postprocess")
+def pp_app() -> None:
+    """Post-process protected tables into releasable inner cells (Langsrud 2019)."""
+
 
 FLAGS = {"structural_zero", "suppressed", "perturbed", "adjusted", "se", "ci_low", "ci_high"}
 
 
 @pp_app.command("fit")
+@click.argument(
+    "table", type=PATH, help="Long CSV: dimension columns, a value column, _T for totals."
+)
+@click.option("--value", default="n", help="The value column.")
+@click.option("--method", default="B", help="A, B, C or LAD.")
+@click.option(
+    "--exact",
+    multiple=True,
+    help="Method C: margins over these variables are exact (repeatable).",
+)
+@click.option("--weight", type=float, default=1000.0, help="Method C: weight of exact margins.")
+@click.option(
+    "--loglinear/--no-loglinear",
+    default=False,
+    help="Refit by the log-linear model of the margins.",
+)
+@click.option("--round", "round_", default="none", help="none, stochastic or multinomial.")
+@click.option("--seed", type=int, default=None, help="Seed for rounding.")
 def fit(
-    table: Annotated[
-        Path, typer.Argument(help="Long CSV: dimension columns, a value column, _T for totals.")
-    ],
-    value: Annotated[str, typer.Option(help="The value column.")] = "n",
-    method: Annotated[str, typer.Option(help="A, B, C or LAD.")] = "B",
-    exact: Annotated[
-        list[str] | None,
-        typer.Option(help="Method C: margins over these variables are exact (repeatable)."),
-    ] = None,
-    weight: Annotated[float, typer.Option(help="Method C: weight of exact margins.")] = 1000.0,
-    loglinear: Annotated[
-        bool, typer.Option(help="Refit by the log-linear model of the margins.")
-    ] = False,
-    round_: Annotated[
-        str, typer.Option("--round", help="none, stochastic or multinomial.")
-    ] = "none",
-    seed: Annotated[int | None, typer.Option(help="Seed for rounding.")] = None,
+    table: Path,
+    value: str,
+    method: str,
+    exact: tuple[str, ...],
+    weight: float,
+    loglinear: bool,
+    round_: str,
+    seed: int | None,
 ) -> None:
     """Estimate inner cells from the margins of a table (inner cells in the file are ignored)."""
     import numpy as np
@@ -100,7 +112,7 @@ def fit(
     elif m_up == "LAD":
         y = least_absolute_deviation(design, zz)
     elif m_up == "C":
-        exact_dims = {dims.index(e) for e in (exact or []) if e in dims}
+        exact_dims = {dims.index(e) for e in exact if e in dims}
         if exact and len(exact_dims) != len(exact):
             raise ParameterError(f"--exact names unknown variables; dimensions: {', '.join(dims)}")
         w = []
@@ -122,4 +134,4 @@ def fit(
     idx = np.indices(shape).reshape(len(shape), -1)
     result = pd.DataFrame({d: [codes[d][i] for i in idx[j]] for j, d in enumerate(dims)})
     result[value] = out_vals.ravel()
-    typer.echo(to_csv(result), nl=False)
+    click.echo(to_csv(result), nl=False)

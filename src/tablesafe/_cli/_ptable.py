@@ -3,33 +3,37 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-import typer
+import click
 
-from tablesafe._cli import app
+from tablesafe._cli import PATH, app
 
 if TYPE_CHECKING:
     from tablesafe._ptable import PTable
 
-ptable_app = typer.Typer(
+
+@app.group(
+    "ptable",
     help=(
         "Perturbation tables: write those of DP, PRAM, drop/add-up-to-q and the Destatis "
         "cell-key method in the Destatis (probability) or ABS/ONS (sampled) layout; show one."
     ),
     no_args_is_help=True,
 )
-app.add_typer(ptable_app, name="ptable")
+def ptable_app() -> None:
+    """Perturbation tables."""
 
-Out = Annotated[Path, typer.Option("--out", help="File to write (CSV).")]
-LayoutOpt = Annotated[
-    str,
-    typer.Option(
-        "--layout",
-        help="destatis (i,j,p,v,p_int_lb,p_int_ub,type; default) or abs (pcv,ckey,pvalue).",
-    ),
-]
-Keys = Annotated[int, typer.Option("--keys", help="abs layout: cell keys per count (256 or 4096).")]
+
+_out = click.option("--out", type=PATH, required=True, help="File to write (CSV).")
+_layout = click.option(
+    "--layout",
+    default="destatis",
+    help="destatis (i,j,p,v,p_int_lb,p_int_ub,type; default) or abs (pcv,ckey,pvalue).",
+)
+_keys = click.option(
+    "--keys", type=int, default=256, help="abs layout: cell keys per count (256 or 4096)."
+)
 
 
 def _write(table: PTable, out: Path, layout: str, keys: int) -> None:
@@ -41,21 +45,20 @@ def _write(table: PTable, out: Path, layout: str, keys: int) -> None:
     # Converted in memory first, so a ptable the layout cannot hold leaves no file behind.
     write_ptable(table, out, "abs" if layout == "abs" else "destatis", keys=keys)
     fig = table.privacy()
-    typer.echo(
+    click.echo(
         f"wrote {table.name} ptable ({table.n_rows} rows, {layout} layout) to {out}; "
         f"epsilon {fig.epsilon:.4g}, delta {fig.delta:.3g}"
     )
 
 
 @ptable_app.command("dp")
-def dp(
-    out: Out,
-    epsilon: Annotated[float, typer.Option(help="Privacy parameter (> 0).")] = 2.0,
-    sensitivity: Annotated[float, typer.Option(help="Sensitivity Δu (> 0).")] = 1.0,
-    cap: Annotated[int, typer.Option(help="Largest |perturbation| (>= 1).")] = 7,
-    layout: LayoutOpt = "destatis",
-    keys: Keys = 256,
-) -> None:
+@_out
+@click.option("--epsilon", type=float, default=2.0, help="Privacy parameter (> 0).")
+@click.option("--sensitivity", type=float, default=1.0, help="Sensitivity Δu (> 0).")
+@click.option("--cap", type=int, default=7, help="Largest |perturbation| (>= 1).")
+@_layout
+@_keys
+def dp(out: Path, epsilon: float, sensitivity: float, cap: int, layout: str, keys: int) -> None:
     """The DP discretised Laplace ptable (seed 000, Section 3.1, Table 1)."""
     from tablesafe.mechanisms import dp_geometric
 
@@ -63,12 +66,11 @@ def dp(
 
 
 @ptable_app.command("pram")
-def pram(
-    out: Out,
-    epsilon: Annotated[float, typer.Option(help="Epsilon of the geometric rows.")] = 2.0,
-    cap: Annotated[int, typer.Option(help="Cap of the geometric rows (>= 2).")] = 7,
-    layout: LayoutOpt = "destatis",
-) -> None:
+@_out
+@click.option("--epsilon", type=float, default=2.0, help="Epsilon of the geometric rows.")
+@click.option("--cap", type=int, default=7, help="Cap of the geometric rows (>= 2).")
+@_layout
+def pram(out: Path, epsilon: float, cap: int, layout: str) -> None:
     """PRAM of Shlomo & Young (seed 000, Tables 2 and 3).
 
     Small-cell rows are ordinary rows i = 0..cap-1; the residue rows follow
@@ -80,13 +82,12 @@ def pram(
 
 
 @ptable_app.command("q")
-def q(
-    out: Out,
-    rate: Annotated[float, typer.Option(help="q = ceil(rate * count), 0 < rate <= 1.")] = 0.01,
-    cap: Annotated[int, typer.Option(help="Largest q (>= 1).")] = 7,
-    layout: LayoutOpt = "destatis",
-    keys: Keys = 256,
-) -> None:
+@_out
+@click.option("--rate", type=float, default=0.01, help="q = ceil(rate * count), 0 < rate <= 1.")
+@click.option("--cap", type=int, default=7, help="Largest q (>= 1).")
+@_layout
+@_keys
+def q(out: Path, rate: float, cap: int, layout: str, keys: int) -> None:
     """Cell-wise drop/add-up-to-q (seed 000, Section 2.3)."""
     from tablesafe.mechanisms import drop_add_q
 
@@ -94,17 +95,28 @@ def q(
 
 
 @ptable_app.command("destatis")
+@_out
+@click.option("--D", "d", type=int, default=3, help="Maximum deviation D (>= 1).")
+@click.option("--V", "v", type=float, default=1.0, help="Variance V (> 0).")
+@click.option("--js", type=int, default=0, help="No perturbed counts in 1..js.")
+@click.option(
+    "--pstay",
+    type=float,
+    default=None,
+    help="Probability that a count stays (0 < pstay < 1).",
+)
+@click.option("--mono/--no-mono", default=True, help="Monotony condition left of v = 0.")
+@_layout
+@_keys
 def destatis_cmd(
-    out: Out,
-    d: Annotated[int, typer.Option("--D", help="Maximum deviation D (>= 1).")] = 3,
-    v: Annotated[float, typer.Option("--V", help="Variance V (> 0).")] = 1.0,
-    js: Annotated[int, typer.Option(help="No perturbed counts in 1..js.")] = 0,
-    pstay: Annotated[
-        float | None, typer.Option(help="Probability that a count stays (0 < pstay < 1).")
-    ] = None,
-    mono: Annotated[bool, typer.Option(help="Monotony condition left of v = 0.")] = True,
-    layout: LayoutOpt = "destatis",
-    keys: Keys = 256,
+    out: Path,
+    d: int,
+    v: float,
+    js: int,
+    pstay: float | None,
+    mono: bool,
+    layout: str,
+    keys: int,
 ) -> None:
     """The maximum-entropy ptable of the cell-key method (R package ptable)."""
     from tablesafe.mechanisms import destatis
@@ -113,10 +125,9 @@ def destatis_cmd(
 
 
 @ptable_app.command("show")
-def show(
-    file: Annotated[Path, typer.Argument(help="A ptable CSV (either layout).")],
-    rows: Annotated[int, typer.Option(help="Show at most this many rows.")] = 40,
-) -> None:
+@click.argument("file", type=PATH, help="A ptable CSV (either layout).")
+@click.option("--rows", type=int, default=40, help="Show at most this many rows.")
+def show(file: Path, rows: int) -> None:
     """Print a ptable: privacy figures, and per row v, p, share changed and variance."""
     from rich.console import Console
     from rich.table import Table

@@ -6,21 +6,13 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
+import click
 
+from tablesafe._cli import PATH
 from tablesafe._cli._attack import attack_app
-from tablesafe._cli._methods import (
-    AdditivityOption,
-    CapOption,
-    EpsilonOption,
-    MaxDeviationOption,
-    RateOption,
-    SecretEnvOption,
-    SeedsOption,
-    VarianceOption,
-)
+from tablesafe._cli._methods import protection_options
 from tablesafe._cli._server import audit_app
 
 if TYPE_CHECKING:
@@ -81,7 +73,7 @@ def _report(result: dict[str, Any], title: str) -> None:
         out.add_row(label, mine, theirs)
     Console(width=120).print(out)
     if not (result["complete"] and plain["complete"]):
-        typer.echo(
+        click.echo(
             "The time limit stopped the attack: shares are given as a range (cells decided "
             "pinned, to pinned or undecided).",
             err=True,
@@ -89,36 +81,65 @@ def _report(result: dict[str, Any], title: str) -> None:
 
 
 @attack_app.command("reconstruct")
+@click.argument("data_dir", type=PATH, help="Dataset folder (with catalog.toml).")
+@click.option(
+    "--tables",
+    type=PATH,
+    default=None,
+    help="JSON file: a list of table requests in the HTTP API's format.",
+)
+@click.option(
+    "--all-k-way",
+    type=int,
+    default=None,
+    help="Instead of --tables: every K-way table of --variables.",
+)
+@click.option("--variables", default=None, help="Variables of --all-k-way, e.g. AGEGRP,SEX,REGION.")
+@click.option(
+    "--method",
+    default="ckm",
+    help="Protection: ckm, dp, pram, q, q-records, ptable:FILE, none.",
+)
+@protection_options(
+    "epsilon",
+    "cap",
+    "rate",
+    "max-deviation",
+    "variance",
+    "seeds",
+    "secret-env",
+    "additivity",
+)
+@click.option(
+    "--min-cell-size",
+    type=int,
+    default=0,
+    help="Small-cell rule: protected counts below this are suppressed.",
+)
+@click.option(
+    "--time-limit",
+    type=float,
+    default=60.0,
+    help="Seconds for each attack; partial bounds after that.",
+)
+@click.option("--format", "fmt", default="text", help="text or json.")
 def reconstruct(
-    data_dir: Annotated[Path, typer.Argument(help="Dataset folder (with catalog.toml).")],
-    tables: Annotated[
-        Path | None,
-        typer.Option(help="JSON file: a list of table requests in the HTTP API's format."),
-    ] = None,
-    all_k_way: Annotated[
-        int | None, typer.Option(help="Instead of --tables: every K-way table of --variables.")
-    ] = None,
-    variables: Annotated[
-        str | None, typer.Option(help="Variables of --all-k-way, e.g. AGEGRP,SEX,REGION.")
-    ] = None,
-    method: Annotated[
-        str, typer.Option(help="Protection: ckm, dp, pram, q, q-records, ptable:FILE, none.")
-    ] = "ckm",
-    epsilon: EpsilonOption = 1.0,
-    cap: CapOption = 7,
-    rate: RateOption = 0.01,
-    max_deviation: MaxDeviationOption = 3,
-    variance: VarianceOption = 1.0,
-    seeds: SeedsOption = "cellkey",
-    secret_env: SecretEnvOption = None,
-    additivity: AdditivityOption = "aggregate",
-    min_cell_size: Annotated[
-        int, typer.Option(help="Small-cell rule: protected counts below this are suppressed.")
-    ] = 0,
-    time_limit: Annotated[
-        float, typer.Option(help="Seconds for each attack; partial bounds after that.")
-    ] = 60.0,
-    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    data_dir: Path,
+    tables: Path | None,
+    all_k_way: int | None,
+    variables: str | None,
+    method: str,
+    epsilon: float,
+    cap: int,
+    rate: float,
+    max_deviation: int,
+    variance: float,
+    seeds: str,
+    secret_env: str | None,
+    additivity: str,
+    min_cell_size: int,
+    time_limit: float,
+    fmt: str,
 ) -> None:
     """Rebuild the full cross-classification from published tables (integer programming)."""
     import os
@@ -182,23 +203,27 @@ def reconstruct(
         )
     out = {**result.as_dict(), "unprotected": plain.as_dict()}
     if fmt == "json":
-        typer.echo(json.dumps(out, indent=1))
+        click.echo(json.dumps(out, indent=1))
         return
     _report(out, f"Reconstruction of {' x '.join(result.variables)} from {len(requests)} tables")
 
 
 @audit_app.command("reconstruct")
-def audit_reconstruct(
-    config: Annotated[Path, typer.Option(help="Site configuration (TOML).")],
-    dataset: Annotated[str, typer.Option(help="The dataset (its name in the configuration).")],
-    time_limit: Annotated[
-        float, typer.Option(help="Seconds for each attack; partial bounds after that.")
-    ] = 60.0,
-    store: Annotated[
-        bool, typer.Option(help="Store the result in the audit log (the figure over time).")
-    ] = True,
-    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
-) -> None:
+@click.option("--config", type=PATH, required=True, help="Site configuration (TOML).")
+@click.option("--dataset", required=True, help="The dataset (its name in the configuration).")
+@click.option(
+    "--time-limit",
+    type=float,
+    default=60.0,
+    help="Seconds for each attack; partial bounds after that.",
+)
+@click.option(
+    "--store/--no-store",
+    default=True,
+    help="Store the result in the audit log (the figure over time).",
+)
+@click.option("--format", "fmt", default="text", help="text or json.")
+def audit_reconstruct(config: Path, dataset: str, time_limit: float, store: bool, fmt: str) -> None:
     """Attack every table the audit log says was served for a dataset, across all keys."""
     from tablesafe._settings import load_site_config
     from tablesafe.server._audit import AuditLog
@@ -215,7 +240,7 @@ def audit_reconstruct(
     finally:
         log.close()
     if fmt == "json":
-        typer.echo(json.dumps(out, indent=1))
+        click.echo(json.dumps(out, indent=1))
         return
     _report(
         out,

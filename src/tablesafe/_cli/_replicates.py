@@ -3,39 +3,50 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
 
-from tablesafe._cli import app
+from tablesafe._cli import PATH, app
 
-replicates_app = typer.Typer(
+
+@app.group(
+    "replicates",
     help="Replicate weights: made from strata and PSUs, for standard errors and intervals.",
     no_args_is_help=True,
 )
-app.add_typer(replicates_app, name="replicates")
+def replicates_app() -> None:
+    """Replicate weights: made from strata and PSUs, for standard errors and intervals."""
 
 
 @replicates_app.command("add")
+@click.argument("directory", type=PATH, help="Dataset folder (catalog.toml and microdata).")
+@click.option("--psu", required=True, help="PSU column (identified within its stratum).")
+@click.option("--method", required=True, help="JK1, JK2, BRR or bootstrap.")
+@click.option(
+    "--strata", default=None, help="Stratum column (leave out for an unstratified design)."
+)
+@click.option(
+    "--replicates",
+    type=int,
+    default=None,
+    help="Replicates: BRR a power of two above the strata; bootstrap (200).",
+)
+@click.option("--fay", type=float, default=0.0, help="Fay's factor in [0, 1), BRR only.")
+@click.option("--prefix", default="RW", help="Prefix of the replicate-weight columns.")
+@click.option(
+    "--seed", type=int, default=None, help="Bootstrap seed (default: from the secure source)."
+)
+@click.option("--replace", is_flag=True, help="Replace the dataset's replicate weights.")
 def replicates_add(
-    directory: Annotated[Path, typer.Argument(help="Dataset folder (catalog.toml and microdata).")],
-    psu: Annotated[str, typer.Option(help="PSU column (identified within its stratum).")],
-    method: Annotated[str, typer.Option(help="JK1, JK2, BRR or bootstrap.")],
-    strata: Annotated[
-        str | None, typer.Option(help="Stratum column (leave out for an unstratified design).")
-    ] = None,
-    replicates: Annotated[
-        int | None,
-        typer.Option(help="Replicates: BRR a power of two above the strata; bootstrap (200)."),
-    ] = None,
-    fay: Annotated[float, typer.Option(help="Fay's factor in [0, 1), BRR only.")] = 0.0,
-    prefix: Annotated[str, typer.Option(help="Prefix of the replicate-weight columns.")] = "RW",
-    seed: Annotated[
-        int | None, typer.Option(help="Bootstrap seed (default: from the secure source).")
-    ] = None,
-    replace: Annotated[
-        bool, typer.Option("--replace", help="Replace the dataset's replicate weights.")
-    ] = False,
+    directory: Path,
+    psu: str,
+    method: str,
+    strata: str | None,
+    replicates: int | None,
+    fay: float,
+    prefix: str,
+    seed: int | None,
+    replace: bool,
 ) -> None:
     """Write replicate weights to the microdata and declare them in the catalog."""
     from tablesafe._replicates import add_replicates
@@ -51,7 +62,7 @@ def replicates_add(
         seed=seed,
         replace=replace,
     )
-    typer.echo(
+    click.echo(
         f"wrote {len(report.columns)} {report.method} replicate weights "
         f"({report.columns[0]} .. {report.columns[-1]}; {report.strata} strata, {report.psus} "
         f"PSUs, {report.records:,} records; variance coefficient {report.coefficient:.6g}) "

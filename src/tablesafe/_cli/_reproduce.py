@@ -4,32 +4,36 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
 
-from tablesafe._cli import app
+from tablesafe._cli import PATH, app
 
-reproduce_app = typer.Typer(help="Reproduce the source papers' studies.", no_args_is_help=True)
-app.add_typer(reproduce_app, name="reproduce")
+
+@app.group("reproduce", help="Reproduce the source papers' studies.", no_args_is_help=True)
+def reproduce_app() -> None:
+    """Reproduce the source papers' studies."""
 
 
 @reproduce_app.command("shlomo2019")
+@click.option("--reps", type=int, default=500, help="Replications per table type.")
+@click.option("--seed", type=int, default=2019, help="Seed: the output depends only on it.")
+@click.option("--out", type=PATH, default=None, help="Folder for figures and report.html.")
+@click.option("--format", "fmt", default="text", help="text or json.")
+@click.option(
+    "--pram",
+    default="values",
+    help="PRAM reading: values, plain, residues, residues-printed-sign, "
+    "values-pooled (docs/reproduction.md).",
+)
+@click.option(
+    "--pram-alpha",
+    type=float,
+    default=1.0,
+    help="Weight of PRAM's invariant matrix against the identity.",
+)
 def shlomo2019(
-    reps: Annotated[int, typer.Option(help="Replications per table type.")] = 500,
-    seed: Annotated[int, typer.Option(help="Seed: the output depends only on it.")] = 2019,
-    out: Annotated[Path | None, typer.Option(help="Folder for figures and report.html.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
-    pram: Annotated[
-        str,
-        typer.Option(
-            help="PRAM reading: values, plain, residues, residues-printed-sign, "
-            "values-pooled (docs/reproduction.md)."
-        ),
-    ] = "values",
-    pram_alpha: Annotated[
-        float, typer.Option(help="Weight of PRAM's invariant matrix against the identity.")
-    ] = 1.0,
+    reps: int, seed: int, out: Path | None, fmt: str, pram: str, pram_alpha: float
 ) -> None:
     """Tables 4 and 5 of Shlomo, Krenzke & Li (2019) beside the paper's values."""
     from rich.console import Console
@@ -54,6 +58,6 @@ def shlomo2019(
         path = write_report(result, out)
         Console(stderr=True).print(f"report written to {path}")
     if fmt == "json":
-        typer.echo(json.dumps(result.as_dict(), indent=1))
+        click.echo(json.dumps(result.as_dict(), indent=1))
     else:
-        typer.echo(comparison_text(result), nl=False)
+        click.echo(comparison_text(result), nl=False)

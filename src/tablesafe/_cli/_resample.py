@@ -8,29 +8,34 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
 
-from tablesafe._cli import app
+from tablesafe._cli import PATH, app
 from tablesafe._cli._tablefiles import check_format, format_table, read_table
 from tablesafe._errors import ParameterError
 
-resample_app = typer.Typer(
+
+@app.group(
+    "resample",
     help="Resampling (Domingo-Ferrer & Mateo-Sanz): Heer's bootstrap table or the "
     "cell-oriented binomial method, with the quality condition S.",
     no_args_is_help=True,
 )
-app.add_typer(resample_app, name="resample")
+def resample_app() -> None:
+    """Resampling (Domingo-Ferrer & Mateo-Sanz)."""
 
-TableArg = Annotated[
-    Path, typer.Argument(help="CSV matrix of counts (no header), or a long CSV with a header.")
-]
-SOpt = Annotated[float, typer.Option("--S", help="Quality bound S of condition (1), > 0.")]
-Seed = Annotated[
-    int | None, typer.Option(help="Seed, for reproducible runs (default: unpredictable).")
-]
-Format = Annotated[str, typer.Option("--format", help="text or json.")]
+
+_table = click.argument(
+    "table", type=PATH, help="CSV matrix of counts (no header), or a long CSV with a header."
+)
+_s = click.option(
+    "--S", "s", type=float, default=2.0, help="Quality bound S of condition (1), > 0."
+)
+_seed = click.option(
+    "--seed", type=int, default=None, help="Seed, for reproducible runs (default: unpredictable)."
+)
+_format = click.option("--format", "fmt", default="text", help="text or json.")
 
 
 def _print(table_path: Path, res: object, fmt: str) -> None:
@@ -45,12 +50,12 @@ def _print(table_path: Path, res: object, fmt: str) -> None:
             "cell_draws": res.cell_draws,
             "compensation_units": res.compensation_units,
         }
-        typer.echo(json.dumps({"published": pub}, indent=1))
+        click.echo(json.dumps({"published": pub}, indent=1))
         return
-    typer.echo("# released table")
-    typer.echo(format_table(data, res.table), nl=False)
+    click.echo("# released table")
+    click.echo(format_table(data, res.table), nl=False)
     params = f"S {res.s:g}" + (f", M {res.m}" if res.method == "bootstrap" else "")
-    typer.echo(
+    click.echo(
         f"# published: {pub['method']}; {params}; preserved: {res.preserved}; zeros stay zero"
     )
     cost = (
@@ -58,19 +63,23 @@ def _print(table_path: Path, res: object, fmt: str) -> None:
         if res.method == "bootstrap"
         else f"{res.cell_draws} binomial draws, {res.compensation_units} units compensated"
     )
-    typer.echo(f"# cost (not for publication): {cost}")
+    click.echo(f"# cost (not for publication): {cost}")
 
 
 @resample_app.command("bootstrap")
+@_table
+@_s
+@click.option("--M", "m", type=int, default=1, help="Bootstrap tables averaged (odd).")
+@click.option(
+    "--round/--no-round",
+    "round_average",
+    default=True,
+    help="Round an average of M > 1 tables.",
+)
+@_seed
+@_format
 def bootstrap(
-    table: TableArg,
-    s: SOpt = 2.0,
-    m: Annotated[int, typer.Option("--M", help="Bootstrap tables averaged (odd).")] = 1,
-    round_average: Annotated[
-        bool, typer.Option("--round/--no-round", help="Round an average of M > 1 tables.")
-    ] = True,
-    seed: Seed = None,
-    fmt: Format = "text",
+    table: Path, s: float, m: int, round_average: bool, seed: int | None, fmt: str
 ) -> None:
     """Heer's bootstrap table: redraw the records until every cell meets the quality condition."""
     from tablesafe.mechanisms import heer_bootstrap
@@ -82,19 +91,17 @@ def bootstrap(
 
 
 @resample_app.command("binomial")
-def binomial(
-    table: TableArg,
-    s: SOpt = 2.0,
-    preserve: Annotated[
-        str,
-        typer.Option(
-            help="What to keep exactly: total, or the margins of one dimension: rows, columns, "
-            "layers, a dimension number (1, 2, 3) or a long table's dimension name."
-        ),
-    ] = "total",
-    seed: Seed = None,
-    fmt: Format = "text",
-) -> None:
+@_table
+@_s
+@click.option(
+    "--preserve",
+    default="total",
+    help="What to keep exactly: total, or the margins of one dimension: rows, columns, "
+    "layers, a dimension number (1, 2, 3) or a long table's dimension name.",
+)
+@_seed
+@_format
+def binomial(table: Path, s: float, preserve: str, seed: int | None, fmt: str) -> None:
     """The cell-oriented binomial method with compensation (keeps the total or one margin)."""
     from tablesafe.mechanisms import binomial_resample
 

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
 
-from tablesafe._cli import app
+from tablesafe._cli import PATH, app
 
-api_key_app = typer.Typer(help="API keys for the server.", no_args_is_help=True)
-app.add_typer(api_key_app, name="api-key")
+
+@app.group("api-key", help="API keys for the server.", no_args_is_help=True)
+def api_key_app() -> None:
+    """API keys for the server."""
 
 
 @app.command("serve")
-def serve(
-    config: Annotated[Path, typer.Option(help="Site configuration (TOML).")],
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
-) -> None:
+@click.option("--config", type=PATH, required=True, help="Site configuration (TOML).")
+@click.option("--host", default="127.0.0.1", help="Address to listen on.")
+@click.option("--port", type=int, default=8000, help="Port to listen on.")
+def serve(config: Path, host: str, port: int) -> None:
     """Serve the table builder: HTTP API and web page."""
     import uvicorn
 
@@ -28,25 +28,30 @@ def serve(
 
     site = load_site_config(config)
     application = create_app(site)
-    typer.echo(
+    click.echo(
         f"tablesafe: serving {', '.join(d.name for d in site.datasets)} at http://{host}:{port}/"
     )
     uvicorn.run(application, host=host, port=port, log_level="warning")
 
 
-audit_app = typer.Typer(help="Read the audit log of a site (newest first).")
-app.add_typer(audit_app, name="audit")
-
-
-@audit_app.callback(invoke_without_command=True)
-def audit(
-    ctx: typer.Context,
-    config: Annotated[Path | None, typer.Option(help="Site configuration (TOML).")] = None,
-    key_id: Annotated[str | None, typer.Option(help="Only this API key.")] = None,
-    dataset: Annotated[str | None, typer.Option(help="Only this dataset.")] = None,
-    since: Annotated[str | None, typer.Option(help="Only from this ISO time on.")] = None,
-    limit: Annotated[int, typer.Option(help="Most rows to show.")] = 50,
-    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+@app.group(
+    "audit", help="Read the audit log of a site (newest first).", invoke_without_command=True
+)
+@click.option("--config", type=PATH, default=None, help="Site configuration (TOML).")
+@click.option("--key-id", default=None, help="Only this API key.")
+@click.option("--dataset", default=None, help="Only this dataset.")
+@click.option("--since", default=None, help="Only from this ISO time on.")
+@click.option("--limit", type=int, default=50, help="Most rows to show.")
+@click.option("--format", "fmt", default="text", help="text or json.")
+@click.pass_context
+def audit_app(
+    ctx: click.Context,
+    config: Path | None,
+    key_id: str | None,
+    dataset: str | None,
+    since: str | None,
+    limit: int,
+    fmt: str,
 ) -> None:
     """Read the audit log of a site (newest first); `audit reconstruct` attacks what it served."""
     from rich.console import Console
@@ -64,7 +69,7 @@ def audit(
     log = AuditLog(site.resolve(site.server.audit_db))
     rows = log.query(key_id=key_id, dataset=dataset, since=since, limit=limit)
     if fmt == "json":
-        typer.echo(json.dumps(rows, indent=1))
+        click.echo(json.dumps(rows, indent=1))
         return
     if fmt != "text":
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
@@ -83,10 +88,9 @@ def audit(
 
 
 @api_key_app.command("new")
-def api_key_new(
-    key_id: Annotated[str, typer.Argument(help="Id of the key (shown in the audit log).")],
-    role: Annotated[str, typer.Option(help="user or admin.")] = "user",
-) -> None:
+@click.argument("key_id", help="Id of the key (shown in the audit log).")
+@click.option("--role", default="user", help="user or admin.")
+def api_key_new(key_id: str, role: str) -> None:
     """Make a new API key: prints the key (give it to its user) and its [[keys]] entry."""
     from tablesafe._errors import RequestError
     from tablesafe.server import new_key
@@ -94,8 +98,8 @@ def api_key_new(
     if role not in ("user", "admin"):
         raise RequestError(f"unknown role {role!r}; allowed: user, admin")
     key, digest = new_key()
-    typer.echo(f"key (shown once; give it to the user): {key}")
-    typer.echo("\n[[keys]]")
-    typer.echo(f'id = "{key_id}"')
-    typer.echo(f'role = "{role}"')
-    typer.echo(f'hash = "{digest}"')
+    click.echo(f"key (shown once; give it to the user): {key}")
+    click.echo("\n[[keys]]")
+    click.echo(f'id = "{key_id}"')
+    click.echo(f'role = "{role}"')
+    click.echo(f'hash = "{digest}"')

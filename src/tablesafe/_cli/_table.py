@@ -3,21 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
+import click
 
-from tablesafe._cli import app
-from tablesafe._cli._methods import (
-    AdditivityOption,
-    CapOption,
-    EpsilonOption,
-    MaxDeviationOption,
-    RateOption,
-    SecretEnvOption,
-    SeedsOption,
-    VarianceOption,
-)
+from tablesafe._cli import PATH, app
+from tablesafe._cli._methods import protection_options
 from tablesafe._errors import ConfigError, RequestError
 
 
@@ -99,79 +90,99 @@ def _engine(name: str, spark_master: str) -> Any:
 
 
 @app.command("table")
+@click.argument("data_dir", type=PATH, help="Dataset folder (with catalog.toml).")
+@click.option("--rows", required=True, help="Row variable.")
+@click.option("--cols", default=None, help="Column variable.")
+@click.option("--layers", multiple=True, help="Layer variable(s); repeat for a 4-way table.")
+@click.option("--where", multiple=True, help="Universe condition VAR=CODE,CODE (repeatable).")
+@click.option(
+    "--group",
+    multiple=True,
+    help="Custom grouping NAME:VAR:CODE=MEMBERS;CODE=MEMBERS[;*=LABEL] (repeatable); "
+    "use NAME as a dimension or in --where. Members: codes or LO..HI.",
+)
+@click.option(
+    "--statistic",
+    default="both",
+    help="count, weighted or both, then sums and means of continuous variables: "
+    "'count,sum:INCOME,mean:HOURS' (weighted with weighted or both).",
+)
+@click.option("--margins", default="all", help="all, none or total.")
+@click.option(
+    "--se", "replicates", is_flag=True, help="Add replicate standard errors and 95% intervals."
+)
+@click.option("--format", "fmt", default="text", help="text, csv or json.")
+@click.option(
+    "--footnotes",
+    is_flag=True,
+    help="Append the footnotes (protection statement, flag legend, citation) to CSV "
+    "and text as lines starting with '#', as the API does; JSON always has them.",
+)
+@click.option(
+    "--method",
+    default="ckm",
+    help="Protection: ckm, dp, pram, q, q-records, ptable:FILE, or none (unprotected).",
+)
+@protection_options("epsilon", "cap", "rate", "max-deviation", "variance", "seeds", "secret-env")
+@click.option(
+    "--weight-noise",
+    type=float,
+    default=0.5,
+    help="Noise on weighted figures, in mean weights (0 to 10).",
+)
+@click.option(
+    "--rounding",
+    default="1",
+    help="Rounding of weighted figures: a base (1, 1000, 0.1) or '3sf'.",
+)
+@click.option(
+    "--se-min-count",
+    type=int,
+    default=10,
+    help="Smallest protected count with a published standard error.",
+)
+@protection_options("additivity")
+@click.option(
+    "--config",
+    type=PATH,
+    default=None,
+    help="Site configuration: use the protection it fixes for this dataset.",
+)
+@click.option(
+    "--owner-flags",
+    is_flag=True,
+    help="Add the perturbed/adjusted flags (never for publication).",
+)
+@click.option("--engine", default="duckdb", help="duckdb, memory or spark.")
+@click.option("--spark-master", default="local[*]", help="Spark master URL.")
 def table(
-    data_dir: Annotated[Path, typer.Argument(help="Dataset folder (with catalog.toml).")],
-    rows: Annotated[str, typer.Option(help="Row variable.")],
-    cols: Annotated[str | None, typer.Option(help="Column variable.")] = None,
-    layers: Annotated[
-        list[str] | None, typer.Option(help="Layer variable(s); repeat for a 4-way table.")
-    ] = None,
-    where: Annotated[
-        list[str] | None, typer.Option(help="Universe condition VAR=CODE,CODE (repeatable).")
-    ] = None,
-    group: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Custom grouping NAME:VAR:CODE=MEMBERS;CODE=MEMBERS[;*=LABEL] (repeatable); "
-            "use NAME as a dimension or in --where. Members: codes or LO..HI."
-        ),
-    ] = None,
-    statistic: Annotated[
-        str,
-        typer.Option(
-            help="count, weighted or both, then sums and means of continuous variables: "
-            "'count,sum:INCOME,mean:HOURS' (weighted with weighted or both)."
-        ),
-    ] = "both",
-    margins: Annotated[str, typer.Option(help="all, none or total.")] = "all",
-    replicates: Annotated[
-        bool, typer.Option("--se", help="Add replicate standard errors and 95% intervals.")
-    ] = False,
-    fmt: Annotated[str, typer.Option("--format", help="text, csv or json.")] = "text",
-    footnotes: Annotated[
-        bool,
-        typer.Option(
-            "--footnotes",
-            help="Append the footnotes (protection statement, flag legend, citation) to CSV "
-            "and text as lines starting with '#', as the API does; JSON always has them.",
-        ),
-    ] = False,
-    method: Annotated[
-        str,
-        typer.Option(
-            help="Protection: ckm, dp, pram, q, q-records, ptable:FILE, or none (unprotected)."
-        ),
-    ] = "ckm",
-    epsilon: EpsilonOption = 1.0,
-    cap: CapOption = 7,
-    rate: RateOption = 0.01,
-    max_deviation: MaxDeviationOption = 3,
-    variance: VarianceOption = 1.0,
-    seeds: SeedsOption = "cellkey",
-    secret_env: SecretEnvOption = None,
-    weight_noise: Annotated[
-        float, typer.Option(help="Noise on weighted figures, in mean weights (0 to 10).")
-    ] = 0.5,
-    rounding: Annotated[
-        str,
-        typer.Option(help="Rounding of weighted figures: a base (1, 1000, 0.1) or '3sf'."),
-    ] = "1",
-    se_min_count: Annotated[
-        int, typer.Option(help="Smallest protected count with a published standard error.")
-    ] = 10,
-    additivity: AdditivityOption = "aggregate",
-    config: Annotated[
-        Path | None,
-        typer.Option(help="Site configuration: use the protection it fixes for this dataset."),
-    ] = None,
-    owner_flags: Annotated[
-        bool,
-        typer.Option(
-            "--owner-flags", help="Add the perturbed/adjusted flags (never for publication)."
-        ),
-    ] = False,
-    engine: Annotated[str, typer.Option(help="duckdb, memory or spark.")] = "duckdb",
-    spark_master: Annotated[str, typer.Option(help="Spark master URL.")] = "local[*]",
+    data_dir: Path,
+    rows: str,
+    cols: str | None,
+    layers: tuple[str, ...],
+    where: tuple[str, ...],
+    group: tuple[str, ...],
+    statistic: str,
+    margins: str,
+    replicates: bool,
+    fmt: str,
+    footnotes: bool,
+    method: str,
+    epsilon: float,
+    cap: int,
+    rate: float,
+    max_deviation: int,
+    variance: float,
+    seeds: str,
+    secret_env: str | None,
+    weight_noise: float,
+    rounding: str,
+    se_min_count: int,
+    additivity: str,
+    config: Path | None,
+    owner_flags: bool,
+    engine: str,
+    spark_master: str,
 ) -> None:
     """Build a protected table: rows by columns (by layers) inside a universe."""
     from tablesafe._builder import TableBuilder
@@ -182,14 +193,14 @@ def table(
 
     if fmt not in ("text", "csv", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, csv, json")
-    dims = [rows, *([cols] if cols else []), *(layers or [])]
+    dims = [rows, *([cols] if cols else []), *layers]
     request = TableRequest(
         tuple(dims),
-        universe=parse_where(where or []),
+        universe=parse_where(list(where)),
         statistic=statistic,  # type: ignore[arg-type]
         margins=margins,  # type: ignore[arg-type]
         replicates=replicates,
-        groupings=parse_groupings([parse_group(g) for g in group or []]),
+        groupings=parse_groupings([parse_group(g) for g in group]),
     )
     dataset = Dataset.open(data_dir)
     # Bad requests are refused before anything else happens.
@@ -218,7 +229,7 @@ def table(
                 "unprotected table (owner only) with none: drop --footnotes or choose a method"
             )
 
-        typer.echo(tabulate(dataset, request, engine=eng).render(fmt), nl=False)
+        click.echo(tabulate(dataset, request, engine=eng).render(fmt), nl=False)
         return
     else:
         protection = protection_from_options(
@@ -250,13 +261,13 @@ def table(
 
         frame = result.to_frame(owner=True)
         text = to_csv(frame) if fmt == "csv" else to_json(frame, result.public_metadata()) + "\n"
-        typer.echo(text + (_footnote_text(result) if footnotes and fmt == "csv" else ""), nl=False)
+        click.echo(text + (_footnote_text(result) if footnotes and fmt == "csv" else ""), nl=False)
         return
     if footnotes and fmt == "csv":
-        typer.echo(result.to_csv(footnotes=True), nl=False)
+        click.echo(result.to_csv(footnotes=True), nl=False)
         return
     text = result.render(fmt)
-    typer.echo(text + (_footnote_text(result) if footnotes and fmt == "text" else ""), nl=False)
+    click.echo(text + (_footnote_text(result) if footnotes and fmt == "text" else ""), nl=False)
 
 
 def _footnote_text(result: Any) -> str:
