@@ -50,7 +50,14 @@ METHODS = {
     "pram": ("pram", {}),
     "q": ("q", {}),
     "q-records": ("q-records", {"seeds": "dynamic"}),
+    # Counts alone do not depend on which records drop/add-up-to-q drops or
+    # duplicates, so the census's count tables ask for no record choice; this
+    # row is what a weighted table pays for it: the same data with a weight
+    # column, statistic "both", against a GROUP BY that also sums the weight.
+    "q-records-weighted": ("q-records", {"seeds": "dynamic"}),
 }
+#: Methods run on the weighted copy of the data (make_weighted), statistic "both".
+WEIGHTED = {"q-records-weighted"}
 TABLES = {"small": ("REGION", "SEX"), "large": ("AREA", "AGE", "SEX")}
 
 
@@ -122,6 +129,36 @@ def make_census(records: int) -> Path:
     return folder
 
 
+def make_weighted(folder: Path) -> Path:
+    """Write (once) a copy of a census-like dataset with a survey-like weight column."""
+    out = folder.with_name(folder.name + "_weighted")
+    if (out / "catalog.toml").exists():
+        return out
+    import duckdb
+
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "microdata.parquet.tmp"
+    # A weight between 1 and 2.4 from the record key: deterministic, varies by record.
+    duckdb.connect().execute(
+        f"COPY (SELECT *, 1.0 + (RKEY % 15) / 10.0 AS WEIGHT FROM "
+        f"read_parquet('{folder}/microdata.parquet')) TO '{tmp}' "
+        "(FORMAT parquet, ROW_GROUP_SIZE 500000)"
+    )
+    tmp.replace(out / "microdata.parquet")
+    text = (folder / "catalog.toml").read_text()
+    (out / "catalog.toml").write_text(
+        text.replace('record_key = "RKEY"', 'record_key = "RKEY"\nweight = "WEIGHT"', 1)
+    )
+    return out
+
+
+def dataset_for(folder: Path, name: str) -> tuple[Path, str]:
+    """The folder and statistic a method is timed on (weighted rows: the weighted copy)."""
+    if name in WEIGHTED:
+        return make_weighted(folder), "both"
+    return folder, "count"
+
+
 # -- in-process timings -----------------------------------------------------------------------
 
 
@@ -137,9 +174,10 @@ def best_time(fn, repeat: int) -> float:
 
 def plain_group_by(con, folder: Path, dims: tuple[str, ...]) -> None:
     cols = ", ".join(dims)
+    weight = ", SUM(WEIGHT)" if folder.name.endswith("_weighted") else ""
     con.execute(
-        f"SELECT {cols}, COUNT(*), SUM(RKEY) FROM read_parquet('{folder}/microdata.parquet') "
-        f"GROUP BY {cols}"
+        f"SELECT {cols}, COUNT(*), SUM(RKEY){weight} "
+        f"FROM read_parquet('{folder}/microdata.parquet') GROUP BY {cols}"
     ).fetchall()
 
 
@@ -164,11 +202,12 @@ def time_methods(folder: Path, methods: list[str], repeat: int) -> list[dict[str
     con = duckdb.connect()
     rows = []
     for table, dims in TABLES.items():
-        request = TableRequest(dims, statistic="count")
         for name in methods:
-            builder = builder_for(folder, name)
+            data, statistic = dataset_for(folder, name)
+            request = TableRequest(dims, statistic=statistic)
+            builder = builder_for(data, name)
             builder.build(request)  # validation (remembered) and warm caches
-            base = best_time(lambda d=dims: plain_group_by(con, folder, d), repeat)
+            base = best_time(lambda d=dims, f=data: plain_group_by(con, f, d), repeat)
             ours = best_time(lambda b=builder: b.build(request), repeat)
             rows.append(
                 {
@@ -180,7 +219,7 @@ def time_methods(folder: Path, methods: list[str], repeat: int) -> list[dict[str
                 }
             )
             print(
-                f"  {table:<5} {'*'.join(dims):<14} {name:<12} GROUP BY {base:6.3f} s   "
+                f"  {table:<5} {'*'.join(dims):<14} {name:<18} GROUP BY {base:6.3f} s   "
                 f"method {ours:6.3f} s   ratio {ours / base:5.2f}",
                 flush=True,
             )
@@ -202,7 +241,7 @@ def status(field):
             return int(line.split()[1]) // 1024
 
 builder = builder_for(Path({folder!r}), {method!r})
-request = TableRequest({dims!r}, statistic="count")
+request = TableRequest({dims!r}, statistic={statistic!r})
 builder.engine.ensure_valid(builder.dataset)
 builder.tabulate(TableRequest(("SEX",), statistic="count"))  # load DuckDB's reader once
 # Reset the peak resident set size (Linux), so VmHWM is the peak of the table alone.
@@ -220,11 +259,13 @@ def peak_mib(
     folder: Path, method: str, dims: tuple[str, ...], tabulate_only: bool
 ) -> tuple[int, int]:
     """Resident memory (MiB) before the table and its peak while building it (fresh process)."""
+    data, statistic = dataset_for(folder, method)
     code = _MEMORY_CHILD.format(
         bench=str(Path(__file__).parent),
-        folder=str(folder),
+        folder=str(data),
         method=method,
         dims=dims,
+        statistic=statistic,
         tabulate_only=tabulate_only,
     )
     out = subprocess.run(
@@ -429,8 +470,9 @@ def main() -> None:
         print("resident memory (MiB), fresh process: before, peak of tabulation, peak of method:")
         mem = []
         for table, dims in TABLES.items():
-            start, base = peak_mib(folder, "none", dims, tabulate_only=True)
             for name in methods:
+                # The tabulation alone of the same data and statistic, in its own process.
+                start, base = peak_mib(folder, name, dims, tabulate_only=True)
                 _, peak = peak_mib(folder, name, dims, tabulate_only=False)
                 mem.append(
                     {
@@ -442,7 +484,7 @@ def main() -> None:
                     }
                 )
                 print(
-                    f"  {table:<5} {name:<12} before {start:6d}   tabulation peak {base:6d}   "
+                    f"  {table:<5} {name:<18} before {start:6d}   tabulation peak {base:6d}   "
                     f"method peak {peak:6d}   (+{peak - base} MiB over the tabulation)",
                     flush=True,
                 )

@@ -384,20 +384,18 @@ class TableBuilder:
         )
         d = np.floor(u_count * (2 * q + 1)).astype(np.int64) - q
         d = np.where(sz[inner], 0, d)
-        order_seed = np.floor(u_order * 2.0**32).astype(np.int64)
-        sel_plan = replace(
-            plan,
-            weight=plan.weight if want_w else None,
-            replicates=plan.replicates if want_w else (),
-        )
-        chosen = self.engine.select(self.dataset, sel_plan, order_seed, np.abs(d), counts=n)
-        if np.any(chosen.n != np.abs(d)):
-            raise InternalError("the engine chose a different number of records than asked")
-
         counts = np.zeros(shape, dtype=np.int64)
         counts[inner] = n + d
         weighted = reps = None
         if want_w:
+            # Which records are dropped or duplicated changes only weighted figures:
+            # a count is n + d whichever records they are, so a table of counts
+            # alone (and every table of unweighted data) asks the engine for no
+            # record choice, which would cost two more scans of the records.
+            order_seed = np.floor(u_order * 2.0**32).astype(np.int64)
+            chosen = self.engine.select(self.dataset, plan, order_seed, np.abs(d), counts=n)
+            if np.any(chosen.n != np.abs(d)):
+                raise InternalError("the engine chose a different number of records than asked")
             assert agg.weight_sum is not None and chosen.weight_sum is not None
             sign = np.sign(d)
             kept = agg.weight_sum[inner] + sign * chosen.weight_sum
