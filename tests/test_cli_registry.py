@@ -43,6 +43,9 @@ def test_running_one_command_imports_only_its_modules(tmp_path):
 def test_a_csv_table_imports_no_text_or_frame_libraries(tmp_path):
     """What `tablesafe table --format csv` does not need, it does not import.
 
+    No pydantic either: it validates a site configuration (``--config``),
+    which this table has none of.
+
     The second call: the first may build the ptable (with scipy) into the cache.
     """
     from tablesafe._demo import write_demo_data
@@ -54,7 +57,7 @@ def test_a_csv_table_imports_no_text_or_frame_libraries(tmp_path):
         " '--method', 'ckm', '--format', 'csv']\n"
         "from tablesafe._cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "heavy = ('rich', 'pandas', 'scipy', 'pyarrow', 'markdown_it')\n"
+        "heavy = ('rich', 'pandas', 'scipy', 'pyarrow', 'markdown_it', 'pydantic', 'typer')\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n"
     )
     for _ in range(2):
