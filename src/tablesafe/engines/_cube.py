@@ -10,15 +10,21 @@ Every later table over the same columns (any universe, grouping, category
 subset or margins) is derived from the cube in memory.
 
 The derivation is exact, bit for bit: every aggregate of a cell is an
-integer sum (counts, record-key sums modulo 2**32, fixed-point weight and
-replicate sums; :mod:`tablesafe._fixed`), and the cube's cells partition
-the records, so adding the cube cells of a table cell gives the same
-integers as adding its records. The derived rows go through the engines'
-one assembly function (:func:`~tablesafe.engines._base.assemble_grouped`),
-so derived and directly computed aggregates are the same arrays. Tables
-with magnitudes, cubes larger than the cache's limit, and fixed-point sums
-beyond 2**53 (where the float round trip would not be exact) go to the
-wrapped engine unchanged.
+integer sum (counts, record-key sums modulo 2**32, fixed-point weight,
+replicate and magnitude sums; :mod:`tablesafe._fixed`,
+:mod:`tablesafe._magnitude_catalog`), and the cube's cells partition the
+records, so adding the cube cells of a table cell gives the same integers
+as adding its records. For magnitudes the cube also holds each row's
+``K`` largest absolute contributions: the largest contributions of a union
+of cells are the largest of the union of their lists (the values
+themselves, never rounded), so a derived cell's list is its records' list.
+The derived rows go through the engines' one assembly function
+(:func:`~tablesafe.engines._base.assemble_grouped`), so derived and
+directly computed aggregates are the same arrays. A cube built with ``K``
+largest contributions serves tables asking for ``K`` or fewer (its first
+rows); a table asking for more rebuilds it with more. Cubes larger than
+the cache's limit and fixed-point sums beyond 2**53 (where the float round
+trip would not be exact) go to the wrapped engine unchanged.
 
 What the cache changes for an attacker: nothing in what is published (the
 same request gives the same bytes, cached or not). Its timing shows
@@ -39,6 +45,8 @@ from tablesafe._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe._dataset import Dataset
 from tablesafe._errors import ComputationError, ConfigError
 from tablesafe._fixed import FIXED_SCALE
+from tablesafe._magnitude_catalog import MAGNITUDE_SCALE
+from tablesafe._magnitude_sums import MagnitudePlan, merge_top
 from tablesafe._request import DimensionPlan, TabulationPlan
 from tablesafe.engines._base import DatasetSummary, assemble_grouped
 
@@ -60,6 +68,9 @@ class _Cube:
         key: Per-row record-key sums modulo 2**32 (uint64).
         weight: Per-row fixed-point weight sums, or ``None``.
         replicates: Per-row fixed-point replicate sums ``(R, rows)``, or ``None``.
+        magnitudes: Per magnitude name, its per-row fixed-point sums (int64) and
+            largest absolute contributions ``(top, rows)`` (float64, zero-padded).
+        top: How many largest contributions per row ``magnitudes`` holds.
         catalog: The catalog it was built for, held so that its ``id`` (part of
             the cache key) is not reused while the cube is kept.
     """
@@ -71,6 +82,8 @@ class _Cube:
     key: np.ndarray
     weight: np.ndarray | None
     replicates: np.ndarray | None
+    magnitudes: dict[str, tuple[np.ndarray, np.ndarray]]
+    top: int = 0
     catalog: object = None
 
     @property
@@ -81,6 +94,7 @@ class _Cube:
     def nbytes(self) -> int:
         arrays = [self.n, self.key, *self.positions.values()]
         arrays += [a for a in (self.weight, self.replicates) if a is not None]
+        arrays += [a for pair in self.magnitudes.values() for a in pair]
         return sum(a.nbytes for a in arrays)
 
 
@@ -161,8 +175,6 @@ class CubeCache:
     # -- cubes ---------------------------------------------------------------------------
 
     def _cube_plan(self, dataset: Dataset, plan: TabulationPlan) -> TabulationPlan | None:
-        if plan.magnitudes:
-            return None
         columns = sorted({d.column for d in plan.dimensions} | {c for c, _ in plan.universe})
         by_column = {v.column: v for v in dataset.catalog.source_variables}
         if any(c not in by_column for c in columns):
@@ -173,6 +185,7 @@ class CubeCache:
             cells *= d.size + 1
         if cells > self.max_cube_cells:
             return None
+        top = max((m.top for m in plan.magnitudes), default=0)
         return TabulationPlan(
             dimensions=dims,
             universe=(),
@@ -180,6 +193,9 @@ class CubeCache:
             record_key=plan.record_key,
             weight=plan.weight,
             replicates=plan.replicates,
+            # By name (a table's order of its magnitudes does not matter), each
+            # with the most largest contributions any of them asks for.
+            magnitudes=tuple(replace(m, top=top) for m in sorted(plan.magnitudes, key=_name)),
         )
 
     def _cube(self, dataset: Dataset, cube_plan: TabulationPlan) -> _Cube | None:
@@ -194,12 +210,15 @@ class CubeCache:
             cube_plan.record_key,
             cube_plan.weight,
             cube_plan.replicates,
+            # Not the number of largest contributions: a cube with more serves fewer.
+            tuple((m.name, m.column, m.weight) for m in cube_plan.magnitudes),
         )
+        top = max((m.top for m in cube_plan.magnitudes), default=0)
         with self._lock:
             if key in self._failed:
                 return None
             cube = self._cubes.get(key)
-            if cube is not None:
+            if cube is not None and cube.top >= top:
                 self._cubes.move_to_end(key)
                 self.hits += 1
                 return cube
@@ -210,7 +229,7 @@ class CubeCache:
                 if key in self._failed:
                     return None
                 cube = self._cubes.get(key)
-                if cube is not None:
+                if cube is not None and cube.top >= top:
                     self.hits += 1
                     return cube
                 self.misses += 1
@@ -230,6 +249,8 @@ class CubeCache:
                     # It would not be kept: later tables query the engine directly.
                     self._failed.add(key)
                     return cube
+                # A cube with fewer largest contributions, if any, is replaced.
+                self._cubes.pop(key, None)
                 self._cubes[key] = cube
                 total = sum(c.nbytes for c in self._cubes.values())
                 while total > self.max_cache_bytes and len(self._cubes) > 1:
@@ -238,11 +259,19 @@ class CubeCache:
             return cube
 
 
-def _to_fixed(values: np.ndarray) -> np.ndarray | None:
-    """Fixed-point integers back from the engine's floats, or ``None`` if not exact."""
-    if values.size and float(np.abs(values).max()) * FIXED_SCALE >= _EXACT_LIMIT:
+def _name(mag: MagnitudePlan) -> str:
+    return mag.name
+
+
+def _to_fixed(values: np.ndarray, scale: int = FIXED_SCALE) -> np.ndarray | None:
+    """Fixed-point integers back from the engine's floats, or ``None`` if not exact.
+
+    The engines divide exact integer sums by ``scale`` (a power of two) once;
+    below 2**53 units that division and this multiplication are exact.
+    """
+    if values.size and not float(np.abs(values).max()) * scale < _EXACT_LIMIT:
         return None
-    return np.rint(values * float(FIXED_SCALE)).astype(np.int64)
+    return np.rint(values * float(scale)).astype(np.int64)
 
 
 def _rows_of(plan: TabulationPlan, agg: CellAggregates) -> _Cube | None:
@@ -263,6 +292,15 @@ def _rows_of(plan: TabulationPlan, agg: CellAggregates) -> _Cube | None:
         reps = _to_fixed(r[:, nonzero])
         if reps is None:
             return None
+    mags = {}
+    top = max((m.top for m in plan.magnitudes), default=0)
+    for m in plan.magnitudes:
+        sums = agg.magnitudes[m.name]
+        fixed = _to_fixed(sums.total[inner].reshape(-1)[nonzero], MAGNITUDE_SCALE)
+        tops = sums.top[(slice(None), *inner)].reshape(m.top, -1)[:, nonzero]
+        if fixed is None or not np.isfinite(tops).all():
+            return None
+        mags[m.name] = (fixed, np.ascontiguousarray(tops, dtype=np.float64))
     positions = {}
     codes = {}
     for i, d in enumerate(plan.dimensions):
@@ -277,6 +315,8 @@ def _rows_of(plan: TabulationPlan, agg: CellAggregates) -> _Cube | None:
         key=agg.cell_key[inner].reshape(-1)[nonzero].astype(np.uint64),
         weight=weight,
         replicates=reps,
+        magnitudes=mags,
+        top=top,
     )
 
 
@@ -324,6 +364,18 @@ def _derive(cube: _Cube, plan: TabulationPlan) -> CellAggregates:
             for gs in sets
         ]
     )
+    mags = []
+    for mag in plan.magnitudes:
+        fixed, tops = cube.magnitudes[mag.name]
+        # The first rows of the cube's lists are the mag.top largest; a derived
+        # cell's mag.top largest are the largest of its rows' (exact, no rounding).
+        tops = tops[: mag.top, rows]
+        if m != rows.size:
+            tops = merge_top(np.tile(inverse, mag.top), tops.reshape(-1), m, mag.top)
+        else:
+            # One cube row per derived cell: its list as it is, in cell order.
+            tops = tops[:, np.argsort(inverse)]
+        mags.append((np.tile(add(fixed, np.int64), len(sets)), np.tile(tops, (1, len(sets)))))
     return assemble_grouped(
         plan,
         grouping=grouping,
@@ -332,4 +384,5 @@ def _derive(cube: _Cube, plan: TabulationPlan) -> CellAggregates:
         key_sum=np.tile(key, len(sets)),
         weight_sum=None if weight is None else np.tile(weight, len(sets)),
         replicate_sums=None if reps is None else np.tile(reps, (1, len(sets))),
+        magnitudes=mags,
     )
