@@ -306,6 +306,8 @@ def test_exports(random_data, tmp_path):
     book = pd.read_excel(path, sheet_name=None)
     assert set(book) == {"cells", "about"}
     assert book["cells"]["n"].tolist() == frame["n"].tolist()
+    # Every cell of the sheet, as pandas reads it back (through openpyxl).
+    pd.testing.assert_frame_equal(book["cells"], frame, check_dtype=False)
     text = table.render("text")
     assert "Protected table" in text and "UNPROTECTED" not in text
 

@@ -246,9 +246,9 @@ class ProtectedTable:
     def to_xlsx_bytes(self) -> bytes:
         """The Excel workbook as bytes, identical for identical tables.
 
-        Workbooks carry creation times in their properties and in the zip
-        entries; both are fixed so that the same table always gives the
-        same bytes (the API promises byte-identical answers).
+        Written column by column (:mod:`tablesafe._xlsx`), with no document
+        properties and a fixed date on the zip entries, so the same table
+        always gives the same bytes (the API promises byte-identical answers).
         """
         import pandas as pd
 
@@ -259,11 +259,9 @@ class ProtectedTable:
         rows = [("note", line) for line in footnote_lines(notes)]
         rows += [(k, _flat(v)) for k, v in meta.items()]
         about = pd.DataFrame(rows, columns=["key", "value"])
-        raw = io.BytesIO()
-        with pd.ExcelWriter(raw, engine="openpyxl") as xl:
-            self.to_frame(labels=True).to_excel(xl, sheet_name="cells", index=False)
-            about.to_excel(xl, sheet_name="about", index=False)
-        return _normalise_zip(raw.getvalue())
+        from tablesafe._xlsx import workbook_bytes
+
+        return workbook_bytes([("cells", self.to_frame(labels=True)), ("about", about)])
 
     def render(self, fmt: str = "text") -> str:
         """Render as ``"text"`` (pretty, via rich), ``"csv"`` or ``"json"``."""
@@ -302,34 +300,6 @@ def _whole_or_nan(a: np.ndarray) -> np.ndarray:
     out[~mask] = a[~mask].astype(np.int64)
     out[mask] = None
     return out
-
-
-_EPOCH = "2000-01-01T00:00:00Z"
-
-
-def _normalise_zip(data: bytes) -> bytes:
-    """Fix the timestamps of an xlsx (zip entries and document properties)."""
-    import re
-    import zipfile
-
-    out = io.BytesIO()
-    with (
-        zipfile.ZipFile(io.BytesIO(data)) as src,
-        zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst,
-    ):
-        for item in src.infolist():
-            content = src.read(item.filename)
-            if item.filename == "docProps/core.xml":
-                content = re.sub(
-                    rb"(<dcterms:(?:created|modified)[^>]*>)[^<]*(</dcterms:)",
-                    rb"\g<1>" + _EPOCH.encode() + rb"\g<2>",
-                    content,
-                )
-            info = zipfile.ZipInfo(item.filename, date_time=(2000, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = item.external_attr
-            dst.writestr(info, content)
-    return out.getvalue()
 
 
 def _flat(v: Any) -> Any:
