@@ -79,4 +79,3 @@ def test_empty_frame_and_many_columns():
     wide = pd.DataFrame({f"c{i}": [i, None] for i in range(30)})  # columns past Z
     rows = _read(workbook_bytes([("w", wide)]))["w"]
     assert rows[1] == list(range(30)) and rows[2] == [None] * 30
-
