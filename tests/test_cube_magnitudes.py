@@ -77,6 +77,10 @@ REQUESTS = [
     TableRequest(
         ("AGE5", "SEX"), universe={"AGE": list(range(0, 40)), "SEX": [2]}, magnitudes=SUM_MEAN
     ),
+    # Margins of chosen sets only.
+    TableRequest(
+        ("REGION", "EDUC", "SEX"), margins=(("REGION",), ("EDUC", "SEX")), magnitudes=SUM_MEAN
+    ),
     # A universe no record is in.
     TableRequest(
         ("SEX",), universe={"AGE": [90], "HHSIZE": [6], "OCC": [9]}, magnitudes=("sum:INCOME",)

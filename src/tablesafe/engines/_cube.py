@@ -320,6 +320,18 @@ def _rows_of(plan: TabulationPlan, agg: CellAggregates) -> _Cube | None:
     )
 
 
+def _group(flat: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(flat, return_inverse=True)`` for indices below ``size``, without sorting.
+
+    ``size`` is at most a cube's number of cells (``max_cube_cells``).
+    """
+    present = np.zeros(size, dtype=bool)
+    present[flat] = True
+    groups = np.flatnonzero(present)
+    rank = np.cumsum(present, dtype=np.int64) - 1
+    return groups, rank[flat]
+
+
 def _derive(cube: _Cube, plan: TabulationPlan) -> CellAggregates:
     """The aggregates of ``plan`` from ``cube``: the rows its engine query would group."""
     keep = np.ones(cube.rows, dtype=bool)
@@ -334,7 +346,7 @@ def _derive(cube: _Cube, plan: TabulationPlan) -> CellAggregates:
         flat = np.ravel_multi_index(
             tuple(cube.positions[c][rows].astype(np.int64) for c in dim_columns), sizes
         )
-        cells, inverse = np.unique(flat, return_inverse=True)
+        cells, inverse = _group(flat, int(np.prod(sizes)))
         cell_pos = np.unravel_index(cells, sizes)
     else:
         cells = np.zeros(1 if rows.size else 0, dtype=np.int64)
@@ -353,36 +365,88 @@ def _derive(cube: _Cube, plan: TabulationPlan) -> CellAggregates:
     reps = None
     if cube.replicates is not None and plan.replicates:
         reps = np.stack([add(r, np.int64) for r in cube.replicates])
-    raw = {c: cube.codes[c][p] for c, p in zip(dim_columns, cell_pos, strict=True)}
-    # One copy of the inner rows per grouping set, flagged as the query's
-    # GROUPING() would flag them; assembly adds the copies into the margins.
-    k = len(plan.dimensions)
-    sets = plan.grouping_sets
-    grouping = np.concatenate(
-        [
-            np.full(m, sum(1 << (k - 1 - i) for i in range(k) if i not in gs), dtype=np.int64)
-            for gs in sets
-        ]
-    )
-    mags = []
+    # The cells' per-row arrays: integer sums, and per magnitude its sums and lists.
+    sums = [n, key] + ([] if weight is None else [weight]) + ([] if reps is None else list(reps))
+    tops = []
     for mag in plan.magnitudes:
-        fixed, tops = cube.magnitudes[mag.name]
+        fixed, top = cube.magnitudes[mag.name]
+        sums.append(add(fixed, np.int64))
         # The first rows of the cube's lists are the mag.top largest; a derived
         # cell's mag.top largest are the largest of its rows' (exact, no rounding).
-        tops = tops[: mag.top, rows]
+        top = top[: mag.top, rows]
         if m != rows.size:
-            tops = merge_top(np.tile(inverse, mag.top), tops.reshape(-1), m, mag.top)
+            top = merge_top(np.tile(inverse, mag.top), top.reshape(-1), m, mag.top)
         else:
             # One cube row per derived cell: its list as it is, in cell order.
-            tops = tops[:, np.argsort(inverse)]
-        mags.append((np.tile(add(fixed, np.int64), len(sets)), np.tile(tops, (1, len(sets)))))
+            placed = np.empty_like(top)
+            placed[:, inverse] = top
+            top = placed
+        tops.append(top)
+    # The query's rows: per grouping set, the cells added up by the set's columns
+    # and flagged as GROUPING() would flag them (integer sums: the same in any
+    # order). Largest contributions are read from the inner rows only; margins
+    # get zeros (assembly derives theirs from the inner cells).
+    k = len(plan.dimensions)
+    column_of = [dim_columns.index(d.column) for d in plan.dimensions]
+    parts: list[tuple[int, list[np.ndarray], list[np.ndarray], bool]] = []
+    for gs in plan.grouping_sets:
+        flag = sum(1 << (k - 1 - i) for i in range(k) if i not in gs)
+        kept = sorted({column_of[i] for i in gs})
+        if len(kept) == len(dim_columns):
+            pos = list(cell_pos)
+            parts.append((flag, pos, sums, len(gs) == k))
+            continue
+        if kept:
+            group = np.ravel_multi_index(tuple(cell_pos[c] for c in kept), [sizes[c] for c in kept])
+            groups, into = _group(group, int(np.prod([sizes[c] for c in kept])))
+            pos = [np.zeros(groups.size, dtype=np.int64) for _ in dim_columns]
+            for c, g in zip(kept, np.unravel_index(groups, [sizes[c] for c in kept]), strict=True):
+                pos[c] = g
+        else:
+            into = np.zeros(m, dtype=np.int64)
+            pos = [np.zeros(1 if m else 0, dtype=np.int64) for _ in dim_columns]
+        size = pos[0].size
+
+        def regroup(values: np.ndarray, into: np.ndarray = into, size: int = size) -> np.ndarray:
+            out: np.ndarray = np.zeros(size, dtype=values.dtype)
+            np.add.at(out, into, values)
+            return out
+
+        parts.append((flag, pos, [regroup(v) for v in sums], False))
+    rows_of = [part[2][0].size for part in parts]
+    grouping = np.concatenate(
+        [np.full(r, flag, dtype=np.int64) for r, (flag, *_) in zip(rows_of, parts, strict=True)]
+    )
+
+    def stacked(j: int) -> np.ndarray:
+        return np.concatenate([part[2][j] for part in parts])
+
+    codes = [
+        np.concatenate([cube.codes[d.column][part[1][c]] for part in parts])
+        for d, c in zip(plan.dimensions, column_of, strict=True)
+    ]
+    j = 2
+    weight_sum = None
+    if weight is not None:
+        weight_sum, j = stacked(j), j + 1
+    replicate_sums = None
+    if reps is not None:
+        replicate_sums = np.stack([stacked(j + r) for r in range(len(reps))])
+        j += len(reps)
+    mags = []
+    for i, (mag, top) in enumerate(zip(plan.magnitudes, tops, strict=True)):
+        blocks = [
+            top if inner else np.zeros((mag.top, r), dtype=np.float64)
+            for r, (_, _, _, inner) in zip(rows_of, parts, strict=True)
+        ]
+        mags.append((stacked(j + i), np.concatenate(blocks, axis=1)))
     return assemble_grouped(
         plan,
         grouping=grouping,
-        codes=[np.tile(raw[d.column], len(sets)) for d in plan.dimensions],
-        n=np.tile(n, len(sets)),
-        key_sum=np.tile(key, len(sets)),
-        weight_sum=None if weight is None else np.tile(weight, len(sets)),
-        replicate_sums=None if reps is None else np.tile(reps, (1, len(sets))),
+        codes=codes,
+        n=stacked(0),
+        key_sum=stacked(1) % np.uint64(KEY_MODULUS),
+        weight_sum=weight_sum,
+        replicate_sums=replicate_sums,
         magnitudes=mags,
     )
