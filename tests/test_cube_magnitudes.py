@@ -77,9 +77,11 @@ REQUESTS = [
     TableRequest(
         ("AGE5", "SEX"), universe={"AGE": list(range(0, 40)), "SEX": [2]}, magnitudes=SUM_MEAN
     ),
-    # Margins of chosen sets only.
+    # Margins of chosen sets only (no grand total: sums only, as for "none").
     TableRequest(
-        ("REGION", "EDUC", "SEX"), margins=(("REGION",), ("EDUC", "SEX")), magnitudes=SUM_MEAN
+        ("REGION", "EDUC", "SEX"),
+        margins=(("REGION",), ("EDUC", "SEX")),
+        magnitudes=("sum:INCOME", "sum:HOURS"),
     ),
     # A universe no record is in.
     TableRequest(
