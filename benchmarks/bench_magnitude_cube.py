@@ -2,7 +2,8 @@
 
 On the magnitudes benchmark file (``bench_magnitudes.py``: area x age x sex,
 income lognormal with 30% zeros and a Pareto tail; ``--records`` records),
-DuckDB with ``--threads`` threads (``materialize``, as the server runs it),
+DuckDB with ``--threads`` threads (``materialize``, as the server runs it;
+``--scan`` reads the Parquet file for every query instead),
 best of ``--repeat`` rounds, every variant once per round so that load
 changes weigh on all alike. Each table asks for ``count,sum:INCOME,mean:INCOME``
 as the table builder asks the engine: every grouping set, the two largest
@@ -22,6 +23,7 @@ the engine and with the warm cube. Ratios are to ``direct`` in the same
 process; the cached and direct tables are checked to be the same bytes.
 
 Usage: python benchmarks/bench_magnitude_cube.py [--records 10000000] [--repeat 5] [--threads 2]
+       [--scan]
 """
 
 from __future__ import annotations
@@ -62,11 +64,12 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--scan", action="store_true", help="DuckDB without materialize")
     args = parser.parse_args()
 
     load_before = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     ds = Dataset.open(make(args.records))
-    engine = DuckDBEngine(threads=args.threads, materialize=True)
+    engine = DuckDBEngine(threads=args.threads, materialize=not args.scan)
     engine.ensure_valid(ds)
     protection = protection_from_options("ckm")
     direct = TableBuilder(ds, protection, engine=engine)
@@ -90,7 +93,8 @@ def main() -> None:
 
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     (cube,) = warm._cubes.values()
-    print(f"records {args.records:,}, DuckDB threads {args.threads}, best of {args.repeat}")
+    how = "scanning the file" if args.scan else "materialized"
+    print(f"records {args.records:,}, DuckDB threads {args.threads} ({how}), best of {args.repeat}")
     print(f"  load average before/after: {load_before} / {load}")
     print(
         f"  cube AREA x AGE x SEX with INCOME (sum, two largest): {cube.rows:,} rows, "
