@@ -280,3 +280,17 @@ def test_protected_magnitude_tables_are_the_same_bytes(demo: Dataset) -> None:
             assert cached.build(req).render("csv") == a
         assert isinstance(cached.engine, CubeCache)
         assert cached.engine.hits >= len(REQUESTS) and cached.engine.misses >= 1
+
+
+@pytest.mark.parametrize("size", [1, 50, 10_000, 1_000_000])
+def test_group_is_unique(size: int) -> None:
+    """The cells' grouping equals np.unique's, dense or sorted."""
+    from tablesafe.engines._cube import _group
+
+    rng = np.random.default_rng(size)
+    for count in (0, 1, 100, 5000):
+        flat = rng.integers(0, size, count)
+        groups, inverse = _group(flat, size)
+        want, want_inverse = np.unique(flat, return_inverse=True)
+        assert groups.tolist() == want.tolist()
+        assert inverse.tolist() == want_inverse.reshape(-1).tolist()

@@ -321,10 +321,14 @@ def _rows_of(plan: TabulationPlan, agg: CellAggregates) -> _Cube | None:
 
 
 def _group(flat: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(flat, return_inverse=True)`` for indices below ``size``, without sorting.
+    """``np.unique(flat, return_inverse=True)`` for indices below ``size``.
 
-    ``size`` is at most a cube's number of cells (``max_cube_cells``).
+    Without sorting (a dense index of ``size``, at most a cube's number of
+    cells) unless ``flat`` is much smaller than ``size``.
     """
+    if size > 8 * flat.size + 4096:
+        groups, inverse = np.unique(flat, return_inverse=True)
+        return groups, inverse.reshape(-1)
     present = np.zeros(size, dtype=bool)
     present[flat] = True
     groups = np.flatnonzero(present)
