@@ -367,3 +367,26 @@ def test_differencing_does_not_recover_the_largest_contributor(make_dataset) -> 
     errors = differencing_errors(make_dataset, "ckm")
     assert errors.min() > 0.01
     assert np.median(errors) > 0.05
+
+
+@pytest.mark.parametrize("margins", ["none", "total", "all"])
+@pytest.mark.parametrize("method", ["none", "ckm"])
+def test_means_without_the_grand_total(demo: Dataset, margins: str, method: str) -> None:
+    # A table without the universe's total (margins "none") still has means, the
+    # same as in the table with every margin; an empty universe is still refused.
+    b = TableBuilder(demo, protection_from_options(method))
+    full = b.build(TableRequest(("REGION", "SEX"), magnitudes=("mean:INCOME",)))
+    part = b.build(TableRequest(("REGION", "SEX"), margins=margins, magnitudes=("mean:INCOME",)))
+    assert part.magnitudes is not None and full.magnitudes is not None
+    a, f = part.magnitudes["mean_INCOME"], full.magnitudes["mean_INCOME"]
+    shown = ~np.isnan(a)
+    assert shown[:-1, :-1].all()
+    np.testing.assert_array_equal(a[shown], f[shown])
+    empty = TableRequest(
+        ("SEX",),
+        universe={"AGEGRP": [1], "EMPSTAT": [1]},
+        margins=margins,
+        magnitudes=("mean:HOURS",),
+    )
+    with pytest.raises(RequestError, match="nothing to average over"):
+        b.build(empty)

@@ -587,11 +587,19 @@ def protect_magnitudes(
         if kind == "sum":
             columns[f"sum_{name}"] = np.where(hide, np.nan, r_sum.apply(value))
         else:
-            grand = float(denominators[(-1,) * denominators.ndim])
-            if grand <= 0:
+            # The universe's total where the table has it; without it (margins
+            # "none", or chosen margins), whether any cell shown has a count.
+            total_at = (-1,) * denominators.ndim
+            if bool(computed[total_at]):
+                nothing = float(denominators[total_at]) <= 0
+                where = "of the universe is"
+            else:
+                nothing = not bool(np.any(denominators[computed] > 0))
+                where = "of every cell shown is"
+            if nothing:
                 raise RequestError(
                     f"mean:{name} has nothing to average over: the protected "
-                    f"{'weighted ' if weighted is not None else ''}count of the universe is 0"
+                    f"{'weighted ' if weighted is not None else ''}count {where} 0"
                 )
             mean = np.divide(
                 value, denominators, out=np.full(value.shape, np.nan), where=denominators > 0
