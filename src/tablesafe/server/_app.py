@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -48,7 +48,10 @@ __all__ = ["TableBody", "create_app"]
 
 log = logging.getLogger("tablesafe.server")
 
-Code = Annotated[int, Field(ge=-(2**62), le=2**62)] | Annotated[str, Field(max_length=64)]
+# Strict: JSON true or 1.0 is not category 1 (pydantic's lax mode would take them as 1).
+Code = (
+    Annotated[StrictInt, Field(ge=-(2**62), le=2**62)] | Annotated[StrictStr, Field(max_length=64)]
+)
 
 
 class GroupBody(BaseModel):

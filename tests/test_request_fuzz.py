@@ -1,0 +1,662 @@
+"""Property-based robustness sweep of table requests (hypothesis).
+
+Requests are generated from the demo catalog: 1 to 4 dimensions (variables,
+their upper levels, custom groupings), universes (subsets of categories,
+empty ones, conditions on a dimension's own variable or on a nested one),
+margins, statistics with sums and means, replicates, roundings, every
+protection method of the site configuration, and the output formats. They
+go to the HTTP API (in process) served by DuckDB with the cube cache, DuckDB
+without it and the in-memory engine, and to the Python API.
+
+Properties:
+
+(a) the HTTP API answers 200, or 4xx in the one JSON error shape; the Python
+    API raises nothing but :class:`~tablesafe.UserError` subclasses;
+(b) the same request gives the same bytes, twice and on every engine;
+(c) published counts are non-negative, margins are the sums of their inner
+    cells under additivity "aggregate", blanks only where documented, every
+    cell of the request's shape present exactly once;
+(d) invalid requests are answered 4xx with a message naming what is wrong.
+
+The default profile is derandomized and bounded; ``TABLESAFE_FUZZ=big``
+with ``-m system`` runs the larger sweep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tablesafe._builder import TableBuilder
+from tablesafe._catalog import Catalog
+from tablesafe._custom import extend_catalog
+from tablesafe._dataset import Dataset
+from tablesafe._errors import UserError
+from tablesafe._request import TableRequest
+from tablesafe._settings import MagnitudeSettings, ProtectionSettings, load_site_config
+from tablesafe.server import create_app
+from tablesafe.server._app import TableBody
+
+SECRET_ENV = "TABLESAFE_FUZZ_SECRET"
+SECRET = "fuzz-secret-0123456789abcdef"
+
+#: Protection profiles served, one dataset each: (protection, magnitudes, rules).
+PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
+    "none": ({"method": "none"}, {}, {}),
+    "ckm": ({"method": "ckm"}, {}, {}),
+    "ckm-dynamic": ({"method": "ckm", "seeds": "dynamic", "secret_env": SECRET_ENV}, {}, {}),
+    "ckm-independent": ({"method": "ckm", "additivity": "independent"}, {}, {}),
+    "ckm-ipf": ({"method": "ckm", "additivity": "ipf", "rounding": "100"}, {}, {}),
+    "dp": ({"method": "dp", "epsilon": 1.0, "cap": 5}, {"method": "dp"}, {}),
+    "pram": ({"method": "pram"}, {"sensitive_action": "suppress"}, {}),
+    "q": ({"method": "q", "rate": 0.05}, {"mean_rounding": "1", "rounding": "2sf"}, {}),
+    "q-records": (
+        {"method": "q-records", "seeds": "dynamic", "secret_env": SECRET_ENV},
+        {"method": "dp", "epsilon": 0.5},
+        {},
+    ),
+    "ckm-small": (
+        {"method": "ckm", "js": 1, "variance": 2.0},
+        {"sensitive_action": "suppress"},
+        {"min_cell_size": 5},
+    ),
+    "dp-less-than": (
+        {"method": "dp", "epsilon": 2.0, "cap": 3},
+        {},
+        {"min_cell_size": 4, "small_cell_action": "show_less_than"},
+    ),
+}
+
+#: The engines every request is answered by (cube cache on DuckDB only).
+ENGINES = {
+    "duckdb": {"kind": "duckdb", "cube_cache": True},
+    "duckdb-direct": {"kind": "duckdb", "cube_cache": False},
+    "memory": {"kind": "memory", "cube_cache": False},
+}
+
+ERROR_TYPES = {
+    "RequestError",
+    "RefusedError",
+    "ParameterError",
+    "ValidationError",
+    "NotFound",
+    "PayloadTooLarge",
+    "ComputationError",
+}
+
+_BIG = os.environ.get("TABLESAFE_FUZZ") == "big"
+FUZZ = settings(
+    derandomize=True,
+    deadline=None,
+    max_examples=int(os.environ.get("TABLESAFE_FUZZ_EXAMPLES", 400)) if _BIG else 40,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    database=None,
+)
+
+
+# -- fixtures ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def secret_env() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(SECRET_ENV, SECRET)
+        yield
+
+
+def _site(demo_dir: Path, base: Path, engine: dict[str, Any]) -> Any:
+    return load_site_config(
+        data={
+            "base": str(base),
+            "server": {
+                "title": "fuzz",
+                "audit_db": "audit.sqlite",
+                "cache_tables": 0,
+                "rate_limit_per_minute": 1_000_000,
+            },
+            "engine": engine,
+            "datasets": [
+                {
+                    "name": name,
+                    "path": str(demo_dir),
+                    "protection": prot,
+                    "magnitudes": mags,
+                    "rules": {
+                        "min_universe_size": 20,
+                        "max_dimensions": 4,
+                        "sliver_min_difference": 0,
+                        "max_cells": 6000,
+                        **rules,
+                    },
+                }
+                for name, (prot, mags, rules) in PROFILES.items()
+            ],
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def clients(
+    demo_dir: Path, tmp_path_factory: pytest.TempPathFactory, secret_env: None
+) -> Iterator[dict[str, TestClient]]:
+    with _clients(demo_dir, tmp_path_factory) as out:
+        yield out
+
+
+class _clients:
+    def __init__(self, demo_dir: Path, factory: pytest.TempPathFactory) -> None:
+        self.out = _QuietDict(
+            (name, TestClient(create_app(_site(demo_dir, factory.mktemp(name), engine))))
+            for name, engine in ENGINES.items()
+        )
+
+    def __enter__(self) -> dict[str, TestClient]:
+        for c in self.out.values():
+            c.__enter__()
+        return self.out
+
+    def __exit__(self, *exc: object) -> None:
+        for c in self.out.values():
+            c.__exit__(None, None, None)
+
+
+class _Quiet(Catalog):
+    """The demo catalog, with a short repr for hypothesis' failure reports."""
+
+    def __repr__(self) -> str:
+        return "<demo catalog>"
+
+
+class _QuietDict(dict[Any, Any]):
+    def __repr__(self) -> str:
+        return f"<{', '.join(map(str, self))}>"
+
+
+@pytest.fixture(scope="module")
+def catalog(demo_dir: Path) -> Catalog:
+    c = Dataset.open(demo_dir).catalog
+    return _Quiet(**{f.name: getattr(c, f.name) for f in dataclasses.fields(c)})
+
+
+@pytest.fixture(scope="module")
+def builders(demo_dir: Path, secret_env: None) -> Iterator[dict[tuple[str, str], TableBuilder]]:
+    """TableBuilders of every profile on DuckDB and memory, made when first asked for."""
+    from tablesafe._protection import protection_from_settings
+    from tablesafe.engines import DuckDBEngine, MemoryEngine
+
+    dataset = Dataset.open(demo_dir)
+    engines = {"duckdb": DuckDBEngine(), "memory": MemoryEngine()}
+
+    class Builders(_QuietDict):
+        def __missing__(self, key: tuple[str, str]) -> TableBuilder:
+            prot, mags, _ = PROFILES[key[0]]
+            settings = ProtectionSettings(**prot)
+            protection = protection_from_settings(
+                settings, secret=SECRET.encode() if settings.seeds == "dynamic" else None
+            )
+            builder = TableBuilder(
+                dataset,
+                protection,
+                engine=engines[key[1]],
+                magnitudes=MagnitudeSettings(**mags).protection()
+                if protection.mechanism is not None
+                else None,
+            )
+            self[key] = builder
+            return builder
+
+    yield Builders()
+    for e in engines.values():
+        close = getattr(e, "close", None)
+        if close is not None:
+            close()
+
+
+# -- strategies -------------------------------------------------------------------
+
+CONTINUOUS = ("INCOME", "HOURS")
+
+
+def _groupings(draw: st.DrawFn, catalog: Catalog, n: int) -> list[dict[str, Any]]:
+    """``n`` custom groupings of random catalog variables, each a random partition."""
+    out = []
+    for i in range(n):
+        var = catalog.variables[draw(st.sampled_from(sorted(catalog.variables)))]
+        codes = list(var.codes)
+        named = draw(st.lists(st.sampled_from(codes), min_size=1, max_size=12, unique=True))
+        k = draw(st.integers(1, min(4, len(named))))
+        groups = [
+            {"code": f"G{j}", "label": f"group {j}", "members": named[j::k]} for j in range(k)
+        ]
+        g: dict[str, Any] = {"name": f"CUSTOM{i}", "variable": var.name, "groups": groups}
+        if draw(st.booleans()):
+            g["other"] = "everything else"
+        out.append(g)
+    return out
+
+
+def _universe(draw: st.DrawFn, catalog: Catalog, dims: list[str]) -> dict[str, list[Any]]:
+    names = sorted(catalog.variables)
+    chosen = draw(
+        st.lists(
+            st.one_of(st.sampled_from(dims), st.sampled_from(names)),
+            max_size=3,
+            unique=True,
+        )
+    )
+    universe: dict[str, list[Any]] = {}
+    for name in chosen:
+        if name.startswith("CUSTOM"):
+            continue
+        codes = list(catalog.variables[name].codes)
+        pick = draw(st.lists(st.sampled_from(codes), min_size=1, max_size=6, unique=True))
+        if draw(st.integers(0, 5)) == 0:  # codes as text, as a web form sends them
+            pick = [str(c) for c in pick]
+        universe[name] = pick
+    return universe
+
+
+@st.composite
+def table_bodies(draw: st.DrawFn, catalog: Catalog) -> dict[str, Any]:
+    """A valid-looking HTTP table request over the demo catalog."""
+    groupings = _groupings(draw, catalog, draw(st.integers(0, 2)))
+    names = sorted(catalog.variables) + [g["name"] for g in groupings]
+    dims = draw(st.lists(st.sampled_from(names), min_size=1, max_size=4, unique=True))
+    body: dict[str, Any] = {"dimensions": dims}
+    universe = _universe(draw, catalog, dims)
+    if universe:
+        body["universe"] = universe
+    base = draw(st.sampled_from(["count", "weighted", "both", ""]))
+    mags = draw(
+        st.lists(
+            st.sampled_from([f"{k}:{v}" for k in ("sum", "mean") for v in CONTINUOUS]),
+            max_size=3,
+            unique=True,
+        )
+    )
+    if mags and draw(st.booleans()):
+        body["statistic"] = ",".join([base, *mags] if base else mags)
+    else:
+        if base:
+            body["statistic"] = base
+        if mags:
+            body["magnitudes"] = mags
+    margins = draw(st.sampled_from([None, "all", "none", "total"]))
+    if margins:
+        body["margins"] = margins
+    rounding = draw(st.sampled_from([None, None, "1", "10", "1000", "2sf", "3sf", "0.5"]))
+    if rounding:
+        body["rounding"] = rounding
+    if groupings:
+        body["groupings"] = groupings
+    return body
+
+
+# -- checks -----------------------------------------------------------------------
+
+
+def _error(response: Any) -> dict[str, Any]:
+    assert 400 <= response.status_code < 500, (response.status_code, response.text)
+    body = response.json()
+    assert set(body) == {"error"}, body
+    err = body["error"]
+    assert set(err) == {"status", "type", "message"}, err
+    assert err["status"] == response.status_code
+    assert err["type"] in ERROR_TYPES, err
+    assert err["message"] and "Traceback" not in err["message"]
+    assert SECRET not in err["message"]
+    return err  # type: ignore[no-any-return]
+
+
+def _shape_keys(catalog: Catalog, request: TableRequest) -> list[tuple[Any, ...]]:
+    """Every cell's codes a table of ``request`` must hold ("_T" for a total).
+
+    A dimension named in the universe shows the categories listed there, in
+    their order; one whose column the universe restricts through another
+    variable shows the categories that can hold its records (all when none can).
+    """
+    full = extend_catalog(catalog, request.groupings)
+    allowed: dict[str, set[Any]] = {}
+    for name, raw in request.universe.items():
+        var = full.variable(name)
+        source = {s for c in raw for s in var.source_codes(var.coerce(c))}
+        allowed[var.column] = allowed.get(var.column, source) & source
+    codes = []
+    for d in request.dimensions:
+        var = full.variable(d)
+        if d in request.universe:
+            codes.append(tuple(dict.fromkeys(var.coerce(c) for c in request.universe[d])))
+            continue
+        if var.column in allowed:
+            keep = allowed[var.column]
+            inside = tuple(c for c in var.codes if keep.intersection(var.source_codes(c)))
+            codes.append(inside or var.codes)
+        else:
+            codes.append(var.codes)
+    k = len(request.dimensions)
+    out: list[tuple[Any, ...]] = []
+    for kept in request.grouping_sets():
+        for combo in itertools.product(*(codes[i] for i in kept)):
+            values = iter(combo)
+            out.append(tuple(next(values) if i in kept else "_T" for i in range(k)))
+    return out
+
+
+def _check_json(catalog: Catalog, profile: str, body: dict[str, Any], doc: dict[str, Any]) -> None:
+    request = TableBody(**body).to_request()
+    dims = list(request.dimensions)
+    assert doc["meta"]["dimensions"] == dims
+    cells = doc["cells"]
+    keys = [tuple(c[d] for d in dims) for c in cells]
+    assert len(keys) == len(set(keys)), "a cell is given twice"
+    assert set(keys) == set(_shape_keys(catalog, request))
+    prot, _, rules = PROFILES[profile]
+    small = rules.get("min_cell_size", 0) > 0
+    less_than = rules.get("small_cell_action") == "show_less_than"
+    counted = [s for s in ("n", "weighted") if s in cells[0]] if cells else []
+    for c in cells:
+        hidden = c.get("suppressed", False)
+        for s in counted:
+            v = c[s]
+            if v is None or isinstance(v, str):
+                assert small and hidden, (s, c)
+                assert v is None or (less_than and v.startswith("<")), (s, c)
+                continue
+            assert isinstance(v, int | float), (s, c)
+            assert v >= 0, (s, c)
+        for s, v in c.items():
+            if s.startswith(("sum_", "mean_")) and isinstance(v, float):
+                assert v == v, "NaN written as a number"
+    if (
+        "n" in counted
+        and not small
+        and prot.get("additivity", "aggregate") == "aggregate"
+        and request.margins != "none"
+    ):
+        inner = {k: c["n"] for k, c in zip(keys, cells, strict=True) if "_T" not in k}
+        for k, c in zip(keys, cells, strict=True):
+            if "_T" in k:
+                total = sum(
+                    v
+                    for ik, v in inner.items()
+                    if all(a == "_T" or a == b for a, b in zip(k, ik, strict=True))
+                )
+                assert c["n"] == total, ("margin is not the sum of its inner cells", k)
+
+
+def _post(client: TestClient, profile: str, body: dict[str, Any], fmt: str) -> Any:
+    return client.post(f"/api/datasets/{profile}/tables?format={fmt}", json=body)
+
+
+# -- (a) (b) (c): the HTTP API ---------------------------------------------------
+
+
+@FUZZ
+@given(data=st.data())
+def test_http_requests_answer_200_or_4xx_with_the_same_bytes_on_every_engine(
+    data: st.DataObject, clients: dict[str, TestClient], catalog: Catalog
+) -> None:
+    profile = data.draw(st.sampled_from(sorted(PROFILES)), label="profile")
+    body = data.draw(table_bodies(catalog), label="body")
+    fmt = data.draw(st.sampled_from(["json", "json", "csv", "xlsx"]), label="format")
+    answers = {name: _post(c, profile, body, fmt) for name, c in clients.items()}
+    statuses = {name: r.status_code for name, r in answers.items()}
+    assert len(set(statuses.values())) == 1, statuses
+    first = answers["duckdb"]
+    if first.status_code != 200:
+        errors = {name: _error(r) for name, r in answers.items()}
+        assert len({json.dumps(e, sort_keys=True) for e in errors.values()}) == 1, errors
+        return
+    contents = {name: r.content for name, r in answers.items()}
+    assert len(set(contents.values())) == 1, "engines disagree"
+    assert _post(clients["duckdb"], profile, body, fmt).content == first.content
+    if fmt == "json":
+        _check_json(catalog, profile, body, first.json())
+    elif fmt == "csv":
+        text = first.text
+        assert SECRET not in text
+        assert text.splitlines()[0].split(",")[: len(body["dimensions"])] == body["dimensions"]
+    else:
+        import openpyxl
+
+        book = openpyxl.load_workbook(io.BytesIO(first.content), read_only=True)
+        assert "cells" in book.sheetnames
+
+
+# -- (a) (b): the Python API -------------------------------------------------------
+
+
+@st.composite
+def python_requests(draw: st.DrawFn, catalog: Catalog) -> dict[str, Any]:
+    body = draw(table_bodies(catalog))
+    dims = body["dimensions"]
+    kwargs: dict[str, Any] = {
+        "dimensions": tuple(dims),
+        "universe": body.get("universe", {}),
+        "statistic": body.get("statistic", "both"),
+        "magnitudes": tuple(body.get("magnitudes", ())),
+        "rounding": body.get("rounding"),
+        "groupings": body.get("groupings", ()),
+        "replicates": draw(st.booleans()),
+    }
+    choice = draw(st.integers(0, 4))
+    if choice == 0:
+        subsets = [s for r in range(len(dims)) for s in itertools.combinations(dims, r)]
+        kwargs["margins"] = tuple(draw(st.lists(st.sampled_from(subsets), max_size=4, unique=True)))
+    else:
+        kwargs["margins"] = body.get("margins", "all")
+    return kwargs
+
+
+@FUZZ
+@given(data=st.data())
+def test_python_api_raises_only_user_errors_and_engines_agree(
+    data: st.DataObject, builders: dict[tuple[str, str], TableBuilder], catalog: Catalog
+) -> None:
+    profile = data.draw(
+        st.sampled_from(sorted(p for p in PROFILES if not PROFILES[p][2])), label="profile"
+    )
+    kwargs = data.draw(python_requests(catalog), label="request")
+    outputs = {}
+    for engine in ("duckdb", "memory"):
+        try:
+            table = builders[profile, engine].build(TableRequest(**kwargs))
+        except UserError as exc:
+            outputs[engine] = (type(exc).__name__, str(exc))
+            continue
+        outputs[engine] = (
+            table.to_csv(footnotes=True),
+            table.to_json_bytes(),
+            table.to_xlsx_bytes(),
+        )
+    assert outputs["duckdb"] == outputs["memory"]
+    if isinstance(outputs["duckdb"][1], bytes):
+        again = builders[profile, "duckdb"].build(TableRequest(**kwargs))
+        assert again.to_json_bytes() == outputs["duckdb"][1]
+
+
+# -- (d): invalid requests --------------------------------------------------------
+
+
+def _invalid_cases(catalog: Catalog) -> list[tuple[str, dict[str, Any], str]]:
+    """(what, body, a word the message must contain)."""
+    return [
+        ("unknown variable", {"dimensions": ["NOPE"]}, "NOPE"),
+        ("unknown category", {"dimensions": ["SEX"], "universe": {"REGION": [99]}}, "99"),
+        ("unknown text category", {"dimensions": ["SEX"], "universe": {"TENURE": ["X"]}}, "X"),
+        ("duplicate dimension", {"dimensions": ["SEX", "SEX"]}, "SEX"),
+        ("five dimensions", {"dimensions": ["SEX", "REGION", "EDUC", "OCC", "TENURE"]}, "4"),
+        ("no dimension", {"dimensions": []}, "dimensions"),
+        ("dimensions not a list", {"dimensions": "SEX"}, "dimensions"),
+        ("dimension a number", {"dimensions": [3]}, "dimensions"),
+        ("universe a list", {"dimensions": ["SEX"], "universe": ["REGION"]}, "universe"),
+        ("empty category list", {"dimensions": ["SEX"], "universe": {"REGION": []}}, "REGION"),
+        ("category a float", {"dimensions": ["SEX"], "universe": {"REGION": [1.5]}}, "REGION"),
+        ("category a bool", {"dimensions": ["SEX"], "universe": {"REGION": [True]}}, "REGION"),
+        ("unknown universe variable", {"dimensions": ["SEX"], "universe": {"ZZ": [1]}}, "ZZ"),
+        ("unknown statistic", {"dimensions": ["SEX"], "statistic": "median"}, "statistic"),
+        ("magnitude of a categorical", {"dimensions": ["SEX"], "statistic": "sum:AGE"}, "AGE"),
+        ("unknown magnitude", {"dimensions": ["SEX"], "magnitudes": ["mean:WEALTH"]}, "WEALTH"),
+        ("malformed magnitude", {"dimensions": ["SEX"], "magnitudes": ["max:INCOME"]}, "max"),
+        ("two base statistics", {"dimensions": ["SEX"], "statistic": "count,weighted"}, "count"),
+        ("unknown margins", {"dimensions": ["SEX"], "margins": "some"}, "margins"),
+        ("bad rounding", {"dimensions": ["SEX"], "rounding": "lots"}, "lots"),
+        ("negative rounding", {"dimensions": ["SEX"], "rounding": "-5"}, "-5"),
+        ("zero rounding", {"dimensions": ["SEX"], "rounding": "0"}, "0"),
+        ("unknown field", {"dimensions": ["SEX"], "weights": "RW1"}, "weights"),
+        (
+            "grouping of an unknown variable",
+            {
+                "dimensions": ["G"],
+                "groupings": [
+                    {"name": "G", "variable": "NOPE", "groups": [{"code": "a", "members": [1]}]}
+                ],
+            },
+            "NOPE",
+        ),
+        (
+            "grouping of an unknown category",
+            {
+                "dimensions": ["G"],
+                "groupings": [
+                    {"name": "G", "variable": "SEX", "groups": [{"code": "a", "members": [7]}]}
+                ],
+            },
+            "7",
+        ),
+        (
+            "grouping named like a catalog variable",
+            {
+                "dimensions": ["SEX"],
+                "groupings": [
+                    {"name": "SEX", "variable": "SEX", "groups": [{"code": "a", "members": [1]}]}
+                ],
+            },
+            "SEX",
+        ),
+        (
+            "grouping with an empty group",
+            {
+                "dimensions": ["G"],
+                "groupings": [
+                    {"name": "G", "variable": "SEX", "groups": [{"code": "a", "members": []}]}
+                ],
+            },
+            "G",
+        ),
+        (
+            "grouping with a code twice",
+            {
+                "dimensions": ["G"],
+                "groupings": [
+                    {
+                        "name": "G",
+                        "variable": "SEX",
+                        "groups": [
+                            {"code": "a", "members": [1]},
+                            {"code": "a", "members": [2]},
+                        ],
+                    }
+                ],
+            },
+            "a",
+        ),
+    ]
+
+
+@pytest.mark.parametrize("profile", ["ckm", "dp"])
+def test_invalid_requests_name_what_is_wrong(
+    clients: dict[str, TestClient], catalog: Catalog, profile: str
+) -> None:
+    for what, body, word in _invalid_cases(catalog):
+        answers = [_post(c, profile, body, "json") for c in clients.values()]
+        errors = [_error(r) for r in answers]
+        assert len({json.dumps(e) for e in errors}) == 1, (what, errors)
+        assert word in errors[0]["message"], (what, errors[0])
+
+
+@FUZZ
+@given(data=st.data())
+def test_mangled_requests_never_crash(
+    data: st.DataObject, clients: dict[str, TestClient], catalog: Catalog
+) -> None:
+    """A valid body with one field replaced by JSON of any shape: 200 or 4xx, never 5xx."""
+    body = data.draw(table_bodies(catalog), label="body")
+    field = data.draw(
+        st.sampled_from(
+            [
+                "dimensions",
+                "universe",
+                "statistic",
+                "magnitudes",
+                "margins",
+                "rounding",
+                "groupings",
+            ]
+        ),
+        label="field",
+    )
+    anything = st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**70), 2**70)
+        | st.floats(allow_nan=False)
+        | st.text(max_size=8)
+        | st.sampled_from(["SEX", "REGION", "AGE5", "INCOME", "sum:INCOME", "_T", ""]),
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.dictionaries(
+                st.sampled_from(["SEX", "REGION", "code", "members", "x"]), inner, max_size=3
+            )
+        ),
+        max_leaves=8,
+    )
+    body[field] = data.draw(anything, label="value")
+    r = _post(clients["duckdb"], "ckm", body, "json")
+    if r.status_code != 200:
+        _error(r)
+
+
+# -- regressions found by the sweep ----------------------------------------------
+
+
+def test_json_true_and_floats_are_not_category_codes(clients: dict[str, TestClient]) -> None:
+    """JSON ``true`` was taken as category 1 (and ``1.0`` as 1): the server answered
+    a table for REGION 1 when asked for a universe of ``[true]``."""
+    for codes in ([True], [1.0], [False]):
+        for body in (
+            {"dimensions": ["SEX"], "universe": {"REGION": codes}},
+            {
+                "dimensions": ["G"],
+                "groupings": [
+                    {"name": "G", "variable": "SEX", "groups": [{"code": "a", "members": codes}]}
+                ],
+            },
+        ):
+            err = _error(_post(clients["duckdb"], "ckm", body, "json"))
+            assert err["status"] == 422
+            assert "valid integer" in err["message"] and "valid string" in err["message"]
+
+
+@pytest.mark.parametrize("statistic", ["median", "count,weighted", "both;sum:INCOME"])
+def test_an_unknown_statistic_is_named_with_what_is_allowed(
+    clients: dict[str, TestClient], statistic: str
+) -> None:
+    """The answer quoted the validation pattern instead of saying what is allowed."""
+    err = _error(
+        _post(clients["duckdb"], "ckm", {"dimensions": ["SEX"], "statistic": statistic}, "json")
+    )
+    assert repr(statistic) in err["message"]
+    assert "allowed: count, weighted or both" in err["message"]
+    assert "pattern" not in err["message"]
