@@ -218,6 +218,12 @@ def _validation_message(exc: RequestValidationError) -> str:
                 "unknown field; allowed: dimensions, universe, statistic, magnitudes, margins, "
                 "rounding, groupings"
             )
+        elif err.get("type") == "string_pattern_mismatch" and where == "statistic":
+            msg = (
+                f"unknown statistic {err.get('input')!r}; allowed: count, weighted or both, "
+                "optionally followed by sum:VAR or mean:VAR items, comma-separated "
+                "(e.g. 'count,sum:INCOME')"
+            )
         parts.append(f"{where}: {msg}")
     return "invalid request: " + "; ".join(parts)
 
