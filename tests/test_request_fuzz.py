@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tablesafe._builder import TableBuilder
@@ -319,31 +319,16 @@ def _error(response: Any) -> dict[str, Any]:
     return err  # type: ignore[no-any-return]
 
 
-def _shape_keys(catalog: Catalog, request: TableRequest) -> list[tuple[Any, ...]]:
+def _shape_keys(full: Catalog, request: TableRequest) -> list[tuple[Any, ...]]:
     """Every cell's codes a table of ``request`` must hold ("_T" for a total).
 
     A dimension named in the universe shows the categories listed there, in
     their order; one whose column the universe restricts through another
     variable shows the categories that can hold its records (all when none can).
     """
-    full = extend_catalog(catalog, request.groupings)
-    allowed: dict[str, set[Any]] = {}
-    for name, raw in request.universe.items():
-        var = full.variable(name)
-        source = {s for c in raw for s in var.source_codes(var.coerce(c))}
-        allowed[var.column] = allowed.get(var.column, source) & source
-    codes = []
-    for d in request.dimensions:
-        var = full.variable(d)
-        if d in request.universe:
-            codes.append(tuple(dict.fromkeys(var.coerce(c) for c in request.universe[d])))
-            continue
-        if var.column in allowed:
-            keep = allowed[var.column]
-            inside = tuple(c for c in var.codes if keep.intersection(var.source_codes(c)))
-            codes.append(inside or var.codes)
-        else:
-            codes.append(var.codes)
+    if any(g.name not in full.variables for g in request.groupings):
+        full = extend_catalog(full, request.groupings)
+    codes = _dimension_codes(full, request)
     k = len(request.dimensions)
     out: list[tuple[Any, ...]] = []
     for kept in request.grouping_sets():
@@ -353,8 +338,9 @@ def _shape_keys(catalog: Catalog, request: TableRequest) -> list[tuple[Any, ...]
     return out
 
 
-def _check_json(catalog: Catalog, profile: str, body: dict[str, Any], doc: dict[str, Any]) -> None:
-    request = TableBody(**body).to_request()
+def _check_json(
+    catalog: Catalog, microdata: _Frame, profile: str, request: TableRequest, doc: dict[str, Any]
+) -> None:
     dims = list(request.dimensions)
     assert doc["meta"]["dimensions"] == dims
     cells = doc["cells"]
@@ -393,6 +379,114 @@ def _check_json(catalog: Catalog, profile: str, body: dict[str, Any], doc: dict[
                     if all(a == "_T" or a == b for a, b in zip(k, ik, strict=True))
                 )
                 assert c["n"] == total, ("margin is not the sum of its inner cells", k)
+    if profile == "none" and "n" in counted:
+        full = extend_catalog(catalog, request.groupings)
+        true = _true_counts(full, request, microdata.frame)
+        assert {k: c["n"] for k, c in zip(keys, cells, strict=True)} == true
+
+
+@pytest.fixture(scope="module")
+def microdata(demo_dir: Path) -> Any:
+    import pandas as pd
+
+    frame = pd.read_parquet(demo_dir / "microdata.parquet")
+    return _Frame(frame)
+
+
+class _Frame:
+    """The demo microdata (short repr for hypothesis' reports)."""
+
+    def __init__(self, frame: Any) -> None:
+        self.frame = frame
+
+    def __repr__(self) -> str:
+        return "<demo microdata>"
+
+
+def _dimension_codes(full: Catalog, request: TableRequest) -> list[tuple[Any, ...]]:
+    """Each dimension's categories in a table of ``request`` (see :func:`_shape_keys`)."""
+    allowed = _universe_sources(full, request)
+    codes = []
+    for d in request.dimensions:
+        var = full.variable(d)
+        if d in request.universe:
+            codes.append(tuple(dict.fromkeys(var.coerce(c) for c in request.universe[d])))
+        elif var.column in allowed:
+            keep = allowed[var.column]
+            inside = tuple(c for c in var.codes if keep.intersection(var.source_codes(c)))
+            codes.append(inside or var.codes)
+        else:
+            codes.append(var.codes)
+    return codes
+
+
+def _universe_sources(full: Catalog, request: TableRequest) -> dict[str, set[Any]]:
+    """Microdata column -> the source codes the universe allows."""
+    allowed: dict[str, set[Any]] = {}
+    for name, raw in request.universe.items():
+        var = full.variable(name)
+        source = {s for c in raw for s in var.source_codes(var.coerce(c))}
+        allowed[var.column] = allowed.get(var.column, source) & source
+    return allowed
+
+
+def _universe_rows(full: Catalog, request: TableRequest, frame: Any) -> Any:
+    mask = None
+    for column, codes in _universe_sources(full, request).items():
+        m = frame[column].isin(sorted(codes, key=str))
+        mask = m if mask is None else mask & m
+    return frame if mask is None else frame[mask]
+
+
+def _true_counts(full: Catalog, request: TableRequest, frame: Any) -> dict[tuple[Any, ...], int]:
+    """Brute force: the exact count of every cell of the table (margins as sums)."""
+    from collections import Counter
+
+    rows = _universe_rows(full, request, frame)
+    codes = _dimension_codes(full, request)
+    mapped = []
+    for d, shown in zip(request.dimensions, codes, strict=True):
+        var = full.variable(d)
+        to_cat = {s: c for c in shown for s in var.source_codes(c)}
+        mapped.append([to_cat.get(v) for v in rows[var.column].tolist()])
+    inner = Counter(zip(*mapped, strict=True))
+    out: dict[tuple[Any, ...], int] = {}
+    for key in _shape_keys(full, request):
+        out[key] = sum(
+            n
+            for ik, n in inner.items()
+            if all(a == "_T" or a == b for a, b in zip(key, ik, strict=True))
+        )
+    return out
+
+
+def _explain_refusal(
+    catalog: Catalog, microdata: _Frame, profile: str, body: dict[str, Any], err: dict[str, Any]
+) -> str:
+    """Why a generated request was refused, checked by brute force; fails if unexplained."""
+    message = err["message"]
+    request = TableBody(**body).to_request()
+    full = extend_catalog(catalog, request.groupings)
+    columns = [full.variable(d).column for d in request.dimensions]
+    if "classify the same variable" in message:
+        assert len(set(columns)) < len(columns), message
+        return "same variable twice"
+    if "cells (with margins)" in message:
+        shape = [len(c) + 1 for c in _dimension_codes(full, request)]
+        cells = 1
+        for k in shape:
+            cells *= k
+        assert cells > 6000 and f"{cells:,} cells" in message, (cells, message)
+        return "too many cells"
+    size = len(_universe_rows(full, request, microdata.frame))
+    if "universe is too small" in message:
+        assert size < 20, (size, message)
+        return "universe too small"
+    if "covers unweighted sums only" in message:
+        assert PROFILES[profile][1].get("method") == "dp" and request.statistic != "count"
+        assert request.magnitudes
+        return "dp magnitudes weighted"
+    raise AssertionError(f"unexplained refusal of a well-formed request: {err}")
 
 
 def _post(client: TestClient, profile: str, body: dict[str, Any], fmt: str) -> Any:
@@ -405,7 +499,7 @@ def _post(client: TestClient, profile: str, body: dict[str, Any], fmt: str) -> A
 @FUZZ
 @given(data=st.data())
 def test_http_requests_answer_200_or_4xx_with_the_same_bytes_on_every_engine(
-    data: st.DataObject, clients: dict[str, TestClient], catalog: Catalog
+    data: st.DataObject, clients: dict[str, TestClient], catalog: Catalog, microdata: _Frame
 ) -> None:
     profile = data.draw(st.sampled_from(sorted(PROFILES)), label="profile")
     body = data.draw(table_bodies(catalog), label="body")
@@ -417,12 +511,17 @@ def test_http_requests_answer_200_or_4xx_with_the_same_bytes_on_every_engine(
     if first.status_code != 200:
         errors = {name: _error(r) for name, r in answers.items()}
         assert len({json.dumps(e, sort_keys=True) for e in errors.values()}) == 1, errors
+        event(_explain_refusal(catalog, microdata, profile, body, errors["duckdb"]))
         return
+    event("200")
+    request = TableBody(**body).to_request()
+    size = len(_universe_rows(catalog, request, microdata.frame))
+    assert size >= 20, "a universe under the minimum size was answered"
     contents = {name: r.content for name, r in answers.items()}
     assert len(set(contents.values())) == 1, "engines disagree"
     assert _post(clients["duckdb"], profile, body, fmt).content == first.content
     if fmt == "json":
-        _check_json(catalog, profile, body, first.json())
+        _check_json(catalog, microdata, profile, request, first.json())
     elif fmt == "csv":
         text = first.text
         assert SECRET not in text
@@ -462,7 +561,10 @@ def python_requests(draw: st.DrawFn, catalog: Catalog) -> dict[str, Any]:
 @FUZZ
 @given(data=st.data())
 def test_python_api_raises_only_user_errors_and_engines_agree(
-    data: st.DataObject, builders: dict[tuple[str, str], TableBuilder], catalog: Catalog
+    data: st.DataObject,
+    builders: dict[tuple[str, str], TableBuilder],
+    catalog: Catalog,
+    microdata: _Frame,
 ) -> None:
     profile = data.draw(
         st.sampled_from(sorted(p for p in PROFILES if not PROFILES[p][2])), label="profile"
@@ -474,6 +576,7 @@ def test_python_api_raises_only_user_errors_and_engines_agree(
             table = builders[profile, engine].build(TableRequest(**kwargs))
         except UserError as exc:
             outputs[engine] = (type(exc).__name__, str(exc))
+            event(f"{type(exc).__name__}: {str(exc)[:40]}")
             continue
         outputs[engine] = (
             table.to_csv(footnotes=True),
@@ -484,6 +587,8 @@ def test_python_api_raises_only_user_errors_and_engines_agree(
     if isinstance(outputs["duckdb"][1], bytes):
         again = builders[profile, "duckdb"].build(TableRequest(**kwargs))
         assert again.to_json_bytes() == outputs["duckdb"][1]
+        doc = json.loads(outputs["duckdb"][1])
+        _check_json(catalog, microdata, profile, TableRequest(**kwargs), doc)
 
 
 # -- (d): invalid requests --------------------------------------------------------
