@@ -154,7 +154,16 @@ class Rounding:
             # by a power of ten, so that the result prints as the decimal.
             decimals = _decimals(base)
             scale = 10.0**decimals
-            k = np.rint(x / base) * round(base * scale)
+            step = round(base * scale)
+            if step == 0 or abs(step - base * scale) > 1e-9 * base * scale:
+                # Not a decimal of at most 15 places (1e-300, 1e-20): the plain
+                # multiple, but the value itself where that moves it by no more
+                # than doubles resolve (or x / base overflows).
+                with np.errstate(over="ignore", invalid="ignore"):
+                    q = np.rint(x / base) * base
+                    keep = ~np.isfinite(q) | (np.abs(q - x) <= 2 * np.spacing(np.abs(x)))
+                return np.asarray(np.where(keep, x, q), dtype=np.float64)
+            k = np.rint(x / base) * step
             return np.asarray(k / scale, dtype=np.float64)
         assert self.digits is not None
         with np.errstate(divide="ignore", invalid="ignore"):
