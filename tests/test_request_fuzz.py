@@ -822,3 +822,38 @@ def test_a_very_fine_rounding_leaves_the_site_rounding(
     fine = _post(clients["duckdb"], "ckm", {**body, "rounding": base}, "json").json()["cells"]
     assert [c["weighted"] for c in fine] == [c["weighted"] for c in plain]
     assert all(c["weighted"] > 0 for c in fine)
+
+
+@pytest.mark.parametrize(
+    ("name", "statistic"),
+    [
+        ("structural_zero", "both"),
+        ("suppressed", "both"),
+        ("se", "both"),
+        ("sum_INCOME", "count,sum:INCOME"),
+        ("mean_HOURS", "count,mean:HOURS"),
+        ("sensitive_INCOME", "count,sum:INCOME"),
+        ("REGION_label", "both"),
+    ],
+)
+def test_a_custom_grouping_cannot_take_a_column_name_of_the_table(
+    clients: dict[str, TestClient], name: str, statistic: str
+) -> None:
+    """A grouping called ``structural_zero`` (or ``sum_INCOME``...) was answered 200 with
+    its codes overwritten by the flag or statistic of that name: cells no longer said
+    which group they were."""
+    body = {
+        "dimensions": [name, "SEX"],
+        "statistic": statistic,
+        "groupings": [
+            {"name": name, "variable": "REGION", "groups": [{"code": "a", "members": [1, 2]}]}
+        ],
+    }
+    for fmt in ("json", "csv", "xlsx"):
+        err = _error(_post(clients["duckdb"], "ckm", body, fmt))
+        assert err["status"] == 400 and repr(name) in err["message"], err
+        assert "reserved" in err["message"]
+    # The grouping under another name is a table with its codes.
+    body["groupings"][0]["name"] = body["dimensions"][0] = "MYGROUP"
+    cells = _post(clients["duckdb"], "ckm", body, "json").json()["cells"]
+    assert {c["MYGROUP"] for c in cells} == {"a", "3", "4", "5", "6", "7", "8", "_T"}

@@ -41,7 +41,23 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
-_RESERVED = {"n", "weighted", "cell_key", "total"}
+# Names of the table's own columns: a grouping called so would overwrite them
+# (or be overwritten) in the JSON, CSV and XLSX cells.
+_RESERVED = {
+    "n",
+    "weighted",
+    "cell_key",
+    "total",
+    "se",
+    "ci_low",
+    "ci_high",
+    "structural_zero",
+    "suppressed",
+    "perturbed",
+    "adjusted",
+}
+_RESERVED_PREFIXES = ("sum_", "mean_", "sensitive_")
+_RESERVED_SUFFIX = "_label"
 _CODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.+\-]{0,39}$")
 
 
@@ -91,9 +107,12 @@ class CustomGrouping:
                 f"custom grouping name {self.name!r} is not allowed: use a letter followed by "
                 "up to 62 letters, digits or underscores"
             )
-        if self.name.lower() in _RESERVED:
+        low = self.name.lower()
+        if low in _RESERVED or low.startswith(_RESERVED_PREFIXES) or low.endswith(_RESERVED_SUFFIX):
             raise RequestError(
-                f"custom grouping name {self.name!r} is reserved; reserved: {sorted(_RESERVED)}"
+                f"custom grouping name {self.name!r} is reserved (a column of the table); "
+                f"reserved: {', '.join(sorted(_RESERVED))}, names starting with "
+                f"{', '.join(_RESERVED_PREFIXES)} and names ending in {_RESERVED_SUFFIX}"
             )
         where = f"custom grouping {self.name}"
         if not isinstance(self.variable, str) or not self.variable:
