@@ -29,7 +29,7 @@ import io
 import itertools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -394,14 +394,10 @@ def _check_json(
         and request.margins != "none"
     ):
         inner = {k: c["n"] for k, c in zip(keys, cells, strict=True) if "_T" not in k}
+        sums = _margins(inner, request.grouping_sets())
         for k, c in zip(keys, cells, strict=True):
             if "_T" in k:
-                total = sum(
-                    v
-                    for ik, v in inner.items()
-                    if all(a == "_T" or a == b for a, b in zip(k, ik, strict=True))
-                )
-                assert c["n"] == total, ("margin is not the sum of its inner cells", k)
+                assert c["n"] == sums.get(k, 0), ("margin is not the sum of its inner cells", k)
     if profile == "none" and "n" in counted:
         full = extend_catalog(catalog, request.groupings)
         true = _true_counts(full, request, microdata.frame)
@@ -472,14 +468,19 @@ def _true_counts(full: Catalog, request: TableRequest, frame: Any) -> dict[tuple
         var = full.variable(d)
         to_cat = {s: c for c in shown for s in var.source_codes(c)}
         mapped.append([to_cat.get(v) for v in rows[var.column].tolist()])
-    inner = Counter(zip(*mapped, strict=True))
+    sums = _margins(Counter(zip(*mapped, strict=True)), request.grouping_sets())
+    return {key: sums.get(key, 0) for key in _shape_keys(full, request)}
+
+
+def _margins(
+    inner: Mapping[tuple[Any, ...], int], sets: tuple[tuple[int, ...], ...]
+) -> dict[tuple[Any, ...], int]:
+    """The sums of ``inner`` cells over every grouping set ("_T" where summed over)."""
     out: dict[tuple[Any, ...], int] = {}
-    for key in _shape_keys(full, request):
-        out[key] = sum(
-            n
-            for ik, n in inner.items()
-            if all(a == "_T" or a == b for a, b in zip(key, ik, strict=True))
-        )
+    for kept in sets:
+        for key, n in inner.items():
+            m = tuple(v if i in kept else "_T" for i, v in enumerate(key))
+            out[m] = out.get(m, 0) + n
     return out
 
 
