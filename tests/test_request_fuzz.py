@@ -883,3 +883,28 @@ def test_a_custom_grouping_cannot_take_a_column_name_of_the_table(
     body["groupings"][0]["name"] = body["dimensions"][0] = "MYGROUP"
     cells = _post(clients["duckdb"], "ckm", body, "json").json()["cells"]
     assert {c["MYGROUP"] for c in cells} == {"a", "3", "4", "5", "6", "7", "8", "_T"}
+
+
+def test_an_unknown_dataset_is_a_not_found_error(clients: dict[str, TestClient]) -> None:
+    """The answer's type was "_NotFound" (a private class name), not the documented
+    "NotFound" that an unknown path gets."""
+    for path in ("/api/datasets/CKM/tables", "/api/datasets/nope/tables"):
+        err = _error(clients["duckdb"].post(path, json={"dimensions": ["SEX"]}))
+        assert (err["status"], err["type"]) == (404, "NotFound")
+        assert "available: none, ckm" in err["message"]
+    err = _error(clients["duckdb"].get("/api/datasets/nope"))
+    assert (err["status"], err["type"]) == (404, "NotFound")
+    assert _error(clients["duckdb"].get("/static/nope.js"))["type"] == "NotFound"
+    assert _error(clients["duckdb"].get("/api/nothing"))["type"] == "NotFound"
+
+
+@pytest.mark.parametrize(("body", "at"), [(b"{", 1), (b'{"dimensions": ["SEX"]}x', 23)])
+def test_a_body_that_is_not_json_says_so(
+    clients: dict[str, TestClient], body: bytes, at: int
+) -> None:
+    """The message was "invalid request: 1: JSON decode error"."""
+    r = clients["duckdb"].post(
+        "/api/datasets/ckm/tables", content=body, headers={"content-type": "application/json"}
+    )
+    err = _error(r)
+    assert err["message"] == f"invalid request: body: not valid JSON (at character {at})"

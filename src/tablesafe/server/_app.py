@@ -279,7 +279,8 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         message = str(exc) if status < 500 or isinstance(exc, UserError) else "internal error"
         if status >= 500:
             log.error("%s while serving %s", type(exc).__name__, request.url.path)
-        return _error_response(request, status, type(exc).__name__, message)
+        # The public name: "NotFound" for the server's own _NotFound, as documented.
+        return _error_response(request, status, type(exc).__name__.lstrip("_"), message)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
