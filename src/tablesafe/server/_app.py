@@ -218,6 +218,8 @@ def _validation_message(exc: RequestValidationError) -> str:
                 "unknown field; allowed: dimensions, universe, statistic, magnitudes, margins, "
                 "rounding, groupings"
             )
+        elif err.get("type") == "json_invalid":
+            where, msg = "body", f"not valid JSON (at character {err.get('loc', ('', 0))[-1]})"
         elif err.get("type") == "string_pattern_mismatch" and where == "statistic":
             msg = (
                 f"unknown statistic {err.get('input')!r}; allowed: count, weighted or both, "
