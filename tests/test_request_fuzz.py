@@ -42,7 +42,7 @@ from tablesafe._builder import TableBuilder
 from tablesafe._catalog import Catalog
 from tablesafe._custom import extend_catalog, parse_groupings
 from tablesafe._dataset import Dataset
-from tablesafe._errors import ComputationError, UserError
+from tablesafe._errors import ComputationError, RequestError, UserError
 from tablesafe._request import TableRequest
 from tablesafe._settings import MagnitudeSettings, ProtectionSettings, load_site_config
 from tablesafe.server import create_app
@@ -908,3 +908,27 @@ def test_a_body_that_is_not_json_says_so(
     )
     err = _error(r)
     assert err["message"] == f"invalid request: body: not valid JSON (at character {at})"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("dimensions", None, "dimensions must be"),
+        ("dimensions", 5, "dimensions must be"),
+        ("dimensions", b"SEX", "dimensions must be"),
+        ("universe", {"SEX": None}, "universe condition on SEX"),
+        ("universe", {"SEX": {1: 2}}, "universe condition on SEX"),
+        ("margins", [None], "each margin is a list"),
+        ("margins", {1: [1]}, "margins must be"),
+        ("margins", b"SEX", "margins must be"),
+        ("magnitudes", None, "magnitudes must be"),
+        ("magnitudes", 1.5, "magnitudes must be"),
+    ],
+)
+def test_a_python_request_of_the_wrong_type_is_a_request_error(
+    field: str, value: object, words: str
+) -> None:
+    """TableRequest(dimensions=None), universe={"SEX": None}, margins=[None],
+    magnitudes=None... raised TypeError ('NoneType' object is not iterable)."""
+    with pytest.raises(RequestError, match=words):
+        TableRequest(**{"dimensions": ("SEX",), field: value})  # type: ignore[arg-type]

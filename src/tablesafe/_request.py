@@ -88,6 +88,11 @@ class TableRequest:
         dims = self.dimensions
         if isinstance(dims, str):
             dims = (dims,)
+        if not isinstance(dims, Iterable) or isinstance(dims, bytes | Mapping):
+            raise RequestError(
+                f"dimensions must be a variable name or a list of 1 to {MAX_DIMENSIONS} names, "
+                f"not {dims!r}"
+            )
         dims = tuple(dims)
         if not dims:
             raise RequestError(
@@ -116,6 +121,11 @@ class TableRequest:
                 raise RequestError(f"universe variable names must be strings, not {name!r}")
             if isinstance(codes, str | int):
                 codes = (codes,)
+            if not isinstance(codes, Iterable) or isinstance(codes, bytes | Mapping):
+                raise RequestError(
+                    f"the universe condition on {name} must be a category code or a list of "
+                    f"codes, not {codes!r}"
+                )
             codes = tuple(codes)
             if not codes:
                 raise RequestError(
@@ -153,6 +163,10 @@ class TableRequest:
         mags = self.magnitudes
         if isinstance(mags, str):
             mags = tuple(m.strip() for m in mags.split(","))
+        if not isinstance(mags, Iterable) or isinstance(mags, bytes | Mapping):
+            raise RequestError(
+                f"magnitudes must be a list of 'sum:VAR' or 'mean:VAR' items, not {mags!r}"
+            )
         items = list(mags)
         base: str = self.statistic
         if isinstance(base, str) and ("," in base or ":" in base):
@@ -187,12 +201,18 @@ class TableRequest:
                     "margins (each a list of dimension names)"
                 )
             return margins  # type: ignore[return-value]
-        if not isinstance(margins, Iterable):
-            raise RequestError("margins must be 'all', 'none', 'total' or a list of margins")
+        if not isinstance(margins, Iterable) or isinstance(margins, bytes | Mapping):
+            raise RequestError(
+                f"margins must be 'all', 'none', 'total' or a list of margins, not {margins!r}"
+            )
         out = []
         for m in margins:
             if isinstance(m, str):
                 m = (m,)
+            if not isinstance(m, Iterable) or isinstance(m, bytes | Mapping):
+                raise RequestError(
+                    f"each margin is a list of dimension names (or one name), not {m!r}"
+                )
             m = tuple(m)
             for d in m:
                 if d not in dims:
