@@ -782,7 +782,9 @@ def test_mangled_requests_never_crash(
         max_leaves=8,
     )
     body[field] = data.draw(anything, label="value")
-    r = _post(clients["duckdb"], "ckm", body, "json")
+    profile = data.draw(st.sampled_from(sorted(PROFILES)), label="profile")
+    fmt = data.draw(st.sampled_from(["json", "csv", "xlsx"]), label="format")
+    r = _post(clients["duckdb"], profile, body, fmt)
     if r.status_code != 200:
         _error(r)
 
