@@ -115,7 +115,9 @@ def secret_env() -> Iterator[None]:
         yield
 
 
-def _site(demo_dir: Path, base: Path, engine: dict[str, Any]) -> Any:
+def _site(
+    demo_dir: Path, base: Path, engine: dict[str, Any], guard: dict[str, Any] | None = None
+) -> Any:
     return load_site_config(
         data={
             "base": str(base),
@@ -138,6 +140,7 @@ def _site(demo_dir: Path, base: Path, engine: dict[str, Any]) -> Any:
                         "sliver_min_difference": 0,
                         "max_cells": 6000,
                         **rules,
+                        **(guard or {}),
                     },
                 }
                 for name, (prot, mags, rules) in PROFILES.items()
@@ -154,11 +157,19 @@ def clients(
         yield out
 
 
+#: The rules of the "guarded" server: the sliver guard on, over every table the
+#: sweep asks for (its refusals depend on what was answered before).
+GUARD = {"sliver_min_difference": 10, "min_universe_size": 50}
+
+
 class _clients:
     def __init__(self, demo_dir: Path, factory: pytest.TempPathFactory) -> None:
         self.out = _QuietDict(
             (name, TestClient(create_app(_site(demo_dir, factory.mktemp(name), engine))))
             for name, engine in ENGINES.items()
+        )
+        self.out["guarded"] = TestClient(
+            create_app(_site(demo_dir, factory.mktemp("guarded"), ENGINES["duckdb"], GUARD))
         )
 
     def __enter__(self) -> dict[str, TestClient]:
@@ -539,7 +550,8 @@ def test_http_requests_answer_200_or_4xx_with_the_same_bytes_on_every_engine(
     profile = data.draw(st.sampled_from(sorted(PROFILES)), label="profile")
     body = data.draw(table_bodies(catalog), label="body")
     fmt = data.draw(st.sampled_from(["json", "json", "csv", "xlsx"]), label="format")
-    answers = {name: _post(c, profile, body, fmt) for name, c in clients.items()}
+    guarded = _post(clients["guarded"], profile, body, fmt)
+    answers = {name: _post(c, profile, body, fmt) for name, c in clients.items() if name in ENGINES}
     statuses = {name: r.status_code for name, r in answers.items()}
     assert len(set(statuses.values())) == 1, statuses
     first = answers["duckdb"]
@@ -547,6 +559,7 @@ def test_http_requests_answer_200_or_4xx_with_the_same_bytes_on_every_engine(
         errors = {name: _error(r) for name, r in answers.items()}
         assert len({json.dumps(e, sort_keys=True) for e in errors.values()}) == 1, errors
         event(_explain_refusal(catalog, microdata, profile, body, errors["duckdb"]))
+        _error(guarded)  # stricter rules: refused too
         return
     event("200")
     request = TableBody(**body).to_request()
@@ -555,6 +568,12 @@ def test_http_requests_answer_200_or_4xx_with_the_same_bytes_on_every_engine(
     assert size >= 20, "a universe under the minimum size was answered"
     contents = {name: r.content for name, r in answers.items()}
     assert len(set(contents.values())) == 1, "engines disagree"
+    # The sliver guard refuses, or answers the same bytes.
+    if guarded.status_code == 200:
+        assert guarded.content == first.content
+    else:
+        err = _error(guarded)
+        event(f"guarded: {err['message'][:30]}")
     assert _post(clients["duckdb"], profile, body, fmt).content == first.content
     if fmt == "json":
         doc = first.json()
