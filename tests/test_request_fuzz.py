@@ -972,12 +972,12 @@ def test_a_python_request_of_the_wrong_type_is_a_request_error(
 
 
 @pytest.mark.system
-@pytest.mark.xfail(reason="controlled rounding stops at its time limit; open", strict=False)
 def test_controlled_rounding_of_a_four_way_table_is_reproducible(demo_dir: Path) -> None:
     """AGEGRP x OCC x MARSTAT x HHSIZE, every margin, additivity "ipf": the controlled
-    rounding (scipy.optimize.milp, HiGHS) never proves optimality and stops at its
-    30 s time limit with the best rounding found by then, so the same request gives
-    different bytes from one run to the next (and takes 30 s)."""
+    rounding (scipy.optimize.milp, HiGHS) never proves optimality here. It used to stop
+    at a 30 s time limit with the best rounding found by then, so the same request gave
+    different bytes from one run to the next; it now stops after the root node, a limit
+    counted in work (tablesafe._additivity.controlled_rounding)."""
     from tablesafe._protection import protection_from_settings
 
     protection = protection_from_settings(ProtectionSettings(**PROFILES["ckm-ipf"][0]))
