@@ -278,3 +278,13 @@ def test_cli(sav_file: tuple[Path, pd.DataFrame], tmp_path: Path) -> None:
     result = runner.invoke(get_app(), ["table", str(out), "--rows", "emp", "--method", "none"])
     assert result.exit_code == 0, result.output
     assert "Not in labour force" in result.output
+
+
+def test_drafted_names_avoid_every_table_column():
+    from tablesafe._catalog import reserved_name
+    from tablesafe._catalog_init import _clean_name
+
+    taken: set[str] = set()
+    for raw in ("se", "sum_income", "Mean_x", "age_label", "suppressed", "sensitive_y", "n"):
+        name = _clean_name(raw, taken)
+        assert reserved_name(name) is None, (raw, name)

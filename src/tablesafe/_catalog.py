@@ -88,7 +88,38 @@ REPLICATE_METHODS = ("JK1", "JK2", "BRR", "bootstrap")
 # Names become SQL identifiers (quoted) and CSV/JSON column names; keeping them
 # to a conservative alphabet makes every later stage safe without escaping.
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
-_RESERVED = {"n", "weighted", "cell_key", "total"}
+#: Column names of published tables, which no variable, level or custom grouping
+#: may take (a dimension's column would clash with them): whole names, prefixes
+#: and a suffix, compared without case.
+RESERVED_NAMES = frozenset(
+    {
+        "n",
+        "weighted",
+        "cell_key",
+        "total",
+        "se",
+        "ci_low",
+        "ci_high",
+        "structural_zero",
+        "suppressed",
+        "perturbed",
+        "adjusted",
+    }
+)
+RESERVED_PREFIXES = ("sum_", "mean_", "sensitive_")
+RESERVED_SUFFIX = "_label"
+
+
+def reserved_name(name: str) -> str | None:
+    """Why ``name`` may not name a table's dimension (one of its columns), or ``None``."""
+    low = name.lower()
+    if low in RESERVED_NAMES or low.startswith(RESERVED_PREFIXES) or low.endswith(RESERVED_SUFFIX):
+        return (
+            f"reserved (a column of the table); reserved: {', '.join(sorted(RESERVED_NAMES))}, "
+            f"names starting with {', '.join(RESERVED_PREFIXES)} and names ending in "
+            f"{RESERVED_SUFFIX}"
+        )
+    return None
 
 
 def _check_name(name: object, what: str) -> str:
@@ -97,10 +128,9 @@ def _check_name(name: object, what: str) -> str:
             f"{what} name {name!r} is not allowed: use a letter followed by up to 62 "
             "letters, digits or underscores"
         )
-    if name.lower() in _RESERVED:
-        raise CatalogError(
-            f"{what} name {name!r} is reserved; reserved names are {sorted(_RESERVED)}"
-        )
+    why = reserved_name(name)
+    if why is not None:
+        raise CatalogError(f"{what} name {name!r} is {why}")
     return name
 
 

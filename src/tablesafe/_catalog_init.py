@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tablesafe._catalog import _NAME, _RESERVED, Catalog, Code, _toml_value
+from tablesafe._catalog import _NAME, Catalog, Code, _toml_value, reserved_name
 from tablesafe._errors import DataError, FormatError, ParameterError, TablesafeError
 
 __all__ = ["READABLE_SUFFIXES", "InitReport", "init_catalog"]
@@ -161,8 +161,12 @@ def _clean_name(raw: object, taken: set[str]) -> str:
     if not name or not name[0].isalpha():
         name = "V" + name
     name = name[:60]
-    if name.lower() in _RESERVED:
+    if reserved_name(name) is not None:
+        # A table column's name (whole, or ending in _label): add "_"; one of its
+        # prefixes (sum_, mean_, ...): also put "V_" in front.
         name += "_"
+        if reserved_name(name) is not None:
+            name = "V_" + name
     base, i = name, 2
     while name.lower() in taken:
         name = f"{base[:58]}_{i}"

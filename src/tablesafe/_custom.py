@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tablesafe._catalog import Catalog, Category, Code, Variable
+from tablesafe._catalog import Catalog, Category, Code, Variable, reserved_name
 from tablesafe._errors import RequestError
 
 __all__ = [
@@ -43,21 +43,6 @@ __all__ = [
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
 # Names of the table's own columns: a grouping called so would overwrite them
 # (or be overwritten) in the JSON, CSV and XLSX cells.
-_RESERVED = {
-    "n",
-    "weighted",
-    "cell_key",
-    "total",
-    "se",
-    "ci_low",
-    "ci_high",
-    "structural_zero",
-    "suppressed",
-    "perturbed",
-    "adjusted",
-}
-_RESERVED_PREFIXES = ("sum_", "mean_", "sensitive_")
-_RESERVED_SUFFIX = "_label"
 _CODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.+\-]{0,39}$")
 
 
@@ -107,13 +92,9 @@ class CustomGrouping:
                 f"custom grouping name {self.name!r} is not allowed: use a letter followed by "
                 "up to 62 letters, digits or underscores"
             )
-        low = self.name.lower()
-        if low in _RESERVED or low.startswith(_RESERVED_PREFIXES) or low.endswith(_RESERVED_SUFFIX):
-            raise RequestError(
-                f"custom grouping name {self.name!r} is reserved (a column of the table); "
-                f"reserved: {', '.join(sorted(_RESERVED))}, names starting with "
-                f"{', '.join(_RESERVED_PREFIXES)} and names ending in {_RESERVED_SUFFIX}"
-            )
+        why = reserved_name(self.name)
+        if why is not None:
+            raise RequestError(f"custom grouping name {self.name!r} is {why}")
         where = f"custom grouping {self.name}"
         if not isinstance(self.variable, str) or not self.variable:
             raise RequestError(f"{where} needs the variable whose categories it merges")
