@@ -18,13 +18,13 @@ from pydantic import ValidationError
 
 from tablesafe._cli import _methods
 from tablesafe._cli._methods import (
-    _BOUNDS,
-    _CHOICES,
-    _INTEGERS,
     _checked,
     protection_from_options,
 )
 from tablesafe._errors import ParameterError
+from tablesafe._protection_limits import BOUNDS as _BOUNDS
+from tablesafe._protection_limits import CHOICES as _CHOICES
+from tablesafe._protection_limits import INTEGERS as _INTEGERS
 from tablesafe._settings import ProtectionSettings
 
 BASE = {

@@ -38,6 +38,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tablesafe._errors import ConfigError
+from tablesafe._protection_limits import AdditivityName, MethodName, SeedsName, field_bounds
 
 __all__ = [
     "ApiKeySettings",
@@ -122,7 +123,7 @@ class ProtectionSettings(BaseModel):
 
     model_config = _STRICT
 
-    method: Literal["ckm", "dp", "pram", "q", "q-records", "ptable", "none"] = Field(
+    method: MethodName = Field(
         "ckm",
         description="Cell-wise mechanism: ckm (Destatis maximum-entropy ptable with "
         "max_deviation and variance), dp (discretised Laplace with epsilon and cap), "
@@ -130,16 +131,24 @@ class ProtectionSettings(BaseModel):
         "q-records (record-level drop/add-up-to-q with rate; needs dynamic seeds), "
         "ptable (a ptable file), none (no protection: never for public use).",
     )
-    epsilon: float = Field(1.0, gt=0, description="dp: privacy parameter epsilon.")
-    cap: int = Field(7, ge=1, description="dp and q: largest absolute perturbation.")
-    rate: float = Field(0.01, gt=0, le=1, description="q: q = ceil(rate * count).")
-    max_deviation: int = Field(3, ge=1, description="ckm: maximum deviation D of the ptable.")
-    variance: float = Field(1.0, gt=0, description="ckm: variance V of the perturbation.")
-    js: int = Field(0, ge=0, description="ckm: no perturbed values in 1..js.")
+    epsilon: float = Field(
+        1.0, **field_bounds("epsilon"), description="dp: privacy parameter epsilon."
+    )
+    cap: int = Field(
+        7, **field_bounds("cap"), description="dp and q: largest absolute perturbation."
+    )
+    rate: float = Field(0.01, **field_bounds("rate"), description="q: q = ceil(rate * count).")
+    max_deviation: int = Field(
+        3, **field_bounds("max_deviation"), description="ckm: maximum deviation D of the ptable."
+    )
+    variance: float = Field(
+        1.0, **field_bounds("variance"), description="ckm: variance V of the perturbation."
+    )
+    js: int = Field(0, **field_bounds("js"), description="ckm: no perturbed values in 1..js.")
     ptable_file: str | None = Field(
         None, description="ptable: path of a ptable CSV (Destatis or ABS layout)."
     )
-    seeds: Literal["cellkey", "dynamic"] = Field(
+    seeds: SeedsName = Field(
         "cellkey",
         description="cellkey (ABS uniforms from cell keys) or dynamic (Li & Krenzke keyed "
         "hashes of cell, margin and universe key sums; needs a secret).",
@@ -152,8 +161,7 @@ class ProtectionSettings(BaseModel):
     )
     weight_noise: float = Field(
         0.5,
-        ge=0,
-        le=10,
+        **field_bounds("weight_noise"),
         description="Half-width s of the uniform noise added to every weighted figure, in "
         "the cell's mean weights (docs/weighted.md); 0 turns it off, which lets integer "
         "weights reveal true counts.",
@@ -166,12 +174,12 @@ class ProtectionSettings(BaseModel):
     )
     se_min_count: int = Field(
         10,
-        ge=1,
+        **field_bounds("se_min_count"),
         description="Standard errors and intervals are published only for cells whose "
         "protected count is at least this (and above the largest count the mechanism can "
         "make of an empty cell).",
     )
-    additivity: Literal["aggregate", "independent", "ipf"] = Field(
+    additivity: AdditivityName = Field(
         "aggregate",
         description="aggregate (margins are sums of perturbed inner cells), independent "
         "(every cell perturbed on its own), ipf (independent, then IPF and controlled "

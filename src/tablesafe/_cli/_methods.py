@@ -6,12 +6,12 @@ holds, and :func:`tablesafe._protection.protection_from_settings` turns
 them into a Protection: one meaning for every method name, in the CLI,
 the server and the Python API.
 
-Options that plainly pass the settings' checks (:data:`_BOUNDS` and the
-choices below, the same as ``ProtectionSettings``'s; a test compares them
-field by field and checks that both paths give the same Protection) skip
-pydantic, whose import alone costs ``tablesafe table`` about 0.07 s; any
-other options go through ``ProtectionSettings``, whose messages say what is
-wrong.
+Options that plainly pass the settings' checks (the bounds and choices of
+:mod:`tablesafe._protection_limits`, from which ``ProtectionSettings`` is
+built; a test checks that both paths accept the same options and give the
+same Protection) skip pydantic, whose import alone costs ``tablesafe
+table`` about 0.07 s; any other options go through ``ProtectionSettings``,
+whose messages say what is wrong.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import click
 
 from tablesafe._errors import ParameterError
+from tablesafe._protection_limits import BOUNDS, CHOICES, INTEGERS
 
 if TYPE_CHECKING:
     from tablesafe._protection import Protection
@@ -45,30 +46,6 @@ _PROTECTION_OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "seeds": (str, "cellkey", "cellkey or dynamic."),
     "secret-env": (str, None, "Environment variable with the secret (dynamic seeds)."),
     "additivity": (str, "aggregate", "aggregate, independent or ipf."),
-}
-
-
-#: The bounds ``ProtectionSettings`` puts on the numeric options: name ->
-#: (lower bound, whether it is allowed, upper bound allowed or None).
-_BOUNDS: dict[str, tuple[float, bool, float | None]] = {
-    "epsilon": (0, False, None),
-    "cap": (1, True, None),
-    "rate": (0, False, 1),
-    "max_deviation": (1, True, None),
-    "variance": (0, False, None),
-    "js": (0, True, None),
-    "weight_noise": (0, True, 10),
-    "se_min_count": (1, True, None),
-}
-
-#: The options that are integers (the others of :data:`_BOUNDS` are floats).
-_INTEGERS = frozenset({"cap", "max_deviation", "js", "se_min_count"})
-
-#: The choices ``ProtectionSettings`` allows for the text options.
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "method": ("ckm", "dp", "pram", "q", "q-records", "ptable", "none"),
-    "seeds": ("cellkey", "dynamic"),
-    "additivity": ("aggregate", "independent", "ipf"),
 }
 
 
@@ -98,9 +75,9 @@ def _checked(options: dict[str, Any]) -> _CheckedOptions | None:
     from tablesafe._protection import Rounding
 
     options = dict(options)
-    for name, (low, low_ok, high) in _BOUNDS.items():
+    for name, (low, low_ok, high) in BOUNDS.items():
         value = options[name]
-        if name in _INTEGERS:
+        if name in INTEGERS:
             if type(value) is not int:  # pydantic's conversions are left to pydantic
                 return None
         elif type(value) in (int, float):
@@ -109,7 +86,7 @@ def _checked(options: dict[str, Any]) -> _CheckedOptions | None:
             return None
         if not (value >= low if low_ok else value > low) or (high is not None and value > high):
             return None  # NaN too
-    for name, allowed in _CHOICES.items():
+    for name, allowed in CHOICES.items():
         if options[name] not in allowed:
             return None
     if options["method"] == "ptable" and not options.get("ptable_file"):
