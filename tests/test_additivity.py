@@ -98,9 +98,18 @@ def test_margins_tied_by_structural_zeros_are_made_consistent_first():
     np.testing.assert_allclose(margins_of(fit.values, all_sets(2)), fit.values, atol=1e-3)
 
 
-def test_no_convergence_raises_a_clear_error():
+def test_no_convergence_falls_back_to_a_least_deviation_fit(monkeypatch):
     rng = np.random.default_rng(4)
     values = noisy_table((5, 4, 3), rng, noise=6)
+    # One IPF sweep cannot meet the margins: the levels are fitted by linear programming.
+    fit = fit_to_margins(values, all_sets(3), max_iter=1, tol=1e-9)
+    assert "least-deviation" in fit.method
+    np.testing.assert_allclose(margins_of(fit.values, all_sets(3)), fit.values, atol=1e-6)
+    assert (fit.values >= 0).all()
+    # Where no table meets the targets either, the error says so and what to do.
+    import tablesafe._additivity as additivity
+
+    monkeypatch.setattr(additivity, "_least_deviation_fit", lambda *a: None)
     with pytest.raises(ComputationError, match="did not converge.*choose additivity"):
         fit_to_margins(values, all_sets(3), max_iter=1, tol=1e-12)
 
@@ -120,3 +129,26 @@ def test_partial_margins():
     )
     rounded = controlled_rounding(fit.values, sets)
     np.testing.assert_array_equal(margins_of(rounded, sets), rounded)
+
+
+def test_least_deviation_fit_meets_targets_and_is_closest():
+    # A level IPF cannot fit quickly is fitted by linear programming: the cells
+    # meet every target, keep structural zeros, and are at least as close (in
+    # absolute deviation) to the start as IPF's own answer after many sweeps.
+    from tablesafe._additivity import _discrepancy, _ipf, _least_deviation_fit
+
+    start = np.array([[5.0, 0.0, 3.0], [0.0, 4.0, 0.5], [2.0, 0.0, 0.0]])
+    zeros = np.zeros(start.shape, dtype=bool)
+    zeros[2, 1] = True
+    rows = np.array([[6.0], [5.0], [1.0]])
+    cols = np.array([[7.0, 4.0, 1.0]])
+    targets = [((0,), rows), ((1,), cols)]
+    x = _least_deviation_fit(start, zeros, targets)
+    assert x is not None
+    assert _discrepancy(x, targets) < 1e-9
+    assert (x >= 0).all() and x[2, 1] == 0
+    reference, _, disc = _ipf(np.where(zeros, 0.0, start + 0.01), targets, 1e-10, 100_000)
+    assert disc < 1e-6
+    assert np.abs(x - start).sum() <= np.abs(reference - start).sum() + 1e-9
+    # No table meets inconsistent targets.
+    assert _least_deviation_fit(start, zeros, [((0,), rows), ((1,), cols * 2)]) is None

@@ -108,7 +108,10 @@ class FitResult:
             fit possible.
         method: ``"ipf"``, or ``"least-squares margins, ipf"`` when the
             perturbed margins could not all be met and were first replaced
-            by the closest consistent ones.
+            by the closest consistent ones; either followed by ``",
+            least-deviation fit where IPF did not converge"`` when a level
+            was fitted by linear programming instead (a sparse table, where
+            IPF needs hundreds of thousands of sweeps).
     """
 
     values: np.ndarray
@@ -247,8 +250,17 @@ def _hierarchical_fit(
             fitted, it2, disc = _ipf(start, targets, abs_tol, max_iter)
             it += it2
             if disc > abs_tol:
-                names = "inner cells" if len(gs) == k else f"margin over dimensions {list(gs)}"
-                raise _NoFit(names, disc)
+                # IPF converges very slowly where the fit must drive cells to
+                # zero (a sparse table): take the cells closest to the
+                # perturbed ones, in absolute deviation, that meet the targets.
+                lad = _least_deviation_fit(cells, zeros, targets)
+                disc = _discrepancy(lad, targets) if lad is not None else np.inf
+                if lad is None or disc > abs_tol:
+                    names = "inner cells" if len(gs) == k else f"margin over dimensions {list(gs)}"
+                    raise _NoFit(names, disc)
+                fitted = lad
+                if "least-deviation" not in method:
+                    method += ", least-deviation fit where IPF did not converge"
         total_iter += it
         worst = max(worst, disc)
         out[_index(shape, gs)] = fitted.reshape(out[_index(shape, gs)].shape)
@@ -259,6 +271,71 @@ def _hierarchical_fit(
         reseeded=reseeded,
         method=method,
     )
+
+
+def _discrepancy(x: np.ndarray, targets: list[tuple[tuple[int, ...], np.ndarray]]) -> float:
+    """The largest absolute difference between a target and the sum of its cells."""
+    k = x.ndim
+    worst = 0.0
+    for kept, target in targets:
+        dropped = tuple(i for i in range(k) if i not in kept)
+        current = x.sum(axis=dropped, keepdims=True) if dropped else x
+        worst = max(worst, float(np.max(np.abs(current - target), initial=0.0)))
+    return worst
+
+
+def _least_deviation_fit(
+    start: np.ndarray, zeros: np.ndarray, targets: list[tuple[tuple[int, ...], np.ndarray]]
+) -> np.ndarray | None:
+    """Non-negative cells meeting ``targets`` with the least sum of ``|x - start|``.
+
+    A linear program (HiGHS through :func:`scipy.optimize.linprog`, whose
+    simplex is deterministic): cells ``x`` and deviations ``u >= |x - start|``,
+    structural zeros fixed at 0. ``None`` if no such table exists.
+    """
+    from scipy import optimize, sparse  # imported when needed: a slow import
+
+    n = start.size
+    s = np.maximum(start.astype(np.float64).ravel(), 0.0)
+    coords = np.unravel_index(np.arange(n), start.shape)
+    rows: list[np.ndarray] = []
+    rhs: list[np.ndarray] = []
+    offset = 0
+    for kept, target in targets:
+        if kept:
+            sizes = [start.shape[i] for i in kept]
+            group = np.ravel_multi_index(tuple(coords[i] for i in kept), sizes)
+        else:
+            group = np.zeros(n, dtype=np.int64)
+        rows.append(group + offset)
+        rhs.append(np.asarray(target, dtype=np.float64).ravel())
+        offset += rhs[-1].size
+    if offset == 0:
+        return start.astype(np.float64)
+    a_eq = sparse.csr_matrix(
+        (np.ones(n * len(rows)), (np.concatenate(rows), np.tile(np.arange(n), len(rows)))),
+        shape=(offset, n),
+    )
+    eye = sparse.identity(n, format="csr")
+    # x - u <= s and -x - u <= -s, so u >= |x - s|.
+    a_ub = sparse.vstack([sparse.hstack([eye, -eye]), sparse.hstack([-eye, -eye])]).tocsr()
+    b_ub = np.concatenate([s, -s])
+    a_eq_full = sparse.hstack([a_eq, sparse.csr_matrix((offset, n))]).tocsr()
+    upper = np.where(zeros.ravel(), 0.0, np.inf)
+    bounds = np.column_stack([np.zeros(2 * n), np.concatenate([upper, np.full(n, np.inf)])])
+    c = np.concatenate([np.zeros(n), np.ones(n)])
+    res = optimize.linprog(
+        c,
+        A_ub=a_ub,
+        b_ub=b_ub,
+        A_eq=a_eq_full,
+        b_eq=np.concatenate(rhs),
+        bounds=bounds,
+        method="highs-ds",
+    )
+    if res.status != 0 or res.x is None:
+        return None
+    return np.asarray(np.maximum(res.x[:n], 0.0)).reshape(start.shape)
 
 
 def _least_squares_margins(
