@@ -15,12 +15,14 @@ from tablesafe.engines import CubeCache, DuckDBEngine, MemoryEngine
 
 
 class Counting:
-    """A real engine that counts the tabulations it is asked for."""
+    """A real engine that counts the tabulations (``calls``) and record choices
+    (``selects``) it is asked for."""
 
     def __init__(self, engine) -> None:
         self.engine = engine
         self.name = engine.name
         self.calls = 0
+        self.selects = 0
 
     def validate(self, dataset):
         return self.engine.validate(dataset)
@@ -29,6 +31,7 @@ class Counting:
         return self.engine.ensure_valid(dataset)
 
     def select(self, *args, **kwargs):
+        self.selects += 1
         return self.engine.select(*args, **kwargs)
 
     def tabulate(self, dataset, plan):

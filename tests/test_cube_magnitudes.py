@@ -16,34 +16,10 @@ from tablesafe._dataset import Dataset
 from tablesafe._magnitude_catalog import MAGNITUDE_SCALE, from_magnitude_fixed, magnitude_fixed
 from tablesafe._magnitude_sums import MagnitudeSums, with_top
 from tablesafe._magnitudes import MagnitudeProtection
-from tablesafe._request import TableRequest, TabulationPlan
+from tablesafe._request import TableRequest
 from tablesafe.engines import CubeCache, DuckDBEngine, MemoryEngine
 from tablesafe.engines._cube import _rows_of, _to_fixed
-
-
-class Counting:
-    """A real engine that counts the tabulations it is asked for."""
-
-    def __init__(self, engine: object) -> None:
-        self.engine = engine
-        self.name = "counting"
-        self.calls = 0
-
-    def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
-        self.calls += 1
-        return self.engine.tabulate(dataset, plan)  # type: ignore[attr-defined,no-any-return]
-
-
-AGEB = {
-    "name": "AGEB",
-    "variable": "AGE",
-    "label": "Age in bands",
-    "groups": [
-        {"code": "young", "label": "0-29", "members": [str(a) for a in range(30)]},
-        {"code": "middle", "label": "30-59", "members": [str(a) for a in range(30, 60)]},
-    ],
-    "other": "60 and over",
-}
+from test_cube import AGEB, Counting
 
 SUM_MEAN = ("sum:INCOME", "mean:INCOME")
 

@@ -14,6 +14,7 @@ from tablesafe._request import TableRequest
 from tablesafe._selection import mix32
 from tablesafe.engines import DuckDBEngine, MemoryEngine
 from tablesafe.mechanisms import drop_add_records
+from test_cube import Counting
 
 SECRET = b"record-level-secret-0123456789ab"
 
@@ -263,31 +264,16 @@ def test_the_join_packs_small_integer_codes_one_to_one(random_data):
     assert _packing(TableRequest(("A", "B")).bind(cat)) is None
 
 
-class _CountingEngine:
-    """DuckDB, counting the record choices it is asked for."""
-
-    def __init__(self) -> None:
-        self.inner = DuckDBEngine()
-        self.choices = 0
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def select(self, *args, **kwargs):
-        self.choices += 1
-        return self.inner.select(*args, **kwargs)
-
-
 def test_counts_need_no_record_choice(random_data):
     # A count is n + d whichever records are dropped or duplicated, so a table of
     # counts asks the engine for no record choice, and its counts are those of the
     # weighted table of the same cells (which does choose records).
     dataset, _ = random_data
-    engine = _CountingEngine()
+    engine = Counting(DuckDBEngine())
     b = builder(dataset, engine=engine, rate=0.1)
     counts = b.build(TableRequest(("A", "B"), statistic="count"))
-    assert engine.choices == 0
+    assert engine.selects == 0
     both = b.build(TableRequest(("A", "B"), statistic="both"))
-    assert engine.choices == 1
+    assert engine.selects == 1
     np.testing.assert_array_equal(counts.counts, both.counts)
     assert (counts.counts != b.tabulate(TableRequest(("A", "B"))).aggregates.n).any()
