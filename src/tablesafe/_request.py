@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal, get_args
+from typing import Any, Literal, TypeGuard, get_args
 
 from tablesafe._catalog import Catalog, Code, Variable
 from tablesafe._custom import CustomGrouping, extend_catalog, parse_groupings
@@ -39,6 +39,11 @@ Statistic = Literal["count", "weighted", "both"]
 #: (inner cells and the grand total) or an explicit list of margins, each a
 #: tuple of the dimension names it keeps.
 Margins = Literal["all", "none", "total"] | tuple[tuple[str, ...], ...]
+
+
+def _is_list(value: object) -> TypeGuard[Iterable[Any]]:
+    """Whether ``value`` is a list-like of items (bytes and mappings are not)."""
+    return isinstance(value, Iterable) and not isinstance(value, bytes | Mapping)
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,7 @@ class TableRequest:
         dims = self.dimensions
         if isinstance(dims, str):
             dims = (dims,)
-        if not isinstance(dims, Iterable) or isinstance(dims, bytes | Mapping):
+        if not _is_list(dims):
             raise RequestError(
                 f"dimensions must be a variable name or a list of 1 to {MAX_DIMENSIONS} names, "
                 f"not {dims!r}"
@@ -121,7 +126,7 @@ class TableRequest:
                 raise RequestError(f"universe variable names must be strings, not {name!r}")
             if isinstance(codes, str | int):
                 codes = (codes,)
-            if not isinstance(codes, Iterable) or isinstance(codes, bytes | Mapping):
+            if not _is_list(codes):
                 raise RequestError(
                     f"the universe condition on {name} must be a category code or a list of "
                     f"codes, not {codes!r}"
@@ -163,7 +168,7 @@ class TableRequest:
         mags = self.magnitudes
         if isinstance(mags, str):
             mags = tuple(m.strip() for m in mags.split(","))
-        if not isinstance(mags, Iterable) or isinstance(mags, bytes | Mapping):
+        if not _is_list(mags):
             raise RequestError(
                 f"magnitudes must be a list of 'sum:VAR' or 'mean:VAR' items, not {mags!r}"
             )
@@ -201,7 +206,7 @@ class TableRequest:
                     "margins (each a list of dimension names)"
                 )
             return margins  # type: ignore[return-value]
-        if not isinstance(margins, Iterable) or isinstance(margins, bytes | Mapping):
+        if not _is_list(margins):
             raise RequestError(
                 f"margins must be 'all', 'none', 'total' or a list of margins, not {margins!r}"
             )
@@ -209,7 +214,7 @@ class TableRequest:
         for m in margins:
             if isinstance(m, str):
                 m = (m,)
-            if not isinstance(m, Iterable) or isinstance(m, bytes | Mapping):
+            if not _is_list(m):
                 raise RequestError(
                     f"each margin is a list of dimension names (or one name), not {m!r}"
                 )

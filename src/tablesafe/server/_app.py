@@ -281,8 +281,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         message = str(exc) if status < 500 or isinstance(exc, UserError) else "internal error"
         if status >= 500:
             log.error("%s while serving %s", type(exc).__name__, request.url.path)
-        # The public name: "NotFound" for the server's own _NotFound, as documented.
-        return _error_response(request, status, type(exc).__name__.lstrip("_"), message)
+        return _error_response(request, status, type(exc).__name__, message)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -313,7 +312,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
     def served(request: Request, name: str) -> str:
         request.state.dataset = name
         if name not in service.dataset_names():
-            raise _NotFound(
+            raise NotFound(
                 f"unknown dataset {name!r}; available: {', '.join(service.dataset_names())}"
             )
         return name
@@ -438,14 +437,16 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
             "admin.js": "text/javascript",
         }
         if file not in types:
-            raise _NotFound(f"no static file {file!r}")
+            raise NotFound(f"no static file {file!r}")
         return Response(_static(file), media_type=types[file])
 
     app.add_middleware(_BodyLimit, limit=site.server.max_body_bytes)
     return app
 
 
-class _NotFound(UserError):
+class NotFound(UserError):
+    """No such dataset or static file (HTTP 404, error type ``NotFound``)."""
+
     status_code = 404
 
 
