@@ -376,12 +376,12 @@ class TableBuilder:
 
         n = agg.n[inner]
         q = mech.q(n)
-        u_count, u_order = (
-            s[inner]
-            for s in dynamic_streams(
-                agg.cell_key, prot.secret, (b"count", b"order"), inner_only=True
-            )
-        )
+        # The order stream only where records are chosen (weighted figures, below).
+        salts = (b"count", b"order") if want_w else (b"count",)
+        streams = [
+            s[inner] for s in dynamic_streams(agg.cell_key, prot.secret, salts, inner_only=True)
+        ]
+        u_count = streams[0]
         d = np.floor(u_count * (2 * q + 1)).astype(np.int64) - q
         d = np.where(sz[inner], 0, d)
         counts = np.zeros(shape, dtype=np.int64)
@@ -392,7 +392,7 @@ class TableBuilder:
             # a count is n + d whichever records they are, so a table of counts
             # alone (and every table of unweighted data) asks the engine for no
             # record choice, which would cost two more scans of the records.
-            order_seed = np.floor(u_order * 2.0**32).astype(np.int64)
+            order_seed = np.floor(streams[1] * 2.0**32).astype(np.int64)
             chosen = self.engine.select(self.dataset, plan, order_seed, np.abs(d), counts=n)
             if np.any(chosen.n != np.abs(d)):
                 raise InternalError("the engine chose a different number of records than asked")
