@@ -31,6 +31,8 @@ from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape
 
+import numpy as np
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -86,7 +88,7 @@ def _value_cell(v: Any, strings: _Strings) -> str | None:
     """A cell's attributes and value after ``<c``; ``None`` for an empty cell."""
     if v is None or v is _NA:
         return None
-    if isinstance(v, bool) or type(v).__name__ == "bool_":
+    if isinstance(v, bool | np.bool_):
         return f' t="b"><v>{int(bool(v))}</v></c>'
     if isinstance(v, Integral):
         return f"><v>{int(v)}</v></c>"
@@ -101,7 +103,6 @@ def _value_cell(v: Any, strings: _Strings) -> str | None:
 
 
 def _sheet_xml(frame: pd.DataFrame, strings: _Strings) -> str:
-    import numpy as np
     import pandas as pd
 
     # Cells carry no reference (``r`` is optional): each row lists all its
