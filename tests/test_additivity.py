@@ -152,3 +152,35 @@ def test_least_deviation_fit_meets_targets_and_is_closest():
     assert np.abs(x - start).sum() <= np.abs(reference - start).sum() + 1e-9
     # No table meets inconsistent targets.
     assert _least_deviation_fit(start, zeros, [((0,), rows), ((1,), cols * 2)]) is None
+
+
+def test_an_ipf_table_and_its_fit_metadata_are_functions_of_the_independent_table(demo_dir):
+    # What an ipf table publishes (its cells and its metadata: sweeps, reseeded
+    # cells, and which fit was used, least-deviation included) is computed from
+    # the independently perturbed table alone, which additivity "independent"
+    # publishes as it is: so ipf reveals nothing more about the true counts.
+    from tablesafe._builder import TableBuilder
+    from tablesafe._dataset import Dataset
+    from tablesafe._protection import protection_from_settings
+    from tablesafe._request import TableRequest
+    from tablesafe._settings import ProtectionSettings
+
+    dataset = Dataset.open(demo_dir)
+    request = TableRequest(("EMPSTAT", "OCC"), statistic="count")  # sparse: needs the LP fit
+    tables = {
+        a: TableBuilder(
+            dataset, protection_from_settings(ProtectionSettings(method="ckm", additivity=a))
+        ).build(request)
+        for a in ("independent", "ipf")
+    }
+    sets = request.bind(dataset.catalog).grouping_sets
+    sz = tables["ipf"].structural_zero
+    fit = fit_to_margins(tables["independent"].counts.astype(np.float64), sets, structural_zero=sz)
+    np.testing.assert_array_equal(controlled_rounding(fit.values, sets), tables["ipf"].counts)
+    meta = tables["ipf"].metadata
+    assert "least-deviation" in fit.method
+    assert (meta["ipf_iterations"], meta["ipf_reseeded_cells"], meta["ipf_method"]) == (
+        fit.iterations,
+        fit.reseeded,
+        fit.method,
+    )
