@@ -112,7 +112,7 @@ def test_secret_never_appears_in_repr():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"seeds": "random"}, "allowed: cellkey, dynamic"),
+        ({"seeds": "random"}, "allowed: cellkey, keyed, dynamic"),
         ({"weight_noise": -1}, "weight_noise must be a number from 0 to 10"),
         ({"weight_noise": float("nan")}, "weight_noise must be a number from 0 to 10"),
         ({"rounding": "0"}, "rounding base must be a positive finite number"),

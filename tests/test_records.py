@@ -32,7 +32,7 @@ def test_parameters_are_validated():
         drop_add_records(rate=0)
     with pytest.raises(ParameterError, match="cap"):
         drop_add_records(cap=0)
-    with pytest.raises(ParameterError, match="seeds='dynamic'"):
+    with pytest.raises(ParameterError, match="seeds='keyed'"):
         Protection(drop_add_records(), seeds="cellkey")
 
 

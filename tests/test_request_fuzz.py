@@ -57,14 +57,14 @@ SECRET = "fuzz-secret-0123456789abcdef"
 PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "none": ({"method": "none"}, {}, {}),
     "ckm": ({"method": "ckm"}, {}, {}),
-    "ckm-dynamic": ({"method": "ckm", "seeds": "dynamic", "secret_env": SECRET_ENV}, {}, {}),
+    "ckm-keyed": ({"method": "ckm", "seeds": "keyed", "secret_env": SECRET_ENV}, {}, {}),
     "ckm-independent": ({"method": "ckm", "additivity": "independent"}, {}, {}),
     "ckm-ipf": ({"method": "ckm", "additivity": "ipf", "rounding": "100"}, {}, {}),
     "dp": ({"method": "dp", "epsilon": 1.0, "cap": 5}, {"method": "dp"}, {}),
     "pram": ({"method": "pram"}, {"sensitive_action": "suppress"}, {}),
     "q": ({"method": "q", "rate": 0.05}, {"mean_rounding": "1", "rounding": "2sf"}, {}),
     "q-records": (
-        {"method": "q-records", "seeds": "dynamic", "secret_env": SECRET_ENV},
+        {"method": "q-records", "seeds": "keyed", "secret_env": SECRET_ENV},
         {"method": "dp", "epsilon": 0.5},
         {},
     ),

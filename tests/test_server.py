@@ -345,7 +345,7 @@ def test_site_configuration_needs_the_secret(demo_dir, tmp_path, monkeypatch):
     cfg = site(
         demo_dir,
         tmp_path,
-        protection={"method": "none", "seeds": "dynamic", "secret_env": "TS_TEST_SECRET"},
+        protection={"method": "none", "seeds": "keyed", "secret_env": "TS_TEST_SECRET"},
     )
     with pytest.raises(ConfigError, match="TS_TEST_SECRET"):
         create_app(cfg)
@@ -358,7 +358,7 @@ def test_record_level_protection_from_the_site(demo_dir, tmp_path, monkeypatch):
         tmp_path,
         protection={
             "method": "q-records",
-            "seeds": "dynamic",
+            "seeds": "keyed",
             "secret_env": "TS_SITE_SECRET",
             "rate": 0.05,
         },

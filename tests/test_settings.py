@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from tablesafe._errors import ConfigError
 from tablesafe._settings import (
@@ -51,7 +52,7 @@ def test_secret_from_a_file(tmp_path):
                 {
                     "name": "d",
                     "path": "x",
-                    "protection": {"seeds": "dynamic", "secret_file": "secret"},
+                    "protection": {"seeds": "keyed", "secret_file": "secret"},
                 }
             ],
         }
@@ -87,3 +88,22 @@ def test_bad_site_files(tmp_path, text, message):
 def test_missing_site_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_site_config(tmp_path / "nope.toml")
+
+
+def test_a_site_cannot_serve_dynamic_seeds(tmp_path):
+    # Li & Krenzke's dynamic seeds give a record set a fresh draw per table
+    # (docs/attacks.md, averaging): the workbench may use them, a site may not.
+    (tmp_path / "secret").write_text("s3cret-s3cret-s3cret\n")
+    with pytest.raises(ValidationError, match="seeds = 'dynamic' cannot be served"):
+        SiteConfig.model_validate(
+            {
+                "base": str(tmp_path),
+                "datasets": [
+                    {
+                        "name": "d",
+                        "path": "x",
+                        "protection": {"seeds": "dynamic", "secret_file": "secret"},
+                    }
+                ],
+            }
+        )

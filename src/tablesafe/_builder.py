@@ -37,7 +37,13 @@ from tablesafe._dataset import Dataset
 from tablesafe._errors import InternalError
 from tablesafe._protection import CellwiseMechanism, Protection
 from tablesafe._request import MAX_DIMENSIONS, TableRequest, TabulationPlan
-from tablesafe._seeds import cell_key_uniforms, dynamic_streams
+from tablesafe._seeds import (
+    canonical_definitions,
+    cell_key_uniforms,
+    definition_words,
+    dynamic_streams,
+    keyed_words,
+)
 from tablesafe._table import ProtectedTable
 from tablesafe._tabulation import Tabulation
 from tablesafe._weighted import (
@@ -210,7 +216,7 @@ class TableBuilder:
             perturbed = np.where(computed, counts != agg.n, False)
             adjusted = np.zeros(shape, dtype=bool)
         else:
-            counts, weighted, reps, adjusted = self._cells(agg, sets, computed, is_inner, sz, meta)
+            counts, weighted, reps, adjusted = self._cells(agg, plan, computed, is_inner, sz, meta)
             perturbed = (counts != agg.n) & computed
             adjusted &= computed
         if np.any(counts[computed] < 0):
@@ -253,6 +259,7 @@ class TableBuilder:
                 self.magnitude_protection,
                 prot.seeds,
                 prot.secret,
+                lambda mask: self.definitions(plan, mask),
             )
             meta["magnitudes"] = mags.meta
         return ProtectedTable(
@@ -280,7 +287,7 @@ class TableBuilder:
     def _cells(
         self,
         agg: CellAggregates,
-        sets: tuple[tuple[int, ...], ...],
+        plan: TabulationPlan,
         computed: npt.NDArray[np.bool_],
         is_inner: npt.NDArray[np.bool_],
         sz: npt.NDArray[np.bool_],
@@ -288,6 +295,7 @@ class TableBuilder:
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray]:
         """Cell-wise mechanism and additivity: counts, weighted figures, replicates, adjusted."""
         prot = self.protection
+        sets = plan.grouping_sets
         shape = agg.shape
         target = is_inner & ~sz if prot.additivity == "aggregate" else computed & ~sz
         v = np.zeros(shape, dtype=np.int64)
@@ -295,13 +303,22 @@ class TableBuilder:
         draw = mech is not None and not isinstance(mech, DropAddRecords) and bool(target.any())
         want_w = mech is not None and agg.weight_sum is not None
         # Margins of an additive table are sums of inner cells: no draws needed there.
-        u, u_w = self._draws(agg, draw, want_w, inner_only=prot.additivity == "aggregate")
+        u, u_w = self._draws(agg, plan, draw, want_w, inner_only=prot.additivity == "aggregate")
         if draw:
             assert isinstance(mech, CellwiseMechanism) and u is not None
-            drawn = mech.perturbation(
-                agg.n[target], u[target], agg.cell_key[target] if prot.seeds == "cellkey" else None
-            )
+            keys = None
+            if prot.seeds == "cellkey":
+                # Sampled ptables look cells up by key; an empty cell's stands in
+                # from its definition's draw (all empty cells have key 0).
+                keys = np.where(agg.n == 0, np.floor(u * 2.0**32).astype(np.uint32), agg.cell_key)[
+                    target
+                ]
+            drawn = mech.perturbation(agg.n[target], u[target], keys)
             v[target] = np.asarray(drawn, dtype=np.int64)
+            if not prot.perturbs_empty_cells:
+                # Without a secret an empty cell has nothing to key a draw to: it
+                # stays 0, and describe() states the figures of that mechanism.
+                v[agg.n == 0] = 0
         counts = np.maximum(agg.n + v, 0)
         adjusted = np.zeros(shape, dtype=bool)
         if prot.additivity == "ipf":
@@ -340,18 +357,69 @@ class TableBuilder:
         return counts_sum, weighted, reps, adjusted
 
     def _draws(
-        self, agg: CellAggregates, count: bool, weight: bool, *, inner_only: bool
+        self,
+        agg: CellAggregates,
+        plan: TabulationPlan,
+        count: bool,
+        weight: bool,
+        *,
+        inner_only: bool,
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """The uniforms of the count and of the weight noise, each if asked, in one pass."""
+        """The uniforms of the count and of the weight noise, each if asked, in one pass.
+
+        Each is a function of the cell's record set (and of the secret, where
+        the seeds are keyed), never of the table around it; an empty cell's
+        comes from its definition where the protection has a secret.
+        """
+        salts = ((b"count",) if count else ()) + ((b"weight",) if weight else ())
+        streams = self._streams(agg, plan, salts, inner_only=inner_only)
+        return (streams[0] if count else None), (streams[-1] if weight else None)
+
+    def _streams(
+        self,
+        agg: CellAggregates,
+        plan: TabulationPlan,
+        salts: tuple[bytes, ...],
+        *,
+        inner_only: bool,
+    ) -> list[np.ndarray]:
+        """One array of uniforms per salt, under the protection's seed scheme."""
         prot = self.protection
-        if prot.seeds == "dynamic" and (count or weight):
+        if not salts:
+            return []
+        inner = agg.is_inner() if inner_only else None
+        if prot.seeds == "dynamic":
             assert prot.secret is not None
-            salts = ((b"",) if count else ()) + ((b"weight",) if weight else ())
-            streams = dynamic_streams(agg.cell_key, prot.secret, salts, inner_only=inner_only)
-            return (streams[0] if count else None), (streams[-1] if weight else None)
-        u = cell_key_uniforms(agg.cell_key) if count else None
-        u_w = weight_uniforms(agg.cell_key, prot.seeds, prot.secret) if weight else None
-        return u, u_w
+            # Li & Krenzke's salts: b"" for a count (b"count" for drop/add-up-to-q).
+            named = tuple(b"" if s == b"count" and not prot.record_level else s for s in salts)
+            return dynamic_streams(agg.cell_key, prot.secret, named, inner_only=inner_only)
+        if prot.seeds == "keyed":
+            assert prot.secret is not None
+            out = [keyed_words(agg.cell_key, agg.n, prot.secret, s, where=inner)[0] for s in salts]
+        else:
+            out = [
+                cell_key_uniforms(agg.cell_key)
+                if s == b"count"
+                else weight_uniforms(agg.cell_key, "cellkey", None)
+                for s in salts
+            ]
+        if prot.secret is not None:
+            empty = agg.n == 0 if inner is None else (agg.n == 0) & inner
+            if empty.any():
+                defs = self.definitions(plan, empty)
+                for s, u in zip(salts, out, strict=True):
+                    u[empty] = definition_words(defs, prot.secret, s)[:, 0]
+        return out
+
+    def definitions(self, plan: TabulationPlan, mask: npt.NDArray[np.bool_]) -> list[bytes]:
+        """The canonical definitions of the cells of ``mask`` (:func:`canonical_definitions`)."""
+        cat = self.dataset.catalog
+        return canonical_definitions(
+            [(d.column, d.members) for d in plan.dimensions],
+            plan.universe,
+            {v.column: v.codes for v in cat.source_variables},
+            np.nonzero(mask),
+        )
 
     def _records(
         self,
@@ -378,9 +446,7 @@ class TableBuilder:
         q = mech.q(n)
         # The order stream only where records are chosen (weighted figures, below).
         salts = (b"count", b"order") if want_w else (b"count",)
-        streams = [
-            s[inner] for s in dynamic_streams(agg.cell_key, prot.secret, salts, inner_only=True)
-        ]
+        streams = [s[inner] for s in self._streams(agg, plan, salts, inner_only=True)]
         u_count = streams[0]
         d = np.floor(u_count * (2 * q + 1)).astype(np.int64) - q
         d = np.where(sz[inner], 0, d)
@@ -401,7 +467,7 @@ class TableBuilder:
             kept = agg.weight_sum[inner] + sign * chosen.weight_sum
             n_kept = n + d
             mean = np.divide(kept, n_kept, out=np.zeros(n.shape), where=n_kept > 0)
-            _, u_all = self._draws(agg, False, True, inner_only=True)
+            _, u_all = self._draws(agg, plan, False, True, inner_only=True)
             assert u_all is not None
             u_w = u_all[inner]
             weighted = np.zeros(shape)

@@ -433,6 +433,46 @@ def magnitude_uniforms(
     return (mixed.astype(np.float64) + 0.5) / 2.0**32
 
 
+def _magnitude_draws(
+    agg: Any, name: str, seeds: str, secret: bytes | None, definitions: Any
+) -> Any:
+    """``uniforms(j, what)`` for magnitude ``name``: each draw of every cell, computed once.
+
+    Cell-key seeds mix the cell key per draw (:func:`magnitude_uniforms`);
+    keyed and dynamic seeds split one keyed hash per cell into the seven
+    words of ``_WORDS``. With a secret, a cell without records takes its
+    words from a keyed hash of its definition instead.
+    """
+    from tablesafe._seeds import definition_words, keyed_words
+
+    salt = f"magnitude:{name}".encode()
+    words: list[npt.NDArray[np.float64]] = []
+    empty = agg.n == 0
+    override = secret is not None and definitions is not None and seeds != "dynamic"
+    empty_words: list[npt.NDArray[np.float64]] = []
+
+    def uniforms(j: int, what: str) -> npt.NDArray[np.float64]:
+        if seeds == "cellkey":
+            u = magnitude_uniforms(agg.cell_key, name, j, what, seeds, secret)
+        else:
+            if not words:  # one keyed hash per cell gives every draw of the variable
+                assert secret is not None
+                if seeds == "keyed":
+                    words.extend(keyed_words(agg.cell_key, agg.n, secret, salt, len(_WORDS)))
+                else:
+                    words.extend(dynamic_magnitude_words(agg.cell_key, name, secret))
+            u = words[_WORDS[(what, j)]].copy()
+        if override and empty.any():
+            if not empty_words:
+                assert secret is not None
+                table = definition_words(definitions(empty), secret, salt, len(_WORDS))
+                empty_words.extend(table[:, i] for i in range(len(_WORDS)))
+            u[empty] = empty_words[_WORDS[(what, j)]]
+        return u
+
+    return uniforms
+
+
 # -- protection of one table ------------------------------------------------------------------
 
 
@@ -495,6 +535,7 @@ def protect_magnitudes(
     prot: MagnitudeProtection,
     seeds: str,
     secret: bytes | None,
+    definitions: Any = None,
 ) -> ProtectedMagnitudes:
     """Protected sums, means and rule flags of one table.
 
@@ -507,8 +548,11 @@ def protect_magnitudes(
         computed: Cells of the table.
         variables: The catalog's magnitudes (bounds, whether negative values occur).
         prot: The site's protection of magnitudes.
-        seeds: ``"cellkey"`` or ``"dynamic"``.
-        secret: The secret of dynamic seeds.
+        seeds: ``"cellkey"``, ``"keyed"`` or ``"dynamic"``.
+        secret: The data owner's secret (keyed and dynamic seeds; empty cells).
+        definitions: ``definitions(mask) -> list[bytes]``, the canonical
+            definitions of the cells of a mask; with a secret, the draws of a
+            cell without records come from its definition.
 
     Raises:
         RequestError: for ``mean:VAR`` where the universe's protected
@@ -550,21 +594,7 @@ def protect_magnitudes(
             top_eff = top.copy()
             top_eff[0] = np.where(empty, np.abs(per), top[0])
 
-            words: list[npt.NDArray[np.float64]] = []
-
-            def uniforms(
-                j: int,
-                what: str,
-                _n: str = name,
-                _w: list[npt.NDArray[np.float64]] = words,
-            ) -> npt.NDArray[np.float64]:
-                if seeds != "dynamic":
-                    return magnitude_uniforms(agg.cell_key, _n, j, what, seeds, secret)
-                if not _w:  # one keyed hash per cell gives every draw of the variable
-                    assert secret is not None
-                    _w.extend(dynamic_magnitude_words(agg.cell_key, _n, secret))
-                return _w[_WORDS[(what, j)]]
-
+            uniforms = _magnitude_draws(agg, name, seeds, secret, definitions)
             if prot.method == "ckm":
                 value = base + ckm_noise(base, top_eff, prot, uniforms)
             else:

@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from tablesafe._additivity import ADDITIVITY_OPTIONS, Additivity
 from tablesafe._errors import ParameterError
-from tablesafe._seeds import SeedScheme
+from tablesafe._seeds import SEED_SCHEMES, SeedScheme
 from tablesafe.mechanisms._records import DropAddRecords
 
 if TYPE_CHECKING:
@@ -202,9 +202,15 @@ class Protection:
         mechanism: The cell-wise mechanism (e.g. ``dp_geometric(2.0)``), the
             record-level :func:`~tablesafe.mechanisms.drop_add_records`, or
             ``None`` for no perturbation (the data owner's own use only).
-        seeds: ``"cellkey"`` (ABS uniforms from cell keys) or ``"dynamic"``
-            (Li & Krenzke keyed hashes; needs ``secret``).
-        secret: The server secret for dynamic seeds (at least 16 bytes).
+        seeds: ``"cellkey"`` (ABS uniforms from cell keys), ``"keyed"`` (keyed
+            hashes of each cell's record set; needs ``secret``; the
+            recommended scheme) or ``"dynamic"`` (Li & Krenzke's keyed hashes
+            of the cell's and its margins' key sums; needs ``secret``; for the
+            workbench only: averaging tables defeats it, docs/attacks.md).
+        secret: The data owner's secret (at least 16 bytes). With a secret,
+            empty cells are perturbed too, from a keyed hash of their
+            definition; without one they stay 0 and the stated privacy
+            figures are those of that mechanism (:meth:`describe`).
         additivity: ``"aggregate"``, ``"independent"`` or ``"ipf"``.
         weight_noise: Half-width ``s`` of the noise added to each weighted
             figure, in the cell's mean weights (docs/weighted.md); 0 turns it
@@ -230,10 +236,12 @@ class Protection:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rounding", Rounding.parse(self.rounding))
-        if self.seeds not in ("cellkey", "dynamic"):
-            raise ParameterError(f"unknown seeds {self.seeds!r}; allowed: cellkey, dynamic")
-        if self.seeds == "dynamic" and not self.secret:
-            raise ParameterError("dynamic seeds need the data owner's secret")
+        if self.seeds not in SEED_SCHEMES:
+            raise ParameterError(
+                f"unknown seeds {self.seeds!r}; allowed: {', '.join(SEED_SCHEMES)}"
+            )
+        if self.seeds != "cellkey" and not self.secret:
+            raise ParameterError(f"{self.seeds} seeds need the data owner's secret")
         if self.additivity not in ADDITIVITY_OPTIONS:
             raise ParameterError(
                 f"unknown additivity {self.additivity!r}; allowed: {', '.join(ADDITIVITY_OPTIONS)}"
@@ -252,10 +260,10 @@ class Protection:
                 f"se_min_count must be a whole number >= 1, not {self.se_min_count!r}"
             )
         if self.record_level:
-            if self.seeds != "dynamic":
+            if self.seeds == "cellkey":
                 raise ParameterError(
                     "record-level drop/add-up-to-q draws its two seeds from keyed hashes: use "
-                    "seeds='dynamic' with a secret"
+                    "seeds='keyed' with a secret"
                 )
         elif self.mechanism is not None and not isinstance(self.mechanism, CellwiseMechanism):
             raise ParameterError(
@@ -269,6 +277,24 @@ class Protection:
         return bool(getattr(self.mechanism, "record_level", False))
 
     @property
+    def perturbs_empty_cells(self) -> bool:
+        """Whether cells without records are perturbed (keyed to their definition).
+
+        They are where there is a secret to key their draws to (and under
+        Li & Krenzke's dynamic seeds, whose draws hash the margins' key sums);
+        otherwise an empty cell stays 0.
+        """
+        return self.secret is not None
+
+    def effective_mechanism(self) -> CellwiseMechanism | DropAddRecords | None:
+        """The mechanism as applied: with row 0 fixed at 0 where empty cells stay 0."""
+        mech = self.mechanism
+        fix = getattr(mech, "fixing_zero", None)
+        if fix is not None and not self.perturbs_empty_cells:
+            return fix()  # type: ignore[no-any-return]
+        return mech
+
+    @property
     def round(self) -> Rounding:
         """The rounding as a :class:`Rounding`."""
         assert isinstance(self.rounding, Rounding)
@@ -276,7 +302,7 @@ class Protection:
 
     def zero_reach(self) -> int:
         """The largest count the mechanism can publish for a cell that holds no record."""
-        mech = self.mechanism
+        mech = self.effective_mechanism()
         dist = getattr(mech, "distribution", None)
         if mech is None or self.record_level or dist is None:
             return 0
@@ -297,7 +323,8 @@ class Protection:
 
     def describe(self) -> dict[str, Any]:
         """The public description of the protection."""
-        out = dict(self.mechanism.describe()) if self.mechanism is not None else {"name": "none"}
+        mech = self.effective_mechanism()
+        out = dict(mech.describe()) if mech is not None else {"name": "none"}
         out["seeds"] = self.seeds
         return out
 

@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 MethodName = Literal["ckm", "dp", "pram", "q", "q-records", "ptable", "none"]
-SeedsName = Literal["cellkey", "dynamic"]
+SeedsName = Literal["cellkey", "keyed", "dynamic"]
 AdditivityName = Literal["aggregate", "independent", "ipf"]
 
 #: The numeric settings' bounds: name -> (lower bound, whether the bound itself

@@ -465,6 +465,36 @@ class PTable:
             out[j] = out.get(j, 0.0) + pi
         return out
 
+    def fixing_zero(self) -> PTable:
+        """This ptable with a count of 0 always published as 0 (the ABS convention).
+
+        What a mechanism is where empty cells are not perturbed (no secret to
+        key their draws to): its privacy figures, computed on this ptable,
+        then include what a published non-zero says about a one-record cell.
+
+        Raises:
+            ParameterError: for a loop selector whose loop starts at row 0.
+        """
+        zero = (np.array([0]), np.array([1.0]))
+        v0, p0 = self.rows[0]
+        if np.array_equal(v0[p0 > 0], [0]):
+            return self
+        rows = list(self.rows)
+        sampled = None if self.sampled is None else self.sampled.copy()
+        if self.selector == "value" and len(rows) == 1:
+            # Row 0 served every count: it keeps serving counts >= 1.
+            rows = [zero, rows[0]]
+            if sampled is not None:
+                sampled = np.vstack([np.zeros_like(sampled[:1]), sampled])
+        elif self.selector == "loop" and self.loop_start == 0:
+            raise ParameterError("a ptable whose loop starts at row 0 cannot keep zeros at 0")
+        else:
+            rows[0] = zero
+            if sampled is not None:
+                sampled[0] = 0
+        params = {**dict(self.parameters), "zeros": "kept at 0"}
+        return replace(self, rows=tuple(rows), parameters=params, sampled=sampled)
+
     def transition_matrix(self, size: int) -> npt.NDArray[np.float64]:
         """The matrix ``M[i, j] = P(published j | original i)`` for counts 0 .. size-1.
 

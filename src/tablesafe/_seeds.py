@@ -1,19 +1,30 @@
 """Uniform draws for cells, derived from record keys (DESIGN decision 2).
 
-Two schemes, both deterministic functions of the records in play, so the
-same records and the same query give the same answer for every user,
-forever:
+Three schemes, all deterministic, so the same request gives the same answer
+for every user, forever:
 
 * **Cell key** (ABS cell-key method; seed 004 Section 2, Fraser & Wooton):
   ``u = (cell_key + 0.5) / 2**32`` where ``cell_key`` is the cell's sum of
-  record keys mod 2**32. A cell that appears in two different tables with
-  the same records gets the same draw, and so the same perturbation.
-* **Dynamic** (Li & Krenzke 2016, seed 004 Section 3): a keyed hash
-  (BLAKE2b with the data owner's secret) of the cell's key sum together
-  with the key sums of every margin the cell belongs to, up to the universe
-  total. A universe that differs by a single record changes the universe
-  key sum and so every draw of the table: differencing two such tables
-  compares independently perturbed values and isolates no sliver.
+  record keys mod 2**32. A function of the cell's record set alone: the
+  same records get the same draw, and so the same perturbation, in every
+  table. Needs no secret.
+* **Keyed** (the recommended scheme of a public table builder): a keyed hash
+  (BLAKE2b with the data owner's secret) of the cell's record set, its key
+  sum and its count. Record-set consistent like the cell key, and the draw
+  cannot be computed without the secret.
+* **Dynamic** (Li & Krenzke 2016, seed 004 Section 3): a keyed hash of the
+  cell's key sum together with the key sums of every margin the cell
+  belongs to, up to the universe total. The same record set gets a fresh
+  draw in every table with another universe, margin or grouping, so
+  averaging many tables recovers small counts exactly (docs/attacks.md,
+  "Averaging"). Kept for the workbench (the reproduction of seed 004); a
+  site configuration refuses it.
+
+A cell with no record has no record set to key: where the protection has a
+secret, its draw is a keyed hash of the cell's *definition*
+(:func:`canonical_definitions`: the categories and universe that select it,
+in a canonical form), so no two empty cells of different definitions share
+a draw (:func:`definition_words`).
 
 Neither the secret nor any key sum leaves this module in a form a user
 could see.
@@ -23,7 +34,8 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,15 +46,21 @@ from tablesafe._errors import ParameterError
 from tablesafe._keys import KEY_MODULUS
 
 __all__ = [
+    "SEED_SCHEMES",
     "SeedScheme",
+    "canonical_definitions",
     "cell_key_uniforms",
+    "definition_words",
     "dynamic_streams",
     "dynamic_uniforms",
     "dynamic_words",
+    "keyed_words",
 ]
 
-#: The two schemes.
-SeedScheme = Literal["cellkey", "dynamic"]
+#: The three schemes.
+SeedScheme = Literal["cellkey", "keyed", "dynamic"]
+#: The schemes, in the order the docs list them.
+SEED_SCHEMES: tuple[str, ...] = ("cellkey", "keyed", "dynamic")
 
 _TWO_64 = float(2**64)
 
@@ -231,3 +249,159 @@ def dynamic_words(
         for i, out in enumerate(outs):
             out[coords] = u[:, i]
     return outs
+
+
+# -- record-set keyed draws -----------------------------------------------------------------
+
+
+def _salted(secret: bytes | str, person: bytes, salt: bytes, count: int) -> hashlib.blake2b:
+    return hashlib.blake2b(
+        key=_secret_bytes(secret),
+        digest_size=8 * count,
+        person=person,
+        salt=hashlib.blake2b(salt, digest_size=16).digest(),
+    )
+
+
+def _split_words(digests: bytes, size: int, count: int) -> npt.NDArray[np.float64]:
+    h = np.frombuffer(digests, dtype="<u8").reshape(size, count)
+    return np.asarray((h.astype(np.float64) + 0.5) / _TWO_64, dtype=np.float64)
+
+
+def keyed_words(
+    cell_key: npt.NDArray[np.uint32],
+    n: npt.NDArray[np.int64],
+    secret: bytes | str,
+    salt: bytes,
+    count: int = 1,
+    *,
+    where: npt.NDArray[np.bool_] | None = None,
+) -> list[npt.NDArray[np.float64]]:
+    """``count`` uniforms per cell, a keyed hash of the cell's record set (the keyed scheme).
+
+    The hash input of a cell is its key sum (uint32) and its record count
+    (uint64), little-endian: a function of the records the cell holds and of
+    nothing else, so a record set gets the same draws in every table,
+    whatever its universe, margins, dimension order or groupings. One keyed
+    BLAKE2b (personalisation ``tablesafe-keyed``, the whole ``salt`` hashed
+    into BLAKE2b's salt) with a digest of ``8 * count`` bytes is split into
+    ``count`` 64-bit words, each a uniform ``(h + 0.5) / 2**64``.
+
+    Args:
+        cell_key: Cell keys (uint32), any shape.
+        n: Record counts, the same shape.
+        secret: The data owner's secret (at least 16 bytes).
+        salt: Names the stream (``b"count"``, ``b"weight"``, ...).
+        count: How many uniforms per cell (1 to 8).
+        where: Compute only these cells (others are NaN); default all.
+
+    Returns:
+        ``count`` arrays of uniforms in (0, 1), shaped like ``cell_key``.
+    """
+    if not 1 <= count <= 8:
+        raise ParameterError(f"count must lie in 1..8 (64-byte digests), not {count}")
+    base = _salted(secret, b"tablesafe-keyed", salt, count)
+    mask = np.ones(cell_key.shape, dtype=bool) if where is None else where
+    outs = [np.full(cell_key.shape, np.nan) for _ in range(count)]
+    size = int(mask.sum())
+    if size:
+        message = np.zeros((size, 12), dtype=np.uint8)
+        message[:, :4] = (
+            np.ascontiguousarray(cell_key[mask], dtype="<u4").view(np.uint8).reshape(size, 4)
+        )
+        message[:, 4:] = np.ascontiguousarray(n[mask], dtype="<u8").view(np.uint8).reshape(size, 8)
+        u = _split_words(b"".join(_digests(base, message.tobytes(), 12)), size, count)
+        for i, out in enumerate(outs):
+            out[mask] = u[:, i]
+    return outs
+
+
+def definition_words(
+    definitions: list[bytes], secret: bytes | str, salt: bytes, count: int = 1
+) -> npt.NDArray[np.float64]:
+    """``count`` uniforms for each empty cell, a keyed hash of its canonical definition.
+
+    A cell that holds no record has no key sum to hash; its draws come from
+    its definition (:func:`canonical_definitions`) under a personalisation of
+    their own (``tablesafe-empty``), so they are unrelated to every
+    record-set draw and no two definitions share one.
+
+    Returns:
+        An array of shape ``(len(definitions), count)``.
+    """
+    if not 1 <= count <= 8:
+        raise ParameterError(f"count must lie in 1..8 (64-byte digests), not {count}")
+    base = _salted(secret, b"tablesafe-empty", salt, count)
+    out = []
+    for d in definitions:
+        h = base.copy()
+        h.update(d)
+        out.append(h.digest())
+    return _split_words(b"".join(out), len(definitions), count)
+
+
+def _code_key(code: object) -> tuple[int, str]:
+    # ints before text, each in its natural order; bools are not codes.
+    return (0, f"{code:+021d}") if isinstance(code, int) else (1, str(code))
+
+
+def _column_piece(column: str, codes: frozenset[object]) -> bytes:
+    """One column's condition in canonical bytes: its name and its sorted codes, typed."""
+    parts = [("i" if isinstance(c, int) else "s") + str(c) for c in sorted(codes, key=_code_key)]
+    return json.dumps([column, parts], ensure_ascii=True, separators=(",", ":")).encode()
+
+
+def canonical_definitions(
+    dimensions: Sequence[tuple[str, Sequence[Sequence[object]]]],
+    universe: Sequence[tuple[str, Sequence[object]]],
+    all_codes: Mapping[str, Sequence[object]],
+    coords: tuple[npt.NDArray[np.intp], ...],
+) -> list[bytes]:
+    """The canonical definition of each cell at ``coords``: the records it selects, as conditions.
+
+    A cell selects the records whose code in each microdata column lies in an
+    allowed set: the universe's codes of that column, intersected with the
+    members of the cell's category of the dimension read from that column
+    (all the dimension's members at its total). A column whose allowed set is
+    every code of the catalog restricts nothing and is left out; the rest are
+    written sorted by column, codes sorted and typed. So equivalent requests
+    (another dimension order, margins, universe keys in another order, a
+    universe condition that names every code, ``ZONE = N`` for its regions)
+    give the same bytes, and different conditions give different bytes.
+
+    Args:
+        dimensions: Per dimension, its column and each category's member codes.
+        universe: The plan's universe: (column, allowed codes) pairs.
+        all_codes: Every code of each column, from the catalog.
+        coords: Cell coordinates (extended arrays: a dimension's last slot is
+            its total), one array per dimension.
+
+    Returns:
+        One byte string per cell.
+    """
+    full = {col: frozenset(codes) for col, codes in all_codes.items()}
+    base = {col: frozenset(codes) for col, codes in universe}
+    dim_cols = {col for col, _ in dimensions}
+    fixed = [
+        (col, _column_piece(col, codes))
+        for col, codes in base.items()
+        if col not in dim_cols and codes != full.get(col)
+    ]
+    # Per dimension and slot (categories, then the total), the column's piece.
+    pieces: list[list[bytes]] = []
+    for col, members in dimensions:
+        slots = [frozenset(m) for m in members]
+        slots.append(frozenset().union(*slots) if slots else frozenset())
+        row = []
+        for allowed in slots:
+            if col in base:
+                allowed = allowed & base[col]
+            row.append(b"" if allowed == full.get(col) else _column_piece(col, allowed))
+        pieces.append(row)
+    columns = [col for col, _ in dimensions]
+    out = []
+    for cell in zip(*(c.tolist() for c in coords), strict=True):
+        named = fixed + [(columns[i], pieces[i][j]) for i, j in enumerate(cell)]
+        named.sort()
+        out.append(b"".join(p for _, p in named))
+    return out

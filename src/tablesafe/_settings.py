@@ -128,7 +128,7 @@ class ProtectionSettings(BaseModel):
         description="Cell-wise mechanism: ckm (Destatis maximum-entropy ptable with "
         "max_deviation and variance), dp (discretised Laplace with epsilon and cap), "
         "pram (Shlomo & Young matrices), q (drop/add-up-to-q with rate and cap), "
-        "q-records (record-level drop/add-up-to-q with rate; needs dynamic seeds), "
+        "q-records (record-level drop/add-up-to-q with rate; needs keyed seeds), "
         "ptable (a ptable file), none (no protection: never for public use).",
     )
     epsilon: float = Field(
@@ -150,8 +150,10 @@ class ProtectionSettings(BaseModel):
     )
     seeds: SeedsName = Field(
         "cellkey",
-        description="cellkey (ABS uniforms from cell keys) or dynamic (Li & Krenzke keyed "
-        "hashes of cell, margin and universe key sums; needs a secret).",
+        description="cellkey (ABS uniforms from cell keys), keyed (keyed hashes of each "
+        "cell's record set; needs a secret; recommended) or dynamic (Li & Krenzke keyed hashes "
+        "of cell, margin and universe key sums; the command line's workbench only: a site "
+        "configuration refuses it, since averaging tables recovers small counts).",
     )
     secret_env: str | None = Field(
         None, description="Name of the environment variable holding the secret."
@@ -197,10 +199,10 @@ class ProtectionSettings(BaseModel):
     def _check(self) -> ProtectionSettings:
         if self.method == "ptable" and not self.ptable_file:
             raise ValueError("method 'ptable' needs ptable_file")
-        if self.method == "q-records" and self.seeds != "dynamic":
-            raise ValueError("method 'q-records' needs seeds = 'dynamic' (and a secret)")
-        if self.seeds == "dynamic" and not (self.secret_env or self.secret_file):
-            raise ValueError("dynamic seeds need secret_env or secret_file")
+        if self.method == "q-records" and self.seeds == "cellkey":
+            raise ValueError("method 'q-records' needs seeds = 'keyed' (and a secret)")
+        if self.seeds != "cellkey" and not (self.secret_env or self.secret_file):
+            raise ValueError(f"{self.seeds} seeds need secret_env or secret_file")
         if self.secret_env and self.secret_file:
             raise ValueError("give secret_env or secret_file, not both")
         return self
@@ -342,6 +344,20 @@ class DatasetSettings(BaseModel):
         default_factory=MagnitudeSettings,
         description="Protection of sums and means of continuous variables.",
     )
+
+    @model_validator(mode="after")
+    def _record_set_seeds(self) -> DatasetSettings:
+        # DESIGN decision 2: a served figure's noise depends on its record set
+        # only. Li & Krenzke's dynamic seeds give the same records a fresh draw in
+        # every table with another universe or margin, and averaging those tables
+        # recovers small counts exactly (docs/attacks.md, "Averaging tables").
+        if self.protection.seeds == "dynamic":
+            raise ValueError(
+                "seeds = 'dynamic' cannot be served: it gives the same records a fresh draw in "
+                "every other table, and averaging tables recovers small counts; use seeds = "
+                "'keyed' (with the secret), or 'cellkey'"
+            )
+        return self
 
 
 class ApiKeySettings(BaseModel):

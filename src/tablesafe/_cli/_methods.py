@@ -43,8 +43,13 @@ _PROTECTION_OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "rate": (float, 0.01, "q, q-records: rate."),
     "max-deviation": (int, 3, "ckm: maximum deviation D."),
     "variance": (float, 1.0, "ckm: variance V."),
-    "seeds": (str, "cellkey", "cellkey or dynamic."),
-    "secret-env": (str, None, "Environment variable with the secret (dynamic seeds)."),
+    "seeds": (
+        str,
+        "cellkey",
+        "cellkey, keyed (record-set keyed hashes, needs a secret) or dynamic (Li & Krenzke; "
+        "workbench only).",
+    ),
+    "secret-env": (str, None, "Environment variable with the secret (keyed, dynamic seeds)."),
     "additivity": (str, "aggregate", "aggregate, independent or ipf."),
 }
 
@@ -91,9 +96,9 @@ def _checked(options: dict[str, Any]) -> _CheckedOptions | None:
             return None
     if options["method"] == "ptable" and not options.get("ptable_file"):
         return None
-    if options["method"] == "q-records" and options["seeds"] != "dynamic":
+    if options["method"] == "q-records" and options["seeds"] == "cellkey":
         return None
-    if options["seeds"] == "dynamic" and not options.get("secret_env"):
+    if options["seeds"] != "cellkey" and not options.get("secret_env"):
         return None
     if not isinstance(options["rounding"], str):
         return None
@@ -157,15 +162,18 @@ def protection_from_options(
     else:
         raise ParameterError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
     secret = None
-    if seeds == "dynamic" or method == "q-records":
+    if seeds != "cellkey" or method == "q-records":
+        # Record-level drop/add-up-to-q draws from keyed hashes: keyed seeds unless
+        # Li & Krenzke's dynamic ones are asked for.
+        scheme = "keyed" if seeds == "cellkey" else seeds
         name = secret_env or "TABLESAFE_SECRET"
         value = os.environ.get(name)
         if not value:
             raise ParameterError(
-                f"dynamic seeds need a secret: set the environment variable {name} (or name "
+                f"{scheme} seeds need a secret: set the environment variable {name} (or name "
                 "another one with --secret-env)"
             )
-        options.update(seeds="dynamic", secret_env=name)
+        options.update(seeds=scheme, secret_env=name)
         secret = value.encode()
     else:
         options["seeds"] = seeds
