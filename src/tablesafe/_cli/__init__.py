@@ -27,7 +27,7 @@ from tablesafe._errors import TablesafeError, UserError
 #: this map against the full registration).
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "api-key": ("_server",),
-    "attack": ("_attack", "_reconstruct"),
+    "attack": ("_attack", "_reconstruct", "_attack_tables"),
     "audit": ("_server", "_reconstruct"),
     "catalog": ("_catalog",),
     "cyclic": ("_cyclic",),
