@@ -139,6 +139,7 @@ class TableBuilder:
             )
         self.magnitude_protection = magnitudes
         self._overall: tuple[float, np.ndarray | None] | None = None
+        self._magnitude_means: dict[tuple[str, bool], float] = {}
 
     # -- the data owner's views --------------------------------------------------
 
@@ -164,6 +165,23 @@ class TableBuilder:
             reps = agg.replicate_sums[:, -1] / n if agg.replicate_sums is not None else None
             self._overall = (w, reps)
         return self._overall
+
+    def overall_magnitude_mean(self, name: str, weighted: bool) -> float:
+        """The dataset's sum of magnitude ``name`` per record (weighted or not); public."""
+        key = (name, weighted)
+        if key not in self._magnitude_means:
+            cat = self.dataset.catalog
+            request = TableRequest(
+                (cat.source_variables[0].name,),
+                statistic="weighted" if weighted and cat.weight else "count",
+                margins="total",
+                magnitudes=(f"sum:{name}",),
+            )
+            _, full = self.plans(request.coerced(cat))
+            agg = self.engine.tabulate(self.dataset, full)
+            total = float(agg.magnitudes[cat.magnitude(name).name].total[-1])
+            self._magnitude_means[key] = total / max(int(agg.n[-1]), 1)
+        return self._magnitude_means[key]
 
     # -- the path of one table ---------------------------------------------------------
 
@@ -260,6 +278,9 @@ class TableBuilder:
                 prot.seeds,
                 prot.secret,
                 lambda mask: self.definitions(plan, mask),
+                (lambda name: self.overall_magnitude_mean(name, want_w))
+                if prot.perturbs_empty_cells
+                else None,
             )
             meta["magnitudes"] = mags.meta
         return ProtectedTable(
@@ -336,11 +357,17 @@ class TableBuilder:
                 # No protection (the data owner's own use): the exact sums.
                 weighted, reps = agg.weight_sum.copy(), agg.replicate_sums
             else:
-                # The dataset's mean weight only stands in where even the universe is
-                # empty; it costs a query, so it is read only then.
-                empty = int(agg.n[(-1,) * agg.n.ndim]) == 0
-                w_mean = self.overall_mean_weights()[0] if empty else 1.0
+                # A cell without records that the mechanism publishes as non-zero
+                # takes the dataset's mean weight (a public constant), not its
+                # margins' (which change with the table around it: averaging
+                # would tell it is empty). It costs a query, so it is read only then.
+                empty = agg.n == 0
+                universe_empty = int(agg.n[(-1,) * agg.n.ndim]) == 0
+                need = universe_empty or (prot.perturbs_empty_cells and bool(empty.any()))
+                w_mean = self.overall_mean_weights()[0] if need else 1.0
                 mean = enclosing_means(agg.weight_sum, agg.n, w_mean)
+                if prot.perturbs_empty_cells:
+                    mean = np.where(empty, w_mean, mean)
                 assert u_w is not None
                 weighted = protected_weighted(counts, mean, u_w, prot.weight_noise)
                 if agg.replicate_sums is not None:

@@ -536,6 +536,7 @@ def protect_magnitudes(
     seeds: str,
     secret: bytes | None,
     definitions: Any = None,
+    empty_mean: Any = None,
 ) -> ProtectedMagnitudes:
     """Protected sums, means and rule flags of one table.
 
@@ -553,6 +554,11 @@ def protect_magnitudes(
         definitions: ``definitions(mask) -> list[bytes]``, the canonical
             definitions of the cells of a mask; with a secret, the draws of a
             cell without records come from its definition.
+        empty_mean: ``empty_mean(name) -> float``, the dataset's mean of the
+            variable per record (a public constant): the value per record of
+            a cell without records that the count mechanism publishes as
+            non-zero. Default: the mean of its nearest enclosing margin,
+            which depends on the table around the cell.
 
     Raises:
         RequestError: for ``mean:VAR`` where the universe's protected
@@ -589,6 +595,10 @@ def protect_magnitudes(
             # gets the sum of n' records at the mean of its nearest enclosing margin,
             # so a published sum does not tell a true zero from a real cell.
             per = enclosing_means(total, agg.n, 0.0)
+            if empty_mean is not None:
+                # A function of the cell's definition alone, as its count is: the
+                # margins' means change with the table around the cell.
+                per = np.where(agg.n == 0, empty_mean(name), per)
             empty = (agg.n == 0) & (counts > 0)
             base = np.where(empty, per * counts, total)
             top_eff = top.copy()
