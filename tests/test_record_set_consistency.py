@@ -308,3 +308,73 @@ def test_empty_cells_published_non_zero_keep_one_value_in_every_table(demo):
                     checked += 1
     assert checked >= 4  # some empty target cells were published non-zero
     assert all(len(v) == 1 for v in seen.values()), seen
+
+
+# -- refusals on protected values ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "prot",
+    [
+        Protection(cached_destatis(3, 1.0, 0), additivity="independent"),
+        Protection(
+            cached_destatis(3, 1.0, 0), seeds="keyed", secret=SECRET, additivity="independent"
+        ),
+        Protection(
+            dp_geometric(1.0, cap=5), seeds="keyed", secret=SECRET, additivity="independent"
+        ),
+    ],
+    ids=["ckm-cellkey", "ckm-keyed", "dp-keyed"],
+)
+def test_universe_size_rule_decides_on_the_universe_published_count(demo, prot):
+    # Under independent additivity the universe's total cell is the universe's
+    # record set perturbed on its own: the figure the rule decides on.
+    builder = ts.TableBuilder(demo, prot)
+    for dims, universe in [
+        (("SEX",), {"REGION": [2], "AGE": list(range(80, 91))}),
+        (("EDUC", "SEX"), {"REGION": [2], "AGE": list(range(80, 91))}),
+        (("MARSTAT",), {"REGION": [3], "EMPSTAT": [2]}),
+    ]:
+        request = ts.TableRequest(dims, universe=universe)
+        plan, full = builder.plans(request.coerced(demo.catalog))
+        agg = builder.engine.tabulate(demo, full)
+        table = builder.protect(request, plan, agg)
+        assert table.counts is not None
+        assert builder.protected_universe_size(plan, agg) == table.counts[(-1,) * len(dims)]
+
+
+def test_universe_size_refusals_are_the_same_for_the_same_records(demo_dir, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from tablesafe._settings import SiteConfig
+    from tablesafe.server import create_app
+
+    (tmp_path / "secret").write_text(SECRET.decode())
+    site = SiteConfig.model_validate(
+        {
+            "base": str(tmp_path),
+            "server": {"audit_db": str(tmp_path / "audit.sqlite")},
+            "datasets": [
+                {
+                    "name": "demo",
+                    "path": str(demo_dir),
+                    "protection": {"method": "ckm", "seeds": "keyed", "secret_file": "secret"},
+                    "rules": {"min_universe_size": 40, "sliver_min_difference": 0},
+                }
+            ],
+        }
+    )
+    decided = {}
+    with TestClient(create_app(site)) as client:
+        for reg in range(1, 9):
+            for dims in (["SEX"], ["EDUC"], ["SEX", "MARSTAT"]):
+                body = {
+                    "dimensions": dims,
+                    "universe": {"REGION": [reg], "AGE": list(range(82, 91))},
+                }
+                r = client.post("/api/datasets/demo/tables", json=body)
+                assert r.status_code in (200, 403), r.text
+                decided.setdefault(reg, set()).add(r.status_code)
+    # The decision is one per record set, whatever the table.
+    assert all(len(v) == 1 for v in decided.values()), decided
+    assert {s for v in decided.values() for s in v} == {200, 403}

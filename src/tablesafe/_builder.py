@@ -183,6 +183,38 @@ class TableBuilder:
             self._magnitude_means[key] = total / max(int(agg.n[-1]), 1)
         return self._magnitude_means[key]
 
+    def protected_universe_size(self, plan: TabulationPlan, agg: CellAggregates) -> int:
+        """The universe's own protected count: its record set perturbed like a cell.
+
+        One figure per record set, whatever the table (the draw of the
+        universe's key sum and count under the protection's seeds), so a
+        rule that decides on it reveals no more than publishing that count
+        would (docs/attacks.md, "Refusals").
+        """
+        n = agg.universe_n
+        prot = self.protection
+        mech = prot.mechanism
+        if mech is None or n == 0:
+            return n
+        total = (-1,) * agg.n.ndim
+        key = np.array([agg.cell_key[total]], dtype=np.uint32)
+        if prot.seeds == "dynamic":
+            u = float(self._streams(agg, plan, (b"count",), inner_only=False)[0][total])
+        elif prot.seeds == "keyed":
+            assert prot.secret is not None
+            u = float(keyed_words(key, np.array([n]), prot.secret, b"count")[0][0])
+        else:
+            u = float(cell_key_uniforms(key)[0])
+        if prot.record_level:
+            assert isinstance(mech, DropAddRecords)
+            q = int(mech.q(np.array([n]))[0])
+            return max(n + int(np.floor(u * (2 * q + 1))) - q, 0)
+        assert isinstance(mech, CellwiseMechanism)
+        v = mech.perturbation(
+            np.array([n]), np.array([u]), key if prot.seeds == "cellkey" else None
+        )
+        return max(n + int(v[0]), 0)
+
     # -- the path of one table ---------------------------------------------------------
 
     def build(self, request: TableRequest) -> ProtectedTable:

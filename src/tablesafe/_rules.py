@@ -5,8 +5,11 @@ and are enforced before anything is returned:
 
 * a table has at most ``max_dimensions`` dimensions and ``max_cells`` cells
   (margins included), checked before any microdata is read;
-* the universe must hold at least ``min_universe_size`` sample records
-  (the true size: refusing a small universe is the point of the rule);
+* the universe must hold at least ``min_universe_size`` sample records,
+  judged on the universe's protected count (its record set perturbed like a
+  cell, one figure per record set whatever the table:
+  ``TableBuilder.protected_universe_size``), so a refusal reveals no more
+  than publishing that count would;
 * protected counts below ``min_cell_size`` (but not zero) are suppressed or
   shown as ``"<k"``; the rule looks at protected counts only, so applying it
   reveals nothing beyond the protected table itself;

@@ -93,7 +93,7 @@ def ruled_table(
 ) -> tuple[TabulationPlan, CellAggregates, ProtectedTable]:
     """The protected table a site's rules allow for a checked request (no history involved).
 
-    The universe-size rule on the true universe, then the protection, then the
+    The universe-size rule on the universe's protected count, then the protection, then the
     small-cell rule on the protected counts. What the sliver guard adds depends
     on what was published before, so the server applies it; the command line's
     ``--config`` preview applies this (the same bytes as the server's answer).
@@ -106,7 +106,9 @@ def ruled_table(
     """
     plan, full = builder.plans(request, max_dimensions=rules.max_dimensions)
     agg = builder.engine.tabulate(dataset, full)
-    check_universe_size(agg.universe_n, rules)
+    # On the universe's protected count, one figure per record set: the refusal
+    # reveals no more than publishing that count would (docs/attacks.md).
+    check_universe_size(builder.protected_universe_size(plan, agg), rules)
     return plan, agg, apply_small_cell_rule(builder.protect(request, plan, agg), rules)
 
 
