@@ -68,6 +68,7 @@ from tablesafe._errors import ParameterError, RequestError
 from tablesafe._protection import Protection
 from tablesafe._request import TableRequest, TabulationPlan
 from tablesafe._table import ProtectedTable
+from tablesafe.attacks._highs import silent_highs
 
 __all__ = [
     "ReconstructionResult",
@@ -595,8 +596,7 @@ class _Model:
         lp.a_matrix_.num_row_ = int(sub.shape[0])
         if integer:
             lp.integrality_ = [highspy.HighsVarType.kInteger] * int(free.size)
-        h = highspy.Highs()  # type: ignore[no-untyped-call]
-        h.setOptionValue("output_flag", False)
+        h = silent_highs()  # HiGHS prints a banner on stdout when constructed
         h.setOptionValue("threads", 1)
         h.setOptionValue("random_seed", 0)
         if integer:
