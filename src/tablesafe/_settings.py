@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -81,6 +82,67 @@ class ServerSettings(BaseModel):
         description="Protected tables kept in memory for repeated requests (0 disables); "
         "answers are deterministic, so caching changes nothing but speed.",
     )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Addresses or networks (CIDR) of the reverse proxies in front of the "
+        "server: only a connection from one of them may name its client in X-Forwarded-For; "
+        "from any other address the header is ignored.",
+    )
+    header_timeout_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="Longest a connection may take to send a request's line and headers "
+        "(from its first byte, or from the connection's opening); 408 beyond.",
+    )
+    body_timeout_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="Longest a request may take to send its body once its headers are in; "
+        "408 beyond.",
+    )
+    keep_alive_seconds: int = Field(
+        5, ge=1, le=300, description="Idle time after which a kept-alive connection is closed."
+    )
+    max_header_bytes: int = Field(
+        16_384,
+        ge=1024,
+        le=1_048_576,
+        description="Largest request line and headers accepted, in bytes (414 or 431 beyond).",
+    )
+    max_connections: int = Field(
+        4096,
+        ge=1,
+        le=1_000_000,
+        description="Most connections open at once; one more is answered 503 and closed.",
+    )
+    auth_failures_per_minute: int = Field(
+        30,
+        gt=0,
+        description="Requests per minute and client address that may fail authentication "
+        "(no key, an unknown, expired or revoked key); 429 beyond.",
+    )
+    api_docs: bool = Field(
+        False,
+        description="Serve the interactive API pages /docs and /redoc, which load Swagger UI "
+        "and ReDoc from cdn.jsdelivr.net (off: only /openapi.json).",
+    )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        import ipaddress
+
+        for item in v:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{item!r} is not an IP address or network; give addresses such as "
+                    "'10.0.0.5' or networks such as '10.0.0.0/24'"
+                ) from None
+        return v
 
 
 class EngineSettings(BaseModel):
@@ -377,6 +439,23 @@ class ApiKeySettings(BaseModel):
     rate_limit_per_minute: int | None = Field(
         None, gt=0, description="Requests per minute for this key (default: the server's)."
     )
+    expires: datetime | None = Field(
+        None,
+        description="When the key stops working: a TOML date (from 00:00 UTC of that day) "
+        "or date-time (UTC unless it names its offset); none: never.",
+    )
+
+    @field_validator("expires", mode="before")
+    @classmethod
+    def _utc(cls, v: Any) -> Any:
+        if isinstance(v, date) and not isinstance(v, datetime):
+            return datetime(v.year, v.month, v.day, tzinfo=UTC)
+        return v
+
+    @field_validator("expires")
+    @classmethod
+    def _aware(cls, v: datetime | None) -> datetime | None:
+        return v.replace(tzinfo=UTC) if v is not None and v.tzinfo is None else v
 
 
 class SiteConfig(BaseModel):

@@ -34,14 +34,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from tablesafe._custom import parse_groupings
 from tablesafe._errors import RequestError, TablesafeError, UserError
 from tablesafe._request import TableRequest
 from tablesafe._settings import SiteConfig
 from tablesafe.server._audit import AuditLog
-from tablesafe.server._auth import Authenticator, Principal
+from tablesafe.server._auth import Authenticator, AuthError, Principal
+from tablesafe.server._gate import Edge, Gate, error_shape
 from tablesafe.server._service import TableService
 
 __all__ = ["TableBody", "create_app"]
@@ -148,66 +149,6 @@ class TableBody(BaseModel):
         )
 
 
-class _BodyLimit:
-    """ASGI middleware refusing request bodies larger than ``limit`` bytes."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await _send_json(send, 413, self._message())
-            return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge(self.limit)
-            return message
-
-        await self.app(scope, limited, send)
-
-    def _message(self) -> dict[str, Any]:
-        return _shape(413, "PayloadTooLarge", f"request body larger than {self.limit} bytes")
-
-
-class _TooLarge(StarletteHTTPException):
-    # An HTTPException, so that FastAPI's body parsing passes it through to
-    # the one error handler instead of turning it into a generic 400.
-    def __init__(self, limit: int = 0) -> None:
-        super().__init__(413, f"request body larger than {limit} bytes")
-
-
-async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
-    import json
-
-    data = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(data)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})
-
-
-def _shape(status: int, kind: str, message: str) -> dict[str, Any]:
-    return {"error": {"status": status, "type": kind, "message": message}}
-
-
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors()[:5]:
@@ -238,38 +179,37 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         service: A ready :class:`TableService` (built from ``site`` by default).
     """
     service = service or TableService(site)
-    auth = Authenticator(site.keys, site.server.rate_limit_per_minute)
     audit: AuditLog = service.audit
+    auth = Authenticator(
+        site.keys,
+        site.server.rate_limit_per_minute,
+        failures_per_minute=site.server.auth_failures_per_minute,
+        revoked=audit.revoked,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         service.close()
 
-    app = FastAPI(
+    app = _Application(
         lifespan=lifespan,
         title=site.server.title,
         version=_version(),
         description="Protected tables from confidential microdata (tablesafe).",
+        # A path with a trailing slash is an unknown path (404 in the one error
+        # shape), not a redirect the client may or may not follow.
+        redirect_slashes=False,
+        docs_url="/docs" if site.server.api_docs else None,
+        redoc_url="/redoc" if site.server.api_docs else None,
     )
+    app.edge = Edge(site.server, auth, audit)
     app.state.service = service
 
-    def _audit(request: Request, status: int, outcome: str) -> None:
-        try:
-            audit.record(
-                key_id=getattr(request.state, "key_id", "unknown"),
-                endpoint=f"{request.method} {request.url.path}",
-                dataset=getattr(request.state, "dataset", None),
-                request=getattr(request.state, "body", None),
-                status=status,
-                outcome=outcome,
-            )
-        except Exception:  # the audit must never turn an answer into a crash
-            log.exception("audit log write failed")
-
     def _error_response(request: Request, status: int, kind: str, message: str) -> JSONResponse:
-        _audit(request, status, f"{kind}: {message}")
-        return JSONResponse(_shape(status, kind, message), status_code=status)
+        # The gate writes the audit row when this answer starts; it reads the outcome here.
+        request.state.outcome = f"{kind}: {message}"
+        return JSONResponse(error_shape(status, kind, message), status_code=status)
 
     @app.exception_handler(TablesafeError)
     async def _tablesafe_error(request: Request, exc: TablesafeError) -> JSONResponse:
@@ -292,7 +232,13 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         kind = {404: "NotFound", 405: "MethodNotAllowed", 413: "PayloadTooLarge"}.get(
             exc.status_code, "HTTPError"
         )
-        return _error_response(request, exc.status_code, kind, str(exc.detail))
+        message = str(exc.detail)
+        if exc.status_code == 404 and message == "Not Found":
+            path = request.url.path
+            message = f"no such path {path}"
+            if path.endswith("/") and path != "/":
+                message += f" (paths end without a slash: {path.rstrip('/')})"
+        return _error_response(request, exc.status_code, kind, message)
 
     @app.exception_handler(Exception)
     async def _crash(request: Request, exc: Exception) -> JSONResponse:
@@ -300,13 +246,10 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         return _error_response(request, 500, "InternalError", "internal error")
 
     def principal(request: Request) -> Principal:
-        key = request.headers.get("x-api-key")
-        if key is None and request.headers.get("authorization", "").lower().startswith("bearer "):
-            key = request.headers["authorization"][7:].strip()
-        client = request.client.host if request.client else "unknown"
-        who = auth.identify(key, client)
-        request.state.key_id = who.id
-        auth.throttle(who)
+        # The gate identified the caller (and counted the request) before any route.
+        who = getattr(request.state, "who", None)
+        if not isinstance(who, Principal):
+            raise AuthError("an API key is required: send it in the X-API-Key header")
         return who
 
     def served(request: Request, name: str) -> str:
@@ -330,7 +273,6 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
                 {"name": n, "title": service.served(n).title} for n in service.dataset_names()
             ]
         }
-        _audit(request, 200, "ok")
         return out
 
     @app.get("/api/datasets/{name}", tags=["datasets"])
@@ -338,7 +280,6 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         """A dataset's variables and categories with labels, its rules and protection."""
         served(request, name)
         out = service.describe(name)
-        _audit(request, 200, "ok")
         return out
 
     @app.post("/api/datasets/{name}/tables", tags=["tables"])
@@ -374,7 +315,6 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         else:
             # Streamed in pieces: a 100k-cell table starts arriving at once.
             response = StreamingResponse(result.iter_json(), media_type="application/json")
-        _audit(request, 200, "ok")
         return response
 
     @app.get("/api/admin/audit", tags=["admin"])
@@ -389,7 +329,6 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         """The audit log, newest first (admin keys only)."""
         auth.require_admin(who)
         rows = audit.query(key_id=key_id, dataset=dataset, since=since, limit=limit)
-        _audit(request, 200, "ok")
         return {"requests": rows}
 
     @app.get("/api/admin/datasets/{name}/reconstruction", tags=["admin"])
@@ -400,7 +339,6 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         auth.require_admin(who)
         served(request, name)
         out = {"dataset": name, "history": audit.reconstructions(name)}
-        _audit(request, 200, "ok")
         return out
 
     @app.post("/api/admin/datasets/{name}/reconstruction", tags=["admin"])
@@ -422,7 +360,6 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
             time_limit=time_limit,
             protection=service.served(name).builder.protection,
         )
-        _audit(request, 200, "ok")
         return out
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -440,8 +377,16 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
             raise NotFound(f"no static file {file!r}")
         return Response(_static(file), media_type=types[file])
 
-    app.add_middleware(_BodyLimit, limit=site.server.max_body_bytes)
     return app
+
+
+class _Application(FastAPI):
+    """FastAPI with the gate around its whole middleware stack (error handlers included)."""
+
+    edge: Edge
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return Gate(super().build_middleware_stack(), self.edge)
 
 
 class NotFound(UserError):

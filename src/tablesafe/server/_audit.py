@@ -4,7 +4,10 @@ Two tables:
 
 * ``requests``: one row per request: time, API key id, dataset, endpoint,
   the request as JSON (variables, categories, statistic: never output
-  values), HTTP status and outcome (``ok`` or the error's type and message).
+  values), HTTP status, outcome (``ok`` or the error's type and message) and
+  the client's address.
+* ``revoked_keys``: API keys revoked (``tablesafe api-key revoke``): the
+  stored hash, the key id, time and reason; the server reads it per request.
 * ``universes``: for the sliver guard, each universe answered per key:
   its definition (the universe filter as JSON), its sample size and a
   fingerprint (a hash of its record-key sum), never its records.
@@ -81,6 +84,19 @@ CREATE INDEX IF NOT EXISTS reconstructions_dataset ON reconstructions (dataset, 
 """
 
 
+# The request log's additions since its first schema: a database written by an
+# older tablesafe gains the column on open (SQLite cannot say ADD COLUMN IF NOT EXISTS).
+_REQUEST_COLUMNS = {"client": "TEXT"}
+_KEYS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS revoked_keys (
+    hash TEXT PRIMARY KEY,
+    key_id TEXT NOT NULL,
+    time TEXT NOT NULL,
+    reason TEXT
+);
+"""
+
+
 class AuditLog:
     """An append-only audit store in SQLite.
 
@@ -101,6 +117,11 @@ class AuditLog:
                 self._con.execute("PRAGMA journal_mode=WAL")
             self._con.execute("PRAGMA synchronous=NORMAL")
             self._con.executescript(_SCHEMA)
+            self._con.executescript(_KEYS_SCHEMA)
+            have = {row[1] for row in self._con.execute("PRAGMA table_info(requests)")}
+            for column, kind in _REQUEST_COLUMNS.items():
+                if column not in have:
+                    self._con.execute(f"ALTER TABLE requests ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
         """Close the database."""
@@ -131,12 +152,13 @@ class AuditLog:
         outcome: str,
         dataset: str | None = None,
         request: Any = None,
+        client: str | None = None,
     ) -> None:
-        """Append one request to the log."""
+        """Append one request to the log (``client``: the caller's address)."""
         with self._tx() as con:
             con.execute(
-                "INSERT INTO requests (time, key_id, dataset, endpoint, request, status, outcome)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO requests (time, key_id, dataset, endpoint, request, status, outcome,"
+                " client) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     self._now(),
                     key_id,
@@ -145,6 +167,7 @@ class AuditLog:
                     None if request is None else json.dumps(request, sort_keys=True),
                     status,
                     outcome,
+                    client,
                 ),
             )
 
@@ -167,14 +190,19 @@ class AuditLog:
         if since:
             where.append("time >= ?")
             params.append(since)
-        sql = "SELECT id, time, key_id, dataset, endpoint, request, status, outcome FROM requests"
+        sql = (
+            "SELECT id, time, key_id, dataset, endpoint, request, status, outcome, client "
+            "FROM requests"
+        )
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY id DESC LIMIT ?"
         params.append(str(int(limit)))
         with self._lock:
             rows = self._con.execute(sql, params).fetchall()
-        cols = ["id", "time", "key_id", "dataset", "endpoint", "request", "status", "outcome"]
+        cols = [
+            "id", "time", "key_id", "dataset", "endpoint", "request", "status", "outcome", "client"
+        ]  # fmt: skip
         out = []
         for row in rows:
             rec = dict(zip(cols, row, strict=True))
@@ -182,6 +210,34 @@ class AuditLog:
                 rec["request"] = json.loads(rec["request"])
             out.append(rec)
         return out
+
+    def last_used(self) -> dict[str, str]:
+        """Each key id's last request that its key authenticated: id -> ISO time."""
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT key_id, MAX(time) FROM requests WHERE status != 401 GROUP BY key_id"
+            ).fetchall()
+        return {str(k): str(t) for k, t in rows}
+
+    # -- revoked API keys ---------------------------------------------------------
+
+    def revoke_key(self, key_id: str, key_hash: str, reason: str | None = None) -> bool:
+        """Revoke the key with stored hash ``key_hash``; False if it already was."""
+        with self._tx() as con:
+            done = con.execute(
+                "INSERT OR IGNORE INTO revoked_keys (hash, key_id, time, reason) "
+                "VALUES (?, ?, ?, ?)",
+                (key_hash, key_id, self._now(), reason),
+            )
+            return done.rowcount == 1
+
+    def revoked(self, key_hash: str) -> str | None:
+        """When the key with stored hash ``key_hash`` was revoked (ISO time), or None."""
+        with self._lock:
+            row = self._con.execute(
+                "SELECT time FROM revoked_keys WHERE hash = ?", (key_hash,)
+            ).fetchone()
+        return None if row is None else str(row[0])
 
     # -- the sliver guard's store -------------------------------------------------
 

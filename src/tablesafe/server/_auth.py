@@ -13,7 +13,9 @@ import hmac
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
 from tablesafe._errors import UserError
@@ -23,9 +25,18 @@ __all__ = ["AuthError", "Authenticator", "Principal", "RateLimited", "hash_key",
 
 
 class AuthError(UserError):
-    """A missing or unknown API key, or a role that may not use the endpoint."""
+    """A missing, unknown, expired or revoked API key.
+
+    Args:
+        message: What was wrong and what to do.
+        key_id: The id of a known key that may no longer be used (for the audit log).
+    """
 
     status_code = 401
+
+    def __init__(self, message: str, *, key_id: str | None = None) -> None:
+        super().__init__(message)
+        self.key_id = key_id
 
 
 class Forbidden(UserError):
@@ -67,13 +78,30 @@ class Authenticator:
         keys: The configured keys; with none, every caller is ``anonymous``
             (rate-limited per client address) and admin endpoints are closed.
         default_rate: Requests per minute for keys without their own limit.
+        failures_per_minute: Requests per minute and client address that may
+            fail authentication before they are refused with 429.
+        revoked: When a stored key hash was revoked (an ISO time), or None;
+            asked on every request, so a revocation needs no restart.
+        clock: The current time (for tests of expiry).
     """
 
-    def __init__(self, keys: list[ApiKeySettings], default_rate: int) -> None:
+    def __init__(
+        self,
+        keys: list[ApiKeySettings],
+        default_rate: int,
+        *,
+        failures_per_minute: int = 30,
+        revoked: Callable[[str], str | None] | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         self._keys = keys
         self._default = default_rate
+        self._failures = failures_per_minute
+        self._revoked = revoked or (lambda _hash: None)
+        self._clock = clock or (lambda: datetime.now(UTC))
         self._windows: dict[str, list[float]] = {}
         self._lock = threading.Lock()
+        self._counted = 0
 
     @property
     def open(self) -> bool:
@@ -81,14 +109,35 @@ class Authenticator:
         return not self._keys
 
     def identify(self, key: str | None, client: str = "unknown") -> Principal:
-        """Return the caller, or raise :class:`AuthError`."""
+        """Return the caller, or raise :class:`AuthError`.
+
+        A failure is counted against ``client``: past ``failures_per_minute``
+        in the last minute it raises :class:`RateLimited` instead.
+        """
         if self.open:
             return Principal(f"anonymous@{client}", "anonymous", self._default)
+        try:
+            return self._match(key)
+        except AuthError:
+            self._count(f"unknown@{client}", self._failures)
+            raise
+
+    def _match(self, key: str | None) -> Principal:
         if not key:
             raise AuthError("an API key is required: send it in the X-API-Key header")
         digest = hash_key(key)
         for k in self._keys:
             if hmac.compare_digest(digest, k.hash):
+                if k.expires is not None and self._clock() >= k.expires:
+                    raise AuthError(
+                        f"this API key expired on {k.expires.isoformat()}; ask the site for "
+                        "a new one",
+                        key_id=k.id,
+                    )
+                if self._revoked(k.hash) is not None:
+                    raise AuthError(
+                        "this API key was revoked; ask the site for a new one", key_id=k.id
+                    )
                 return Principal(k.id, k.role, k.rate_limit_per_minute or self._default)
         raise AuthError("unknown API key")
 
@@ -99,14 +148,20 @@ class Authenticator:
 
     def throttle(self, who: Principal) -> None:
         """Count one request for ``who``; raise :class:`RateLimited` past the limit."""
+        self._count(who.id, who.rate_limit_per_minute)
+
+    def _count(self, bucket: str, limit: int) -> None:
         now = time.monotonic()
         with self._lock:
-            window = [t for t in self._windows.get(who.id, []) if now - t < 60.0]
-            if len(window) >= who.rate_limit_per_minute:
-                self._windows[who.id] = window
+            self._counted += 1
+            if self._counted % 4096 == 0:
+                # Forget idle buckets: one per client address otherwise grows without end.
+                self._windows = {b: w for b, w in self._windows.items() if w and now - w[-1] < 60.0}
+            window = [t for t in self._windows.get(bucket, []) if now - t < 60.0]
+            if len(window) >= limit:
+                self._windows[bucket] = window
                 raise RateLimited(
-                    f"rate limit of {who.rate_limit_per_minute} requests per minute reached; "
-                    "try again in a minute"
+                    f"rate limit of {limit} requests per minute reached; try again in a minute"
                 )
             window.append(now)
-            self._windows[who.id] = window
+            self._windows[bucket] = window

@@ -1,0 +1,189 @@
+"""The server's edges (issue 26, items 6 to 12): audit completeness, one error shape,
+slow clients, the API pages, forwarded addresses, the key lifecycle.
+
+In process (TestClient) where the application decides; against a real uvicorn on
+127.0.0.1 (tests/test_server_live.py) where the HTTP protocol does.
+"""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tablesafe.server import AuditLog, create_app
+from test_server import ADMIN_KEY, USER_KEY, error_of, site
+
+TABLES = "/api/datasets/demo/tables"
+
+
+def rows_of(tmp_path):
+    log = AuditLog(tmp_path / "audit.sqlite")
+    try:
+        return log.query(limit=10_000)[::-1]  # oldest first
+    finally:
+        log.close()
+
+
+@pytest.fixture
+def edge_site(demo_dir, tmp_path):
+    return site(demo_dir, tmp_path, server={"auth_failures_per_minute": 5})
+
+
+# -- item 6: every request has one audit row, under the key that sent it ----------------
+
+
+def test_every_request_has_one_audit_row_with_key_and_client(edge_site, tmp_path):
+    user = {"x-api-key": USER_KEY}
+    sent = []
+    with TestClient(create_app(edge_site), client=("10.1.2.3", 4321)) as c:
+
+        def go(method, path, status, **kw):
+            response = c.request(method, path, **kw)
+            assert response.status_code == status, (path, response.text)
+            sent.append((method, path, status))
+            if status >= 400:
+                error_of(response)
+
+        go("GET", "/api/health", 200)
+        go("GET", "/", 200)
+        go("GET", "/static/app.js", 200)
+        go("GET", "/openapi.json", 200)
+        go("GET", "/api/datasets", 200, headers=user)
+        go("POST", TABLES, 200, json={"dimensions": ["SEX"]}, headers=user)
+        go("POST", TABLES, 422, content=b"{not json", headers={**user, "content-type": "application/json"})
+        go("POST", TABLES, 413, content=b"x" * 70_000, headers=user)
+        go("GET", "/api/datasets/nope", 404, headers=user)
+        go("GET", "/api/datasets/", 404, headers=user)
+        go("DELETE", "/api/datasets", 405, headers=user)
+        go("GET", "/static/nope.js", 404)
+        go("GET", "/api/datasets", 401, headers={"x-api-key": "wrong"})
+        go("GET", "/api/admin/audit", 403, headers=user)
+    rows = rows_of(tmp_path)
+    assert [(r["endpoint"], r["status"]) for r in rows] == [
+        (f"{m} {p}", s) for m, p, s in sent
+    ]
+    assert {r["client"] for r in rows} == {"10.1.2.3"}
+    by_status = {r["status"]: r for r in rows}
+    # A body that does not parse, or is too large, is logged under the key that sent it.
+    assert by_status[422]["key_id"] == "user1"
+    assert "not valid JSON" in by_status[422]["outcome"]
+    assert by_status[413]["key_id"] == "user1"
+    assert by_status[413]["outcome"].startswith("PayloadTooLarge")
+    assert by_status[401]["key_id"] == "unknown"
+    assert rows[5]["request"]["dimensions"] == ["SEX"] and rows[5]["dataset"] == "demo"
+
+
+def test_a_crash_has_its_audit_row(edge_site, tmp_path):
+    app = create_app(edge_site)
+    service = app.state.service
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    service.table = broken
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.post(TABLES, json={"dimensions": ["SEX"]}, headers={"x-api-key": USER_KEY})
+    assert r.status_code == 500 and error_of(r)["message"] == "internal error"
+    rows = rows_of(tmp_path)
+    assert [(r["status"], r["key_id"], r["outcome"]) for r in rows] == [
+        (500, "user1", "InternalError: internal error")
+    ]
+
+
+def test_failed_authentications_are_rate_limited_per_address(edge_site, tmp_path):
+    with TestClient(create_app(edge_site), client=("10.9.9.9", 1)) as c:
+        codes = [
+            c.get("/api/datasets", headers={"x-api-key": f"wrong{i}"}).status_code
+            for i in range(8)
+        ]
+        missing = c.get("/api/datasets").status_code
+        # A valid key from the same address is served: only failures are counted there.
+        ok = c.get("/api/datasets", headers={"x-api-key": USER_KEY}).status_code
+    with TestClient(create_app(edge_site), client=("10.9.9.10", 1)) as other:
+        elsewhere = other.get("/api/datasets", headers={"x-api-key": "wrong"}).status_code
+    assert codes == [401] * 5 + [429] * 3
+    assert missing == 429 and ok == 200 and elsewhere == 401
+    rows = rows_of(tmp_path)
+    assert len(rows) == 11
+    assert [r["status"] for r in rows[:9]] == [*codes, missing]
+    assert all(r["key_id"] == "unknown" for r in rows[:9])
+
+
+def test_rate_limited_requests_with_bad_bodies_are_counted(demo_dir, tmp_path):
+    # The limit is counted before the body is parsed: bad bodies cannot flood past it.
+    cfg = site(demo_dir, tmp_path, server={"rate_limit_per_minute": 3})
+    with TestClient(create_app(cfg)) as c:
+        codes = [
+            c.post(
+                TABLES,
+                content=b"[[[",
+                headers={"x-api-key": USER_KEY, "content-type": "application/json"},
+            ).status_code
+            for _ in range(5)
+        ]
+    assert codes == [422, 422, 422, 429, 429]
+    assert [r["key_id"] for r in rows_of(tmp_path)] == ["user1"] * 5
+
+
+def test_older_audit_database_gains_the_client_column(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    con = sqlite3.connect(path)
+    con.execute(
+        "CREATE TABLE requests (id INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL, "
+        "key_id TEXT NOT NULL, dataset TEXT, endpoint TEXT NOT NULL, request TEXT, "
+        "status INTEGER NOT NULL, outcome TEXT NOT NULL)"
+    )
+    con.execute(
+        "INSERT INTO requests (time, key_id, endpoint, status, outcome) "
+        "VALUES ('2026-01-01', 'a', 'GET /', 200, 'ok')"
+    )
+    con.commit()
+    con.close()
+    log = AuditLog(path)
+    log.record(key_id="b", endpoint="GET /", status=200, outcome="ok", client="10.0.0.1")
+    rows = log.query()
+    log.close()
+    assert [(r["key_id"], r["client"]) for r in rows] == [("b", "10.0.0.1"), ("a", None)]
+
+
+# -- item 7: one error shape --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"\xff\xfe\xfa",
+        b"[" * 5000 + b"]" * 5000,
+        b'{"dimensions": ["SEX"]} x',
+        b"\x00",
+        b'{"dimensions": ["SEX"], "universe": {"AGE": [' + b"[" * 3000 + b"]",
+    ],
+)
+def test_a_body_that_is_not_json_is_422_however_it_is_malformed(edge_site, body):
+    with TestClient(create_app(edge_site)) as c:
+        r = c.post(
+            TABLES, content=body, headers={"x-api-key": USER_KEY, "content-type": "application/json"}
+        )
+    assert r.status_code == 422
+    err = error_of(r)
+    assert err["type"] == "ValidationError"
+    assert err["message"].startswith("invalid request: body: not valid JSON")
+
+
+def test_a_trailing_slash_is_not_found_not_a_redirect(edge_site):
+    with TestClient(create_app(edge_site), follow_redirects=False) as c:
+        c.headers["x-api-key"] = USER_KEY
+        for path in ("/api/datasets/", "/api/datasets/demo/", "/api/health/"):
+            r = c.get(path)
+            assert r.status_code == 404, path
+            assert f"paths end without a slash: {path.rstrip('/')}" in error_of(r)["message"]
+
+
+def test_admin_reads_the_client_address(edge_site):
+    with TestClient(create_app(edge_site), client=("192.0.2.7", 1)) as c:
+        c.get("/api/datasets", headers={"x-api-key": USER_KEY})
+        rows = c.get("/api/admin/audit", headers={"x-api-key": ADMIN_KEY}).json()["requests"]
+    assert rows[0]["client"] == "192.0.2.7" and rows[0]["key_id"] == "user1"
