@@ -81,8 +81,9 @@ class ZeroResult:
         if not (self.zeros and self.ones):
             return True
         factor = math.exp(self.epsilon) if math.isfinite(self.epsilon) else math.inf
-        se0 = math.sqrt(max(self.p0 * (1 - self.p0), 1e-12) / self.zeros)
-        se1 = math.sqrt(max(self.p1 * (1 - self.p1), 1e-12) / self.ones)
+        # Agresti-Coull: the share's standard error stays positive at 0 and 1.
+        se0 = _se(self.zeros_nonzero, self.zeros)
+        se1 = _se(self.ones_nonzero, self.ones)
         for a, sa, b, sb in ((self.p1, se1, self.p0, se0), (self.p0, se0, self.p1, se1)):
             for x, y in ((a, b), (1 - a, 1 - b)):
                 if x - z * sa > factor * (y + z * sb) + self.delta:
@@ -103,6 +104,11 @@ class ZeroResult:
             "share_one_nonzero": self.p1,
             "stated_figures_hold": self.holds(),
         }
+
+
+def _se(hits: int, n: int) -> float:
+    p = (hits + 2) / (n + 4)
+    return math.sqrt(p * (1 - p) / (n + 4))
 
 
 def _inner(table: ProtectedTable) -> tuple[Any, ...]:
@@ -207,21 +213,25 @@ def definition_attack(
     assert true.counts is not None
     n = true.counts[inner]
     published: list[np.ndarray] = []
+    free = np.ones(n.shape, dtype=bool)
     for c in codes:
         table = build(base.with_universe(**{variable: [x for x in codes if x != c]}))
         assert table.counts is not None
         published.append(np.asarray(table.counts[inner]))
+        # Structural zeros are never perturbed: they say nothing here.
+        free &= ~table.structural_zero[inner]
     stack = np.stack(published, axis=-1)
     k = len(codes)
     flagged = np.zeros(n.shape, dtype=bool)
     for idx in np.ndindex(*n.shape):
         top = Counter(stack[idx].tolist()).most_common(1)[0][1]
         flagged[idx] = top >= k - 1
+    zero, one = (n == 0) & free, (n == 1) & free
     return DefinitionResult(
         method,
         k,
-        int((n == 0).sum()),
-        int(((n == 0) & flagged).sum()),
-        int((n == 1).sum()),
-        int(((n == 1) & flagged).sum()),
+        int(zero.sum()),
+        int((zero & flagged).sum()),
+        int(one.sum()),
+        int((one & flagged).sum()),
     )
