@@ -382,3 +382,33 @@ def test_universe_size_refusals_are_the_same_for_the_same_records(demo_dir, tmp_
     # The decision is one per record set, whatever the table.
     assert all(len(v) == 1 for v in decided.values()), decided
     assert {s for v in decided.values() for s in v} == {200, 403}
+
+
+def test_q_records_choose_the_same_records_in_every_table(demo):
+    # Record-level drop/add-up-to-q: the count stream and the record order are
+    # keyed to the cell's record set, so the weighted figure (the weights of the
+    # records kept or duplicated) is the same in every table of the same records.
+    prot = Protection(drop_add_records(rate=0.2), seeds="keyed", secret=SECRET)
+    builder = ts.TableBuilder(demo, prot)
+    seen: dict[tuple, set] = {}
+    for dims, extra in ((("AGE", "SEX"), []), (("SEX", "AGE"), [30, 41]), (("AGE", "SEX"), [55])):
+        request = ts.TableRequest(
+            dims, universe={"REGION": [2], "AGE": TARGETS + extra}, statistic="both"
+        )
+        table = builder.build(request)
+        names = [d.name for d in table.dimensions]
+        a, s = names.index("AGE"), names.index("SEX")
+        for idx in np.ndindex(*(len(d.codes) for d in table.dimensions)):
+            age = table.dimensions[a].codes[idx[a]]
+            if age in TARGETS:
+                key = (age, table.dimensions[s].codes[idx[s]])
+                seen.setdefault(key, set()).add((table.counts[idx], table.weighted[idx]))
+    assert len(seen) == 2 * len(TARGETS)
+    assert all(len(v) == 1 for v in seen.values()), seen
+    # Some cells had records dropped or duplicated, so the choice was exercised.
+    truth = _truth(demo)(ts.TableRequest(("AGE", "SEX"), universe={"REGION": [2], "AGE": TARGETS}))
+    changed = sum(
+        next(iter(v))[0] != truth.counts[TARGETS.index(k[0]), [1, 2].index(k[1])]
+        for k, v in seen.items()
+    )
+    assert changed > 0
