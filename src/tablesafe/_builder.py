@@ -280,7 +280,8 @@ class TableBuilder:
                 from tablesafe._variance import confidence_interval, replicate_se
 
                 raw_se = replicate_se(weighted, reps, design)
-                raw_low, raw_high = confidence_interval(weighted, raw_se)
+                # A weighted count is never negative: so is no end of its interval.
+                raw_low, raw_high = confidence_interval(weighted, raw_se, lower_bound=0.0)
                 # Standard errors only where enough records stand behind the
                 # protected count: never for a cell that may hold no record.
                 shown = computed & (counts >= prot.se_threshold())
@@ -291,6 +292,7 @@ class TableBuilder:
                 meta["replicate_method"] = design.method
                 meta["replicate_coefficient"] = design.coefficient
                 meta["se_min_count"] = prot.se_threshold()
+                meta["ci_lower_bound"] = 0.0
             additive = prot.record_level or prot.additivity != "independent"
             weighted = np.where(
                 computed, self._round(weighted, request, computed, additive=additive), 0.0

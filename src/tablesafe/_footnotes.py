@@ -121,6 +121,11 @@ def footnotes(
             "Standard errors and 95% confidence intervals are shown only where the protected "
             f"count is at least {metadata['se_min_count']}."
         )
+    if metadata.get("ci_lower_bound") == 0:
+        statement.append(
+            "A weighted count cannot be negative, so an interval that would reach below 0 "
+            "starts at 0."
+        )
     rule = metadata.get("small_cell_rule")
     flags = {"structural_zero": "a structural zero: this combination cannot occur"}
     if isinstance(rule, Mapping):

@@ -249,14 +249,34 @@ def _plain(v: Any) -> Any:
     raise TypeError(f"cannot write {type(v).__name__} as JSON")
 
 
+#: Significant digits of a mean in text output (a mean of a 0/1 variable is a share).
+MEAN_DIGITS = 4
+
+
 def _fmt(value: Any, statistic: str) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
         return value
+    if statistic.startswith("mean_"):
+        return _significant(float(value), MEAN_DIGITS)
     if statistic in ("n",) or (float(value).is_integer() and statistic != "weighted"):
         return f"{int(value):,}"
     return f"{value:,.0f}"
+
+
+def _significant(value: float, digits: int) -> str:
+    """``value`` to ``digits`` significant digits (whole numbers kept), no trailing zeros.
+
+    0.3712 -> ``0.3712``, 0.5 -> ``0.5``, 41.237 -> ``41.24``, 52341.6 -> ``52,342``.
+    """
+    if math.isnan(value):
+        return ""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:,.0f}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if decimals else text
 
 
 def render_text(

@@ -43,10 +43,11 @@ stratum 2 are different PSUs), as in NHANES and most public-use files.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 import secrets
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -57,7 +58,13 @@ import numpy.typing as npt
 from tablesafe._catalog import REPLICATE_METHODS, Catalog, _check_name, _toml_value
 from tablesafe._errors import CatalogError, DataError, ParameterError
 
-__all__ = ["DesignReplicates", "ReplicatesReport", "add_replicates", "replicate_weights"]
+__all__ = [
+    "DesignReplicates",
+    "ReplicatesReport",
+    "add_replicates",
+    "design_warnings",
+    "replicate_weights",
+]
 
 Method = Literal["JK1", "JK2", "BRR", "bootstrap"]
 
@@ -279,6 +286,8 @@ class ReplicatesReport:
         strata: Number of strata.
         psus: Number of PSUs.
         records: Number of records.
+        warnings: What may make the standard errors mislead (see
+            :func:`design_warnings`); the command line prints them on standard error.
     """
 
     columns: tuple[str, ...]
@@ -287,6 +296,7 @@ class ReplicatesReport:
     strata: int
     psus: int
     records: int
+    warnings: tuple[str, ...] = ()
 
 
 _DESIGN_KEYS = ("replicate_weights", "replicate_method", "replicate_coefficient", "fay")
@@ -474,7 +484,81 @@ def add_replicates(
         strata=design.strata,
         psus=int(design.factors.shape[1]),
         records=int(weight.size),
+        warnings=design_warnings(
+            design,
+            strata,
+            psu,
+            table.column(psu).to_numpy(zero_copy_only=False),
+            [c for c in keep if c not in {psu, catalog.weight, catalog.record_key}],
+        ),
     )
+
+
+#: Fewer replicates than this draw a warning: a variance with so few degrees
+#: of freedom varies a lot from sample to sample, and a 95% interval of
+#: ``± 1.96 se`` is too narrow (the t quantile is 2.09 at 19 degrees of freedom,
+#: 12.7 at 1).
+MIN_REPLICATES = 20
+
+#: PSU codes 0..k-1 or 1..k with k up to this, without strata, look like PSUs
+#: numbered within strata (NHANES: 1 and 2 in each of its strata).
+NESTED_CODES = 10
+
+
+def design_warnings(
+    design: DesignReplicates,
+    strata: str | None,
+    psu: str,
+    psu_values: npt.ArrayLike,
+    columns: Sequence[str] = (),
+) -> tuple[str, ...]:
+    """What may make the standard errors of a replicate design mislead.
+
+    * No strata, and PSU codes that are the small integers ``1..k`` (or
+      ``0..k-1``, ``k <= NESTED_CODES``): such codes are how PSUs are
+      numbered *within* strata; read without the strata, PSU 1 of every
+      stratum becomes one PSU (NHANES II, 31 strata of 2 PSUs numbered 1
+      and 2, would give 2 JK1 replicates instead of 62).
+    * Fewer than ``MIN_REPLICATES`` replicates.
+
+    Args:
+        design: The replicate design made.
+        strata: The stratum column, or ``None``.
+        psu: The PSU column.
+        psu_values: The PSU of each record.
+        columns: The microdata's other columns (for naming stratum candidates).
+
+    Returns:
+        One sentence per warning, each saying what to pass instead.
+    """
+    import pandas as pd
+
+    out: list[str] = []
+    codes = pd.unique(pd.Series(np.asarray(psu_values)))
+    whole = sorted(
+        int(float(c))
+        for c in codes
+        if isinstance(c, numbers.Real) and not isinstance(c, bool) and float(c).is_integer()
+    )
+    k = len(codes)
+    numbered = len(whole) == k and whole in (list(range(1, k + 1)), list(range(k)))
+    if strata is None and numbered and 2 <= k <= NESTED_CODES:
+        candidates = [c for c in columns if "stra" in c.lower()]
+        hint = f" (a candidate: {', '.join(candidates[:3])})" if candidates else ""
+        out.append(
+            f"PSU column {psu} holds only the codes {whole[0]}..{whole[-1]} and no stratum "
+            f"column was given, so the design has {k} PSUs in 1 stratum; if PSUs are "
+            "numbered within strata (as in NHANES: 1 and 2 in each stratum), pass the "
+            f"stratum column (--strata){hint}, or the standard errors will be wrong"
+        )
+    if design.replicates < MIN_REPLICATES:
+        out.append(
+            f"only {design.replicates} replicate weights: a standard error from fewer than "
+            f"{MIN_REPLICATES} replicates rests on few degrees of freedom, and its 95% "
+            "intervals (estimate +- 1.96 se) are too narrow; check that the stratum "
+            "(--strata) and PSU (--psu) columns give the full design"
+        )
+    return tuple(out)
 
 
 def _read(dataset: Any) -> Any:

@@ -6,7 +6,8 @@ is ``v = c * sum_r (theta_r - theta)**2``, with the coefficient ``c`` of the
 catalog's replicate design (:class:`~tablesafe.ReplicateDesign`): JK1
 ``(R-1)/R``, JK2 ``1``, BRR with Fay factor ``rho`` ``1 / (R (1-rho)**2)``,
 bootstrap ``1/(R-1)``. The standard error is ``sqrt(v)`` and the normal
-confidence interval ``theta ± z_{1-a/2} * se``.
+confidence interval ``theta ± z_{1-a/2} * se``, its lower end raised to 0
+for a figure that cannot be negative (a count, a weighted count).
 """
 
 from __future__ import annotations
@@ -42,15 +43,31 @@ def replicate_se(
 
 
 def confidence_interval(
-    estimate: npt.NDArray[np.float64], se: npt.NDArray[np.float64], level: float = 0.95
+    estimate: npt.NDArray[np.float64],
+    se: npt.NDArray[np.float64],
+    level: float = 0.95,
+    *,
+    lower_bound: float | None = None,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Normal confidence intervals ``estimate ± z * se`` at ``level``."""
+    """Normal confidence intervals ``estimate ± z * se`` at ``level``.
+
+    Args:
+        estimate: The estimates.
+        se: Their standard errors.
+        level: The confidence level, in (0, 1).
+        lower_bound: The smallest value the figure can take (0 for counts and
+            weighted counts): lower ends below it are raised to it, so an
+            interval never holds impossible values. ``None``: no bound.
+    """
     if not 0 < level < 1:
         raise ParameterError(f"confidence level must lie in (0, 1), not {level}")
     from scipy import stats  # imported when needed: a slow import
 
     z = float(stats.norm.ppf(0.5 + level / 2))
-    return estimate - z * se, estimate + z * se
+    low = estimate - z * se
+    if lower_bound is not None:
+        low = np.maximum(low, lower_bound)
+    return low, estimate + z * se
 
 
 def ci_overlap(

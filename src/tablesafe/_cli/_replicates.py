@@ -68,3 +68,5 @@ def replicates_add(
         f"PSUs, {report.records:,} records; variance coefficient {report.coefficient:.6g}) "
         f"to {directory}"
     )
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
