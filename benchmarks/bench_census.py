@@ -45,16 +45,16 @@ METHODS = {
     # name: (method, extra options of protection_from_options)
     "none": ("none", {}),
     "ckm": ("ckm", {}),
-    "ckm-dynamic": ("ckm", {"seeds": "dynamic"}),
+    "ckm-keyed": ("ckm", {"seeds": "keyed"}),
     "dp": ("dp", {}),
     "pram": ("pram", {}),
     "q": ("q", {}),
-    "q-records": ("q-records", {"seeds": "dynamic"}),
+    "q-records": ("q-records", {"seeds": "keyed"}),
     # Counts alone do not depend on which records drop/add-up-to-q drops or
     # duplicates, so the census's count tables ask for no record choice; this
     # row is what a weighted table pays for it: the same data with a weight
     # column, statistic "both", against a GROUP BY that also sums the weight.
-    "q-records-weighted": ("q-records", {"seeds": "dynamic"}),
+    "q-records-weighted": ("q-records", {"seeds": "keyed"}),
 }
 #: Methods run on the weighted copy of the data (make_weighted), statistic "both".
 WEIGHTED = {"q-records-weighted"}
@@ -189,7 +189,7 @@ def builder_for(folder: Path, name: str):
 
     method, extra = METHODS[name]
     os.environ["TS_BENCH_SECRET"] = SECRET
-    secret = {"secret_env": "TS_BENCH_SECRET"} if extra.get("seeds") == "dynamic" else {}
+    secret = {"secret_env": "TS_BENCH_SECRET"} if extra.get("seeds") == "keyed" else {}
     protection = protection_from_options(method, **extra, **secret)
     return TableBuilder(Dataset.open(folder), protection, engine=DuckDBEngine())
 
@@ -394,7 +394,7 @@ def served_latency(
             path = "{folder}"
             [datasets.protection]
             method = "ckm"
-            seeds = "dynamic"
+            seeds = "keyed"
             secret_file = "{tmp}/secret"
             [datasets.rules]
             max_dimensions = 3

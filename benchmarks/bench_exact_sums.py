@@ -141,7 +141,7 @@ def compare_tables(path: Path, shuffled: Path) -> None:
     for method, extra in (
         ("none", {}),
         ("ckm", {}),
-        ("q-records", {"seeds": "dynamic", "secret_env": "TS_EXACT_SECRET"}),
+        ("q-records", {"seeds": "keyed", "secret_env": "TS_EXACT_SECRET"}),
     ):
         protection = protection_from_options(method, **extra)
         outputs = {}

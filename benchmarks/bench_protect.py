@@ -53,6 +53,7 @@ def main() -> None:
         ("ckm, cell keys, aggregate", Protection(destatis(3, 1.0))),
         ("dp, cell keys, independent", Protection(dp_geometric(1.0), additivity="independent")),
         ("ckm, dynamic seeds", Protection(destatis(3, 1.0), seeds="dynamic", secret=secret)),
+        ("ckm, keyed seeds", Protection(destatis(3, 1.0), seeds="keyed", secret=secret)),
         ("dp, ipf + controlled rounding", Protection(dp_geometric(1.0), additivity="ipf")),
     ]:
         builder = TableBuilder(dataset, prot, engine=engine)

@@ -47,7 +47,7 @@ def main() -> None:
         write_demo_data(folder, args.records, seed=1, replicates=80)
     dataset = Dataset.open(folder)
     request = TableRequest(("AGEGRP", "SEX"), statistic="both", replicates=True)
-    protection = Protection(drop_add_records(), seeds="dynamic", secret=SECRET)
+    protection = Protection(drop_add_records(), seeds="keyed", secret=SECRET)
     print(f"drop/add-up-to-q, AGEGRP x SEX, 80 replicate weights, {args.records:,} records")
     for materialize in (False, True):
         engine = DuckDBEngine(materialize=materialize)

@@ -1,7 +1,7 @@
 """Load test of the served table builder (loopback only, bounded in time).
 
 Serves the demo survey (1,000,000 records by default) with the demo
-protection (cell-key method, dynamic seeds) in a separate process, then runs
+protection (cell-key method, keyed seeds) in a separate process, then runs
 16 concurrent clients for 60 seconds, each asking for 2-way tables (random
 pairs of variables, universes: all records or one region), and reports
 throughput, p50/p99 latency and errors. The baseline, measured in this
@@ -64,7 +64,7 @@ path = "{data_dir}"
 
 [datasets.protection]
 method = "ckm"
-seeds = "dynamic"
+seeds = "keyed"
 secret_file = "{secret}"
 
 [datasets.rules]
