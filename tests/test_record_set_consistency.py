@@ -22,7 +22,7 @@ from tablesafe._ptable_cache import cached_destatis
 from tablesafe._seeds import canonical_definitions, definition_words, keyed_words
 from tablesafe.attacks._averaging import averaging_attack, likelihoods
 from tablesafe.attacks._zeros import definition_attack, zero_attack
-from tablesafe.mechanisms import dp_geometric, drop_add_q, drop_add_records
+from tablesafe.mechanisms import dp_geometric, drop_add_q, drop_add_records, pram_shlomo_young
 
 SECRET = b"record-set-consistency-secret-01"
 TARGETS = list(range(81, 90))  # AGE 81..89 in REGION 2: counts 0..5 by SEX
@@ -63,6 +63,7 @@ CONSISTENT = {
     "ckm-keyed": lambda: Protection(cached_destatis(3, 1.0, 0), seeds="keyed", secret=SECRET),
     "dp-keyed": lambda: Protection(dp_geometric(1.0, cap=5), seeds="keyed", secret=SECRET),
     "q-cellkey-secret": lambda: Protection(drop_add_q(rate=0.05), secret=SECRET),
+    "pram-keyed": lambda: Protection(pram_shlomo_young(), seeds="keyed", secret=SECRET),
     "q-records-keyed": lambda: Protection(drop_add_records(rate=0.2), seeds="keyed", secret=SECRET),
 }
 
