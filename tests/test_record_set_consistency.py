@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import tablesafe as ts
-from tablesafe._errors import ParameterError
+from tablesafe._errors import ParameterError, RequestError
 from tablesafe._protection import Protection
 from tablesafe._ptable_cache import cached_destatis
 from tablesafe._seeds import canonical_definitions, definition_words, keyed_words
@@ -413,3 +413,84 @@ def test_q_records_choose_the_same_records_in_every_table(demo):
         for k, v in seen.items()
     )
     assert changed > 0
+
+
+# -- the commands --------------------------------------------------------------------------------
+
+
+def _run(args, env=None):
+    from click.testing import CliRunner
+
+    from tablesafe._cli import get_app
+
+    return CliRunner().invoke(get_app(), args, env=env or {"TABLESAFE_SECRET": SECRET.decode()})
+
+
+def test_cli_attack_averaging(demo_dir):
+    common = [
+        "attack",
+        "averaging",
+        str(demo_dir),
+        "--variable",
+        "AGE",
+        "--targets",
+        "81..89",
+        "--pad",
+        "20..60",
+        "--second",
+        "SEX",
+        "--universe",
+        "REGION=2",
+        "--magnitude",
+        "INCOME",
+        "--tables",
+        "12",
+        "--format",
+        "json",
+    ]
+    result = _run([*common, "--method", "ckm,dp"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert [r["method"] for r in doc] == ["ckm/keyed", "dp/keyed"]
+    for r in doc:
+        assert r["tables"] == 12 and r["target_cells"] == 18
+        assert r["most_distinct_values"] == 1
+        assert r["exact_after_all_tables"] == r["exact_after_one_table"]
+    before = json.loads(_run([*common, "--method", "ckm", "--seeds", "dynamic"]).output)
+    assert before[0]["most_distinct_values"] > 1
+    bad = _run([*common[:6], "81..x", *common[7:]])
+    assert isinstance(bad.exception, RequestError) and "a range is LO..HI" in str(bad.exception)
+
+
+def test_cli_attack_zeros(demo_dir):
+    result = _run(
+        [
+            "attack",
+            "zeros",
+            str(demo_dir),
+            "--variables",
+            "AGEGRP,REGION,SEX,EDUC,OCC",
+            "--method",
+            "dp",
+            "--epsilon",
+            "1",
+            "--cap",
+            "5",
+            "--exclude",
+            "EDUC",
+            "--base",
+            "AGE*SEX",
+            "--universe",
+            "REGION=2",
+            "--format",
+            "json",
+        ]
+    )
+    assert result.exit_code == 0, result.output
+    (doc,) = json.loads(result.output)
+    assert doc["stated_figures_hold"] is True
+    assert doc["empty_cells"] > 0 and doc["one_record_cells"] > 0
+    assert doc["definitions"]["definitions"] == 6
+    alone = _run(["attack", "zeros", str(demo_dir), "--exclude", "EDUC"])
+    assert isinstance(alone.exception, RequestError)
+    assert "--exclude and --base go together" in str(alone.exception)
