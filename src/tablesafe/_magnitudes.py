@@ -8,17 +8,19 @@ every engine (see docs/magnitudes.md for the equations):
   ``ptable``): the perturbation is proportional to the cell's largest
   contributions ``x_(1) >= x_(2) >= ...``::
 
-      X' = X + sum_j  m * eps_j * x_(j) * s_j * (mu + |v_j|)
+      X' = X + sign(X) * s * sum_j  m * eps_j * x_(j) * (mu + |v_j|)
 
   where ``v_j`` is drawn from a numeric ptable (:func:`num_ptable`, the
   construction of ``ptable::create_num_ptable``) by a uniform from the cell
-  key (a separate stream per variable and per ``j``), ``s_j`` is the sign of
-  ``v_j`` (of a second draw where ``v_j = 0``), ``m`` the share of a
-  contribution that one unit of ``v`` moves, ``eps_j`` the weights of the
-  contributions and ``mu`` a floor: no cell is ever published unperturbed,
-  and a cell's largest contributor moves its sum by at least
-  ``m * mu * x_(1)``, so differencing two published cells does not give it
-  away.
+  key (a separate stream per variable and per ``j``), ``s`` is the sign of
+  ``v_1`` (of a second draw where ``v_1 = 0``): away from 0 or towards it,
+  relative to the sign of ``X`` as in ``cellKey``, and away from 0 when
+  the move towards it would reach 0; ``m`` the share of a contribution
+  that one unit of ``v`` moves, ``eps_j`` the weights of the contributions
+  and ``mu`` a floor. All terms take one direction, so none cancels
+  another: before rounding, every sum moves by at least ``m * mu * x_(1)``
+  (differencing two published cells does not give the largest contributor
+  away) and keeps its sign (:func:`ckm_noise`).
 * **Differential privacy**: ``X' = X + Laplace(b)`` with ``b = Delta / epsilon``
   and ``Delta = max(|lower|, |upper|)`` from the owner's bounds (a record
   changes a sum by at most ``Delta``); the Laplace draw is the inverse CDF of
@@ -240,8 +242,8 @@ class MagnitudeProtection:
         share: ``m``: the share of a contribution one unit of ``v`` moves.
         top_k: How many of the largest contributions are perturbed (1 to 3).
         eps: Weights of the contributions ``j = 1 .. top_k`` (the first is 1).
-        mu: The floor added to ``|v|``: every cell moves by at least
-            ``share * mu * x_(1)``.
+        mu: The floor added to ``|v|``: before rounding, every sum moves by
+            at least ``share * mu * x_(1)``.
         epsilon: Privacy-loss budget per cell for ``"dp"``.
         rounding: Rounding of the published sums (``"1"``, ``"1000"``, ``"3sf"``).
         mean_rounding: Rounding of the published means.
@@ -339,9 +341,11 @@ class MagnitudeProtection:
                 mu=self.mu,
                 statement=(
                     "cell-key method for magnitudes: each sum moves by "
-                    f"{self.share:g} x (mu + |v|) of its {self.top_k} largest contributions "
-                    "(weighted by eps), v from the numeric ptable by the cell key; every cell "
-                    f"moves by at least {self.share * self.mu:g} of its largest contribution"
+                    f"{self.share:g} x (mu + |v|) of each of its {self.top_k} largest "
+                    "contributions (weighted by eps), all in one direction, v from the numeric "
+                    "ptable by the cell key; before rounding, every sum moves by at least "
+                    f"{self.share * self.mu:g} of its largest contribution and never changes "
+                    "its sign (a move towards 0 that would reach it goes away from 0 instead)"
                 ),
             )
         elif self.method == "dp":
@@ -499,6 +503,15 @@ def ckm_noise(
 ) -> npt.NDArray[np.float64]:
     """The cell-key perturbation of magnitude sums (see the module docstring).
 
+    Each of the ``top_k`` largest contributions gives a move
+    ``t_j = m * eps_j * x_(j) * (mu + |v_j|)``, with ``v_j`` from the row of
+    ``a_j = |X| / (m eps_j x_(j))``. As in R's ``cellKey``, the direction is
+    relative to the sign of ``X``: the sign of ``v_1`` (a coin where ``v_1 = 0``)
+    says away from 0 (+) or towards it (-). All moves take that one direction,
+    so they add up and never cancel: ``|X' - X| = sum_j t_j >= m * mu * x_(1)``.
+    A move towards 0 that would reach or pass 0 goes away from it instead, so
+    ``X'`` keeps the sign of ``X`` (``X = 0`` moves by the coin's sign).
+
     Args:
         total: True sums.
         top: Largest absolute contributions ``(K, ...)``.
@@ -507,16 +520,22 @@ def ckm_noise(
             (``"v"`` or ``"sign"``) of contribution ``j``.
     """
     table = prot.ptable()
-    noise = np.zeros(total.shape, dtype=np.float64)
+    size = np.zeros(total.shape, dtype=np.float64)
+    away = np.ones(total.shape, dtype=bool)
     for j in range(prot.top_k):
         delta = prot.share * prot.eps[j] * top[j]
         live = delta > 0
         a = np.divide(np.abs(total), delta, out=np.full(total.shape, np.inf), where=live)
         v = table.lookup(table.row_for(np.minimum(a, table.D)), uniforms(j, "v"))
-        coin = np.where(uniforms(j, "sign") < 0.5, -1.0, 1.0)
-        sign = np.where(v != 0, np.sign(v), coin)
-        noise += np.where(live, delta * sign * (prot.mu + np.abs(v)), 0.0)
-    return noise
+        size += np.where(live, delta * (prot.mu + np.abs(v)), 0.0)
+        if j == 0:
+            coin = uniforms(0, "sign") >= 0.5
+            away = np.where(v != 0, v > 0, coin)
+    # A sum of 0 has no side: the drawn direction is the sign of the move.
+    sign_x = np.where(total > 0, 1.0, np.where(total < 0, -1.0, np.where(away, 1.0, -1.0)))
+    # Towards 0 only while the whole move stays short of 0: never past it, never onto it.
+    away |= size >= np.abs(total)
+    return np.where(away, sign_x, -sign_x) * size
 
 
 def laplace(u: npt.NDArray[np.float64], scale: float) -> npt.NDArray[np.float64]:

@@ -352,7 +352,7 @@ class MagnitudeSettings(BaseModel):
         0.5,
         ge=0,
         le=10,
-        description="ckm: floor added to |v|: every sum moves by at least "
+        description="ckm: floor added to |v|: before rounding, every sum moves by at least "
         "share * mu of its largest contribution.",
     )
     epsilon: float = Field(1.0, gt=0, le=100, description="dp: epsilon per cell and variable.")
