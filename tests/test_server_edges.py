@@ -50,7 +50,13 @@ def test_every_request_has_one_audit_row_with_key_and_client(edge_site, tmp_path
         go("GET", "/openapi.json", 200)
         go("GET", "/api/datasets", 200, headers=user)
         go("POST", TABLES, 200, json={"dimensions": ["SEX"]}, headers=user)
-        go("POST", TABLES, 422, content=b"{not json", headers={**user, "content-type": "application/json"})
+        go(
+            "POST",
+            TABLES,
+            422,
+            content=b"{not json",
+            headers={**user, "content-type": "application/json"},
+        )
         go("POST", TABLES, 413, content=b"x" * 70_000, headers=user)
         go("GET", "/api/datasets/nope", 404, headers=user)
         go("GET", "/api/datasets/", 404, headers=user)
@@ -59,9 +65,7 @@ def test_every_request_has_one_audit_row_with_key_and_client(edge_site, tmp_path
         go("GET", "/api/datasets", 401, headers={"x-api-key": "wrong"})
         go("GET", "/api/admin/audit", 403, headers=user)
     rows = rows_of(tmp_path)
-    assert [(r["endpoint"], r["status"]) for r in rows] == [
-        (f"{m} {p}", s) for m, p, s in sent
-    ]
+    assert [(r["endpoint"], r["status"]) for r in rows] == [(f"{m} {p}", s) for m, p, s in sent]
     assert {r["client"] for r in rows} == {"10.1.2.3"}
     by_status = {r["status"]: r for r in rows}
     # A body that does not parse, or is too large, is logged under the key that sent it.
@@ -93,8 +97,7 @@ def test_a_crash_has_its_audit_row(edge_site, tmp_path):
 def test_failed_authentications_are_rate_limited_per_address(edge_site, tmp_path):
     with TestClient(create_app(edge_site), client=("10.9.9.9", 1)) as c:
         codes = [
-            c.get("/api/datasets", headers={"x-api-key": f"wrong{i}"}).status_code
-            for i in range(8)
+            c.get("/api/datasets", headers={"x-api-key": f"wrong{i}"}).status_code for i in range(8)
         ]
         missing = c.get("/api/datasets").status_code
         # A valid key from the same address is served: only failures are counted there.
@@ -165,7 +168,9 @@ def test_older_audit_database_gains_the_client_column(tmp_path):
 def test_a_body_that_is_not_json_is_422_however_it_is_malformed(edge_site, body):
     with TestClient(create_app(edge_site)) as c:
         r = c.post(
-            TABLES, content=body, headers={"x-api-key": USER_KEY, "content-type": "application/json"}
+            TABLES,
+            content=body,
+            headers={"x-api-key": USER_KEY, "content-type": "application/json"},
         )
     assert r.status_code == 422
     err = error_of(r)

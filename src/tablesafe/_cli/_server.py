@@ -25,13 +25,22 @@ def serve(config: Path, host: str, port: int) -> None:
 
     from tablesafe._settings import load_site_config
     from tablesafe.server import create_app
+    from tablesafe.server._protocol import listen, open_files_for, server_config
 
     site = load_site_config(config)
-    application = create_app(site)
-    click.echo(
-        f"tablesafe: serving {', '.join(d.name for d in site.datasets)} at http://{host}:{port}/"
-    )
-    uvicorn.run(application, host=host, port=port, log_level="warning")
+    # Bound before the data is loaded or anything announced: a busy port fails first.
+    sock = listen(host, port)
+    try:
+        application = create_app(site)
+        connections = open_files_for(site.server.max_connections)
+        server = uvicorn.Server(server_config(application, max_connections=connections))
+        click.echo(
+            f"tablesafe: serving {', '.join(d.name for d in site.datasets)} at "
+            f"http://{host}:{sock.getsockname()[1]}/"
+        )
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
 
 
 @app.group(

@@ -36,7 +36,7 @@ from tablesafe._settings import ServerSettings
 from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Authenticator, AuthError, RateLimited
 
-__all__ = ["Edge", "Gate", "error_shape", "not_json"]
+__all__ = ["CSP", "SECURITY_HEADERS", "Edge", "Gate", "error_shape", "not_json"]
 
 log = logging.getLogger("tablesafe.server")
 
@@ -189,8 +189,9 @@ class Gate:
             state["outcome"] = f"{refused.kind}: {refused.message}"
             await answer.json(refused.status, refused.kind, refused.message, refused.close)
             return
-        if body is None:  # the client left before sending its body
-            answer.write_row(499, "client closed the connection before sending its body")
+        if body is None:  # the client left, or the protocol refused the rest of the request
+            status = int(state.get("refused", 499))
+            answer.write_row(status, "client closed the connection before sending its body")
             return
         try:
             await self.app(scope, _replay(body, receive), answer.send)
@@ -288,11 +289,9 @@ class _Answer:
             status = int(message["status"])
             self.write_row(status, "ok" if status < 400 else f"HTTP {status}")
             headers = [
-                (k, v)
-                for k, v in message.get("headers", [])
-                if k.lower() not in _SECURITY_HEADER_NAMES
+                (k, v) for k, v in message.get("headers", []) if k.lower() not in _HEADER_NAMES
             ]
-            headers += [(b"content-security-policy", self.csp), *_SECURITY_HEADERS]
+            headers += [(b"content-security-policy", self.csp), *SECURITY_HEADERS]
             message = {**message, "headers": headers}
         await self._send(message)
 
@@ -308,13 +307,13 @@ class _Answer:
         await self.send({"type": "http.response.body", "body": data})
 
 
-_SECURITY_HEADERS = [
+SECURITY_HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
     # The page may carry an API key in its address (?key=): never send it elsewhere.
     (b"referrer-policy", b"no-referrer"),
 ]
-_SECURITY_HEADER_NAMES = {b"content-security-policy"} | {k for k, _ in _SECURITY_HEADERS}
+_HEADER_NAMES = {b"content-security-policy"} | {k for k, _ in SECURITY_HEADERS}
 
 
 def _headers(scope: Scope) -> dict[str, str]:
