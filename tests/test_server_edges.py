@@ -192,3 +192,75 @@ def test_admin_reads_the_client_address(edge_site):
         c.get("/api/datasets", headers={"x-api-key": USER_KEY})
         rows = c.get("/api/admin/audit", headers={"x-api-key": ADMIN_KEY}).json()["requests"]
     assert rows[0]["client"] == "192.0.2.7" and rows[0]["key_id"] == "user1"
+
+
+# -- item 10: forwarded addresses --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("peer", "forwarded", "client"),
+    [
+        # No proxy named: the header is ignored, whoever sends it.
+        ("127.0.0.1", "6.6.6.6", "127.0.0.1"),
+        ("10.0.0.2", "6.6.6.6", "10.0.0.2"),
+    ],
+)
+def test_x_forwarded_for_is_ignored_without_trusted_proxies(
+    demo_dir, tmp_path, peer, forwarded, client
+):
+    cfg = site(demo_dir, tmp_path)
+    with TestClient(create_app(cfg), client=(peer, 1)) as c:
+        c.get("/api/datasets", headers={"x-api-key": USER_KEY, "x-forwarded-for": forwarded})
+    assert [r["client"] for r in rows_of(tmp_path)] == [client]
+
+
+@pytest.mark.parametrize(
+    ("peer", "forwarded", "client"),
+    [
+        ("10.0.0.2", "1.2.3.4", "1.2.3.4"),
+        # Each trusted proxy appends its peer: the nearest untrusted hop is the client,
+        # whatever the caller wrote before it.
+        ("10.0.0.2", "6.6.6.6, 1.2.3.4, 10.0.0.3", "1.2.3.4"),
+        ("10.0.0.2", "6.6.6.6", "6.6.6.6"),
+        # A peer outside the named networks cannot forward.
+        ("192.168.1.1", "1.2.3.4", "192.168.1.1"),
+        # Not an address: the last trusted hop is the client.
+        ("10.0.0.2", "nonsense", "10.0.0.2"),
+        ("10.0.0.2", "1.2.3.4, nonsense", "10.0.0.2"),
+        ("10.0.0.2", "", "10.0.0.2"),
+        ("fd00::5", "2001:db8::7", "2001:db8::7"),
+        # Every hop trusted: the farthest one.
+        ("10.0.0.2", "10.0.0.9", "10.0.0.9"),
+    ],
+)
+def test_x_forwarded_for_from_named_proxies(demo_dir, tmp_path, peer, forwarded, client):
+    cfg = site(demo_dir, tmp_path, server={"trusted_proxies": ["10.0.0.0/8", "fd00::/8"]})
+    with TestClient(create_app(cfg), client=(peer, 1)) as c:
+        c.get("/api/datasets", headers={"x-api-key": USER_KEY, "x-forwarded-for": forwarded})
+    assert [r["client"] for r in rows_of(tmp_path)] == [client]
+
+
+def test_anonymous_identity_and_limits_follow_the_trusted_address(demo_dir, tmp_path):
+    cfg = site(
+        demo_dir,
+        tmp_path,
+        keys=False,
+        server={"trusted_proxies": ["10.0.0.2"], "rate_limit_per_minute": 2},
+    )
+    with TestClient(create_app(cfg), client=("10.0.0.2", 1)) as c:
+        a = [
+            c.get("/api/datasets", headers={"x-forwarded-for": "1.1.1.1"}).status_code
+            for _ in range(3)
+        ]
+        b = c.get("/api/datasets", headers={"x-forwarded-for": "2.2.2.2"}).status_code
+    assert a == [200, 200, 429] and b == 200
+    assert [r["key_id"] for r in rows_of(tmp_path)] == ["anonymous@1.1.1.1"] * 3 + [
+        "anonymous@2.2.2.2"
+    ]
+
+
+def test_trusted_proxies_must_be_addresses(demo_dir, tmp_path):
+    from tablesafe._errors import ConfigError
+
+    with pytest.raises(ConfigError, match="'proxy.local' is not an IP address or network"):
+        site(demo_dir, tmp_path, server={"trusted_proxies": ["proxy.local"]})

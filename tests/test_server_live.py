@@ -427,3 +427,41 @@ def test_a_slowloris_of_1000_connections_does_not_stop_service(demo_dir, tmp_pat
     assert answers == [408] * 1000
     rows = server.rows()
     assert sorted(r["status"] for r in rows) == [200] * 40 + [408] * 1000
+
+
+# -- item 10: forwarded addresses ---------------------------------------------------------
+
+
+def test_x_forwarded_for_from_loopback_is_not_trusted(demo_dir, tmp_path):
+    # uvicorn's default trusts 127.0.0.1: a local caller could pick its anonymous identity.
+    cfg = site(demo_dir, tmp_path, keys=False, server={**FAST, "rate_limit_per_minute": 3})
+    with serving(cfg) as server:
+        codes = [
+            server.request("GET", "/api/datasets", headers={"x-forwarded-for": f"10.0.0.{i}"})[
+                0
+            ].status_code
+            for i in range(5)
+        ]
+        rows = server.rows()
+    assert codes == [200, 200, 200, 429, 429]
+    assert {r["client"] for r in rows} == {"127.0.0.1"}
+    assert {r["key_id"] for r in rows} == {"anonymous@127.0.0.1"}
+
+
+def test_x_forwarded_for_from_a_named_proxy_is_the_client(demo_dir, tmp_path):
+    cfg = site(
+        demo_dir,
+        tmp_path,
+        keys=False,
+        server={**FAST, "trusted_proxies": ["127.0.0.1"], "rate_limit_per_minute": 3},
+    )
+    with serving(cfg) as server:
+        codes = [
+            server.request("GET", "/api/datasets", headers={"x-forwarded-for": f"10.0.0.{i}"})[
+                0
+            ].status_code
+            for i in range(5)
+        ]
+        rows = server.rows()
+    assert codes == [200] * 5
+    assert [r["client"] for r in rows] == [f"10.0.0.{i}" for i in range(5)]
