@@ -264,3 +264,67 @@ def test_trusted_proxies_must_be_addresses(demo_dir, tmp_path):
 
     with pytest.raises(ConfigError, match="'proxy.local' is not an IP address or network"):
         site(demo_dir, tmp_path, server={"trusted_proxies": ["proxy.local"]})
+
+
+# -- item 9: the API pages and the security headers ---------------------------------------
+
+
+def test_api_pages_are_off_by_default(edge_site):
+    with TestClient(create_app(edge_site)) as c:
+        for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+            r = c.get(path)
+            assert r.status_code == 404 and error_of(r)["type"] == "NotFound", path
+        assert c.get("/openapi.json").status_code == 200
+
+
+def test_api_pages_when_the_site_turns_them_on(demo_dir, tmp_path):
+    cfg = site(demo_dir, tmp_path, server={"api_docs": True})
+    with TestClient(create_app(cfg)) as c:
+        for path in ("/docs", "/redoc"):
+            r = c.get(path)
+            assert r.status_code == 200 and "cdn.jsdelivr.net" in r.text
+            policy = r.headers["content-security-policy"]
+            assert "https://cdn.jsdelivr.net" in policy and "frame-ancestors 'none'" in policy
+        # Only those pages may load from the CDN.
+        assert "cdn.jsdelivr.net" not in c.get("/").headers["content-security-policy"]
+
+
+def test_every_answer_carries_the_security_headers(edge_site):
+    with TestClient(create_app(edge_site)) as c:
+        answers = [
+            c.get("/"),
+            c.get("/static/app.js"),
+            c.get("/api/health"),
+            c.get("/openapi.json"),
+            c.get("/api/datasets", headers={"x-api-key": USER_KEY}),
+            c.get("/api/datasets"),
+            c.get("/nothing"),
+            c.post(TABLES, content=b"x" * 70_000, headers={"x-api-key": USER_KEY}),
+        ]
+    for r in answers:
+        policy = r.headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "script-src 'self'" in policy
+        assert "frame-ancestors 'none'" in policy
+        assert r.headers["x-frame-options"] == "DENY"
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert r.headers["referrer-policy"] == "no-referrer"
+        assert r.headers.get_list("content-security-policy") == [policy]
+
+
+def test_the_page_needs_nothing_its_policy_forbids():
+    """No inline script, style or handler, nothing from another origin."""
+    import re
+    from importlib import resources
+
+    static = resources.files("tablesafe.server").joinpath("static")
+    html = static.joinpath("index.html").read_text()
+    scripts = re.findall(r"<script\b([^>]*)>", html)
+    assert scripts and all('src="/static/' in attrs for attrs in scripts)
+    assert "<style" not in html and not re.search(r"\sstyle=", html)
+    assert not re.search(r"\son[a-z]+=", html)
+    assert not re.search(r"(src|href)=\"(https?:)?//", html)
+    for name in ("app.js", "admin.js"):
+        code = static.joinpath(name).read_text()
+        assert "eval(" not in code and "new Function" not in code
+        # Requests go to the page's own origin.
+        assert not re.search(r"fetch\(\s*[\"'`]https?:", code)

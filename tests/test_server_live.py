@@ -143,6 +143,9 @@ def test_a_malformed_request_line_is_json_and_logged(live):
     err = error_of(response, body)
     assert (err["status"], err["type"]) == (400, "MalformedRequest")
     assert b"Invalid HTTP request received" not in body
+    headers = dict(response.headers)
+    assert b"frame-ancestors 'none'" in headers[b"content-security-policy"]
+    assert headers[b"x-content-type-options"] == b"nosniff"
     [row] = live.rows()
     assert (row["status"], row["key_id"], row["client"]) == (400, "unknown", "127.0.0.1")
     assert row["outcome"].startswith("MalformedRequest")
