@@ -124,6 +124,13 @@ def test_subpackage_apis_are_pinned():
     import tablesafe.metrics
 
     assert set(tablesafe.attacks.__all__) == {
+        "AveragingCell",
+        "AveragingResult",
+        "DefinitionResult",
+        "ZeroResult",
+        "averaging_attack",
+        "definition_attack",
+        "zero_attack",
         "ReconstructionResult",
         "SliverResult",
         "WeightedAttackResult",
