@@ -120,6 +120,7 @@ CASES: dict[tuple[str, str], list[str]] = {
     ("evaluate", "json"): ["evaluate", "{demo}", "--table", "REGION*SEX", "--methods", "ckm"],
     ("reproduce shlomo2019", "json"): ["reproduce", "shlomo2019", "--reps", "10"],
     ("audit", "json"): ["audit", "--config", "{site}"],
+    ("api-key list", "json"): ["api-key", "list", "--config", "{site}"],
     ("audit reconstruct", "json"): [
         "audit",
         "reconstruct",

@@ -328,3 +328,161 @@ def test_the_page_needs_nothing_its_policy_forbids():
         assert "eval(" not in code and "new Function" not in code
         # Requests go to the page's own origin.
         assert not re.search(r"fetch\(\s*[\"'`]https?:", code)
+
+
+# -- item 11: the key lifecycle -----------------------------------------------------------
+
+
+def keyed_site(demo_dir, tmp_path, **expires):
+    from tablesafe._settings import load_site_config
+    from tablesafe.server import hash_key
+
+    data = {
+        "base": str(tmp_path),
+        "server": {"audit_db": "audit.sqlite"},
+        "datasets": [{"name": "demo", "path": str(demo_dir), "protection": {"method": "none"}}],
+        "keys": [
+            {"id": "user1", "hash": hash_key(USER_KEY), **expires},
+            {"id": "admin1", "hash": hash_key(ADMIN_KEY), "role": "admin"},
+        ],
+    }
+    return load_site_config(data=data)
+
+
+def test_an_expired_key_is_refused_and_logged_under_its_id(demo_dir, tmp_path):
+    import datetime as dt
+
+    past = keyed_site(demo_dir, tmp_path, expires=dt.date(2000, 1, 1))
+    with TestClient(create_app(past)) as c:
+        r = c.get("/api/datasets", headers={"x-api-key": USER_KEY})
+    err = error_of(r)
+    assert (err["status"], err["type"]) == (401, "AuthError")
+    assert "expired on 2000-01-01T00:00:00+00:00" in err["message"]
+    [row] = rows_of(tmp_path)
+    assert (row["key_id"], row["status"]) == ("user1", 401)
+    future = keyed_site(demo_dir, tmp_path / "f", expires="2999-01-01T00:00:00Z")
+    with TestClient(create_app(future)) as c:
+        assert c.get("/api/datasets", headers={"x-api-key": USER_KEY}).status_code == 200
+
+
+def test_expiry_to_the_microsecond():
+    import datetime as dt
+
+    from tablesafe._settings import ApiKeySettings
+    from tablesafe.server import Authenticator, hash_key
+    from tablesafe.server._auth import AuthError
+
+    at = dt.datetime(2027, 1, 1, 12, tzinfo=dt.UTC)
+    key = ApiKeySettings(id="k", hash=hash_key("secret-key"), expires="2027-01-01T12:00:00Z")
+    now = [at - dt.timedelta(microseconds=1)]
+    auth = Authenticator([key], 10, clock=lambda: now[0])
+    assert auth.identify("secret-key").id == "k"
+    now[0] = at
+    with pytest.raises(AuthError, match="expired"):
+        auth.identify("secret-key")
+    # A date means 00:00 UTC of that day; an offset is kept.
+    assert ApiKeySettings(
+        id="k", hash=key.hash, expires=dt.date(2027, 1, 1)
+    ).expires == dt.datetime(2027, 1, 1, tzinfo=dt.UTC)
+    later = ApiKeySettings(id="k", hash=key.hash, expires="2027-01-01T12:00:00+02:00").expires
+    assert later == at - dt.timedelta(hours=2)
+
+
+@pytest.mark.parametrize("value", [1700000000, 1.5, True, "soon"])
+def test_expires_must_be_a_date(demo_dir, tmp_path, value):
+    from tablesafe._errors import ConfigError
+
+    with pytest.raises(ConfigError, match="keys.0.expires"):
+        keyed_site(demo_dir, tmp_path, expires=value)
+
+
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from tablesafe._cli import get_app
+
+    return CliRunner().invoke(get_app(), [str(a) for a in args])
+
+
+def _site_file(demo_dir, tmp_path, keys_toml):
+    path = tmp_path / "site.toml"
+    path.write_text(
+        f'[server]\naudit_db = "audit.sqlite"\n[[datasets]]\nname = "demo"\npath = "{demo_dir}"\n'
+        '[datasets.protection]\nmethod = "none"\n' + keys_toml
+    )
+    return path
+
+
+def test_revoke_without_restart_and_last_used(demo_dir, tmp_path):
+    import json
+
+    from tablesafe._settings import load_site_config
+
+    made = _cli("api-key", "new", "analyst", "--expires", "2999-01-01")
+    assert made.exit_code == 0, made.output
+    key = made.output.split("user): ")[1].split()[0]
+    assert "expires = 2999-01-01" in made.output
+    other = _cli("api-key", "new", "other")
+    other_key = other.output.split("user): ")[1].split()[0]
+    cfg = _site_file(
+        demo_dir, tmp_path, made.output.split("\n", 1)[1] + other.output.split("\n", 1)[1]
+    )
+    with TestClient(create_app(load_site_config(cfg))) as c:
+        assert c.get("/api/datasets", headers={"x-api-key": key}).status_code == 200
+        listed = json.loads(_cli("api-key", "list", "--config", cfg, "--format", "json").output)
+        assert [(k["id"], k["revoked"]) for k in listed] == [("analyst", None), ("other", None)]
+        assert listed[0]["expires"] == "2999-01-01T00:00:00+00:00"
+        assert listed[0]["last_used"] is not None and listed[1]["last_used"] is None
+        revoked = _cli("api-key", "revoke", "analyst", "--config", cfg, "--reason", "left")
+        assert revoked.exit_code == 0 and "revoked key analyst" in revoked.output
+        # The same running server refuses it from the next request; other keys still work.
+        r = c.get("/api/datasets", headers={"x-api-key": key})
+        assert r.status_code == 401 and "revoked" in error_of(r)["message"]
+        assert c.get("/api/datasets", headers={"x-api-key": other_key}).status_code == 200
+        again = _cli("api-key", "revoke", "analyst", "--config", cfg)
+        assert again.exit_code == 0 and "already revoked" in again.output
+    listed = json.loads(_cli("api-key", "list", "--config", cfg, "--format", "json").output)
+    assert listed[0]["revoked"] is not None
+    # The refused request does not count as a use.
+    rows = [r for r in rows_of(tmp_path) if r["key_id"] == "analyst"]
+    assert [r["status"] for r in rows] == [200, 401]
+    assert listed[0]["last_used"] == rows[0]["time"]
+    text = _cli("api-key", "list", "--config", cfg)
+    assert text.exit_code == 0 and "analyst" in text.output and "never" in text.output
+
+
+def test_key_commands_refuse_what_they_cannot_do(demo_dir, tmp_path):
+    cfg = _site_file(demo_dir, tmp_path, "")
+    from tablesafe._errors import UserError
+
+    unknown = _cli("api-key", "revoke", "nobody", "--config", cfg)
+    assert isinstance(unknown.exception, UserError)
+    assert "no key 'nobody'" in str(unknown.exception)
+    for bad in ("tomorrow", "1700000000", "2027-13-01"):
+        r = _cli("api-key", "new", "k", "--expires", bad)
+        assert isinstance(r.exception, UserError) and "not a date" in str(r.exception), bad
+        assert "key (shown once" not in r.output
+
+
+# -- item 12: serve on a busy port --------------------------------------------------------
+
+
+def test_serve_on_a_busy_port_fails_before_saying_serving(demo_dir, tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    cfg = _site_file(demo_dir, tmp_path, "")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = subprocess.run(
+            [sys.executable, "-m", "tablesafe", "serve", "--config", str(cfg), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert r.returncode == 2 and r.stdout == ""
+    assert f"error: cannot listen on 127.0.0.1:{port}: the port is in use" in r.stderr

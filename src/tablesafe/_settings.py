@@ -450,6 +450,9 @@ class ApiKeySettings(BaseModel):
     def _utc(cls, v: Any) -> Any:
         if isinstance(v, date) and not isinstance(v, datetime):
             return datetime(v.year, v.month, v.day, tzinfo=UTC)
+        if v is not None and not isinstance(v, datetime | str):
+            # pydantic would read a number as seconds since 1970: not what a site means.
+            raise ValueError("give a TOML date (2027-01-01) or date-time (2027-01-01T12:00:00Z)")
         return v
 
     @field_validator("expires")

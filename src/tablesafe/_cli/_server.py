@@ -1,4 +1,4 @@
-"""Command line: `tablesafe serve`, `tablesafe audit`, `tablesafe api-key new`."""
+"""Command line: `tablesafe serve`, `tablesafe audit`, `tablesafe api-key new|revoke|list`."""
 
 from __future__ import annotations
 
@@ -82,11 +82,12 @@ def audit_app(
         return
     if fmt != "text":
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
-    table = Table("time", "key", "dataset", "endpoint", "status", "outcome", "request")
+    table = Table("time", "key", "client", "dataset", "endpoint", "status", "outcome", "request")
     for r in rows:
         table.add_row(
             r["time"],
             r["key_id"],
+            r["client"] or "",
             r["dataset"] or "",
             r["endpoint"],
             str(r["status"]),
@@ -99,7 +100,13 @@ def audit_app(
 @api_key_app.command("new")
 @click.argument("key_id", help="Id of the key (shown in the audit log).")
 @click.option("--role", default="user", help="user or admin.")
-def api_key_new(key_id: str, role: str) -> None:
+@click.option(
+    "--expires",
+    default=None,
+    help="Date (2027-01-01, from 00:00 UTC) or date-time (2027-01-01T12:00:00Z) from which "
+    "the key stops working; default: never.",
+)
+def api_key_new(key_id: str, role: str, expires: str | None) -> None:
     """Make a new API key: prints the key (give it to its user) and its [[keys]] entry."""
     from tablesafe._errors import RequestError
     from tablesafe.server import new_key
@@ -107,8 +114,99 @@ def api_key_new(key_id: str, role: str) -> None:
     if role not in ("user", "admin"):
         raise RequestError(f"unknown role {role!r}; allowed: user, admin")
     key, digest = new_key()
+    when = _expiry(key_id, digest, role, expires) if expires is not None else None
     click.echo(f"key (shown once; give it to the user): {key}")
     click.echo("\n[[keys]]")
     click.echo(f'id = "{key_id}"')
     click.echo(f'role = "{role}"')
     click.echo(f'hash = "{digest}"')
+    if when is not None:
+        click.echo(f"expires = {when}")
+
+
+def _expiry(key_id: str, digest: str, role: str, expires: str) -> str:
+    """``expires`` checked as the site configuration will read it (TOML), as written."""
+    import tomllib
+
+    from pydantic import ValidationError
+
+    from tablesafe._errors import RequestError
+    from tablesafe._settings import ApiKeySettings
+
+    try:
+        value = tomllib.loads(f"expires = {expires.strip()}")["expires"]
+        ApiKeySettings(id=key_id, hash=digest, role=role, expires=value)  # type: ignore[arg-type]
+    except (tomllib.TOMLDecodeError, ValidationError):
+        raise RequestError(
+            f"--expires {expires!r} is not a date or date-time; give 2027-01-01 or "
+            "2027-01-01T12:00:00Z"
+        ) from None
+    return expires.strip()
+
+
+@api_key_app.command("revoke")
+@click.argument("key_id", help="Id of the key, as in the site configuration.")
+@click.option("--config", type=PATH, required=True, help="Site configuration (TOML).")
+@click.option("--reason", default=None, help="Why (kept with the revocation).")
+def api_key_revoke(key_id: str, config: Path, reason: str | None) -> None:
+    """Revoke a key now: the running server refuses it from its next request (no restart)."""
+    from tablesafe._errors import RequestError
+    from tablesafe._settings import load_site_config
+    from tablesafe.server import AuditLog
+
+    site = load_site_config(config)
+    key = next((k for k in site.keys if k.id == key_id), None)
+    if key is None:
+        known = ", ".join(k.id for k in site.keys) or "none"
+        raise RequestError(f"no key {key_id!r} in {config}; its keys: {known}")
+    log = AuditLog(site.resolve(site.server.audit_db))
+    try:
+        done = log.revoke_key(key.id, key.hash, reason)
+        when = log.revoked(key.hash)
+    finally:
+        log.close()
+    if done:
+        click.echo(f"revoked key {key_id}: the server refuses it from its next request")
+    else:
+        click.echo(f"key {key_id} was already revoked on {when}")
+
+
+@api_key_app.command("list")
+@click.option("--config", type=PATH, required=True, help="Site configuration (TOML).")
+@click.option("--format", "fmt", default="text", help="text or json.")
+def api_key_list(config: Path, fmt: str) -> None:
+    """The site's keys: role, expiry, revocation and last use (from the audit log)."""
+    from tablesafe._errors import RequestError
+    from tablesafe._settings import load_site_config
+    from tablesafe.server import AuditLog
+
+    if fmt not in ("text", "json"):
+        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
+    site = load_site_config(config)
+    log = AuditLog(site.resolve(site.server.audit_db))
+    try:
+        used = log.last_used()
+        rows = [
+            {
+                "id": k.id,
+                "role": k.role,
+                "expires": None if k.expires is None else k.expires.isoformat(),
+                "revoked": log.revoked(k.hash),
+                "last_used": used.get(k.id),
+            }
+            for k in site.keys
+        ]
+    finally:
+        log.close()
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("id", "role", "expires", "revoked", "last used")
+    for r in rows:
+        table.add_row(
+            r["id"], r["role"], r["expires"] or "never", r["revoked"] or "", r["last_used"] or ""
+        )
+    Console().print(table)
