@@ -545,7 +545,7 @@ def test_averaging_through_the_recommended_site(demo_dir, tmp_path):
             answered += 1
             for cell in r.json()["cells"]:
                 if cell["AGE"] in TARGETS and cell["SEX"] != "_T":
-                    value = (cell.get("count"), cell.get("sum_INCOME"), cell.get("suppressed"))
+                    value = (cell["n"], cell["sum_INCOME"], cell["suppressed"])
                     seen.setdefault((cell["AGE"], cell["SEX"]), set()).add(json.dumps(value))
     assert answered >= 30
     assert len(seen) == 2 * len(TARGETS)
