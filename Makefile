@@ -16,21 +16,31 @@ $(BIN)/activate:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tablesafe needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: $(BIN)/activate pyproject.toml
+# Two stamps: the demo needs tablesafe alone; lint, types and tests need the dev
+# and Spark extras too (about 1.5 GB more), which only `make test` installs.
+$(VENV)/.installed-demo: $(BIN)/activate pyproject.toml
+	@echo "installing tablesafe into $(VENV) (no extras; a minute or two the first time)"
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.installed-demo
+	@echo "installing the dev and Spark extras into $(VENV) (for the tests; a few minutes the first time)"
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	touch $@
 
 install: $(VENV)/.installed
 
-$(DEMO)/catalog.toml: | $(VENV)/.installed
+$(DEMO)/catalog.toml: | $(VENV)/.installed-demo
 	$(BIN)/tablesafe demo-data $(DEMO) --records $(RECORDS) --seed 2026
 
 data/demo-secret:
 	@mkdir -p data
 	$(BIN)/python -c 'import secrets; print(secrets.token_hex(32))' > $@
 
-demo: $(VENV)/.installed $(DEMO)/catalog.toml data/demo-secret
+# `tablesafe serve` binds its port before it loads data or says "serving":
+# a busy port fails at once (make demo PORT=8001 picks another).
+demo: $(VENV)/.installed-demo $(DEMO)/catalog.toml data/demo-secret
 	$(BIN)/tablesafe serve --config demo/site.toml --host $(HOST) --port $(PORT)
 
 # Browser tests drive Debian's Chromium, Spark tests need Java 17: install them when missing.

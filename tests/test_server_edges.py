@@ -486,3 +486,34 @@ def test_serve_on_a_busy_port_fails_before_saying_serving(demo_dir, tmp_path):
         )
     assert r.returncode == 2 and r.stdout == ""
     assert f"error: cannot listen on 127.0.0.1:{port}: the port is in use" in r.stderr
+
+
+# -- item 12: make demo -------------------------------------------------------------------
+
+
+def _make_dry_run(target):
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        ["make", "-n", "-B", target],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return out.stdout.splitlines()
+
+
+def test_make_demo_installs_no_extras_and_make_test_installs_all():
+    demo = _make_dry_run("demo")
+    installs = [line for line in demo if "pip install" in line and "--upgrade pip" not in line]
+    assert installs and all("[" not in line for line in installs), installs
+    assert any(line.endswith("pip install --quiet -e .") for line in installs)
+    # Something is said before the silent install; the server is the last step.
+    assert any(line.startswith("echo") and "installing" in line for line in demo)
+    assert "tablesafe serve" in demo[-1] and not any("serving" in line for line in demo)
+    test = _make_dry_run("test")
+    assert any("pip install" in line and "'.[dev,spark]'" in line for line in test)
