@@ -517,3 +517,21 @@ def test_make_demo_installs_no_extras_and_make_test_installs_all():
     assert "tablesafe serve" in demo[-1] and not any("serving" in line for line in demo)
     test = _make_dry_run("test")
     assert any("pip install" in line and "'.[dev,spark]'" in line for line in test)
+
+
+def test_the_open_file_limit_is_raised_to_fit_the_connections(monkeypatch):
+    import resource
+
+    from tablesafe.server import _protocol
+
+    limits = {"soft": 1024, "hard": 4096}
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (limits["soft"], limits["hard"]))
+
+    def setrlimit(which, value):
+        assert value[1] == limits["hard"] and value[0] <= limits["hard"]
+        limits["soft"] = value[0]
+
+    monkeypatch.setattr(resource, "setrlimit", setrlimit)
+    # Raised as far as the hard limit allows; the connections limited to what fits.
+    assert _protocol.open_files_for(2000) == 2000 and limits["soft"] == 2064
+    assert _protocol.open_files_for(10_000) == 4096 - 64 and limits["soft"] == 4096

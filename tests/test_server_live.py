@@ -148,6 +148,7 @@ def test_a_malformed_request_line_is_json_and_logged(live):
     assert headers[b"x-content-type-options"] == b"nosniff"
     [row] = live.rows()
     assert (row["status"], row["key_id"], row["client"]) == (400, "unknown", "127.0.0.1")
+    assert row["endpoint"] == "-"
     assert row["outcome"].startswith("MalformedRequest")
 
 
@@ -338,6 +339,17 @@ def test_a_slow_drip_of_header_bytes_does_not_reset_the_timeout(live):
         sock.settimeout(WAIT)
         response, body = read_answer(sock)
     assert error_of(response, body)["status"] == 408
+
+
+def test_the_header_timeout_runs_again_for_the_next_request_of_a_connection(live):
+    with live.connect() as sock:
+        sock.sendall(b"GET /api/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        response, body = read_answer(sock)
+        assert response.status_code == 200
+        sock.sendall(b"GET /api/health HTTP/1.1\r\n")  # the next request, cut short
+        response, body = read_answer(sock)
+    assert error_of(response, body)["status"] == 408
+    assert [r["status"] for r in live.rows()] == [200, 408]
 
 
 def test_a_connection_that_sends_nothing_is_closed_without_a_row(live):
