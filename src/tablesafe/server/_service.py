@@ -127,7 +127,9 @@ class TableService:
         self.site = site
         self.audit = audit or AuditLog(site.resolve(site.server.audit_db))
         self._served: dict[str, _Served] = {}
-        self._cache: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
+        # Keyed on the whole checked request (frozen, hashable): every field that
+        # changes the answer is in the key, including fields added later.
+        self._cache: OrderedDict[tuple[str, TableRequest], _Entry] = OrderedDict()
         self._cache_lock = threading.Lock()
         for ds in site.datasets:
             try:
@@ -253,7 +255,7 @@ class TableService:
         s = self._served[name]
         rules = s.settings.rules
         request = checked_request(request, s.dataset.catalog, rules)
-        cache_key = (name, _request_key(request))
+        cache_key = (name, request)
         cached = self._cached(cache_key)
         fresh = cached is None
         if cached is None:
@@ -320,14 +322,14 @@ class TableService:
         agg = s.builder.engine.tabulate(s.dataset, plan)
         return int(agg.n[-1])
 
-    def _cached(self, key: tuple[str, str]) -> _Entry | None:
+    def _cached(self, key: tuple[str, TableRequest]) -> _Entry | None:
         with self._cache_lock:
             table = self._cache.get(key)
             if table is not None:
                 self._cache.move_to_end(key)
             return table
 
-    def _store(self, key: tuple[str, str], table: _Entry) -> None:
+    def _store(self, key: tuple[str, TableRequest], table: _Entry) -> None:
         size = self.site.server.cache_tables
         if size <= 0:
             return
@@ -335,16 +337,3 @@ class TableService:
             self._cache[key] = table
             while len(self._cache) > size:
                 self._cache.popitem(last=False)
-
-
-def _request_key(request: TableRequest) -> str:
-    return repr(
-        (
-            request.dimensions,
-            sorted((k, tuple(str(c) for c in v)) for k, v in request.universe.items()),
-            request.statistic,
-            request.margins,
-            request.rounding,
-            tuple(repr(g.to_dict()) for g in request.groupings),
-        )
-    )
