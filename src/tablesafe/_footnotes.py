@@ -19,7 +19,7 @@ tell which published values are exact (see ``ProtectedTable.to_frame``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["FLAG_COLUMNS", "footnote_lines", "footnotes"]
@@ -28,46 +28,86 @@ __all__ = ["FLAG_COLUMNS", "footnote_lines", "footnotes"]
 FLAG_COLUMNS = ("structural_zero", "suppressed")
 
 
+def _q_words(mechanism: Mapping[str, Any]) -> str:
+    rate, cap = mechanism.get("rate"), mechanism.get("cap")
+    if isinstance(rate, int | float) and isinstance(cap, int):
+        return f"q = {rate:g} x the count, rounded up, at most {cap}"
+    return "q from the count"
+
+
+#: Plain words for each mechanism tablesafe constructs, by the name its
+#: constructor gives it (the public description of the Protection object:
+#: ``Protection.describe()``), and whether it changes values at all.
+_METHODS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "none": lambda m: "no protection: the figures are exact (for the data owner's evaluation only)",
+    "ckm": lambda m: (
+        "the cell-key method (a Destatis perturbation table): each count has a small "
+        "random amount added, drawn from the permanent keys of the records in the cell"
+    ),
+    "dp": lambda m: (
+        "differential privacy: each count has capped, discretised Laplace noise added"
+        + (f" (epsilon = {m['epsilon']:g})" if isinstance(m.get("epsilon"), int | float) else "")
+    ),
+    "pram": lambda m: (
+        "PRAM perturbation of counts: each count is moved by a random amount drawn from "
+        "its cell key"
+    ),
+    "q": lambda m: (
+        "drop/add-up-to-q, cell by cell: each count has a whole number from -q to q added "
+        f"({_q_words(m)}), drawn from the permanent keys of the records in the cell"
+    ),
+    "drop/add-up-to-q (record level)": lambda m: (
+        "drop/add-up-to-q: a few records are dropped from or added to each table, "
+        "chosen by the records' permanent keys"
+    ),
+}
+
+
 def _method(mechanism: Mapping[str, Any]) -> tuple[str, bool]:
-    """The method in words, and whether it changes values at all."""
+    """The method in words, and whether it changes values at all.
+
+    A perturbation table read from a file says so, whatever its name (a file
+    named ``dp.csv`` is not the DP mechanism); a name tablesafe does not
+    construct gets the words that hold for every perturbation table.
+    """
     name = str(mechanism.get("name", "none"))
-    low = name.lower()
-    if low == "none":
-        return "no protection: the figures are exact (for the data owner's evaluation only)", False
-    if low.startswith("drop/add"):
+    if "file" in mechanism:
         return (
-            "drop/add-up-to-q: a few records are dropped from or added to each table, "
-            "chosen by the records' permanent keys",
+            f"a perturbation table read from {mechanism['file']}: each count has a random "
+            "amount added from the table, drawn from the permanent keys of the records in the cell",
             True,
         )
-    if low == "dp" or "laplace" in low or "geometric" in low:
-        eps = mechanism.get("epsilon")
-        extra = f" (epsilon = {eps:g})" if isinstance(eps, int | float) else ""
-        return (
-            "differential privacy: each count has capped, discretised Laplace noise added" + extra,
-            True,
-        )
-    if "pram" in low:
-        return (
-            "PRAM perturbation of counts: each count is moved by a random amount drawn from "
-            "its cell key",
-            True,
-        )
+    words = _METHODS.get(name)
+    if words is not None:
+        return words(mechanism), name != "none"
     return (
-        f"the cell-key method ({name}): each count has a small random amount added, "
-        "drawn from the permanent keys of the records in the cell",
+        f"a perturbation table ({name}): each count has a random amount added, drawn from "
+        "the permanent keys of the records in the cell",
         True,
     )
 
 
 _ADDITIVITY = {
-    "aggregate": "Totals are the sums of the protected cells shown, so they add up within "
+    "aggregate": "Totals of counts are the sums of the protected cells, so they add up within "
     "this table, but may differ from the same total in another table.",
-    "independent": "Each cell and each total was protected on its own, so totals may not "
+    "independent": "Each count, totals included, was protected on its own, so totals may not "
     "equal the sum of their cells.",
-    "ipf": "Totals were protected on their own and the cells then fitted to them and "
+    "ipf": "Totals of counts were protected on their own and the cells then fitted to them and "
     "rounded, so cells add up to their totals within this table.",
 }
+
+
+def _plain(text: str) -> str:
+    """Catalog text as plain words: footnotes are not Markdown (no `code` backticks)."""
+    return text.replace("`", "")
+
+
+def _rounding_words(rounding: str | None) -> tuple[str, bool]:
+    """The rounding in words, and whether every step rounds to a base (keeps sums exact)."""
+    from tablesafe._protection import Rounding
+
+    steps = [Rounding.parse(r) for r in (rounding or "1").split(", then ")]
+    return " and then ".join(r.describe() for r in steps), all(r.base is not None for r in steps)
 
 
 def footnotes(
@@ -77,44 +117,59 @@ def footnotes(
     statistic: str,
     rounding: str | None,
     suppressed_display: str | None,
+    magnitudes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The footnotes of a table: statement, flag legend and citation.
 
+    Each sentence states what a test checks on the table it comes with
+    (tests/test_footnotes.py builds a table for every method and statistic).
+
     Args:
-        mechanism: The public description of the protection.
+        mechanism: The public description of the protection (``Protection.describe()``).
         metadata: The table's public metadata (additivity, small-cell rule,
-            weighted statement, citation, standard-error threshold).
+            weighted statement, magnitudes, citation, standard-error threshold).
         statistic: ``"count"``, ``"weighted"`` or ``"both"``.
         rounding: The rounding of the weighted figures (``"1"``, ``"3sf"``, ...).
         suppressed_display: What suppressed cells show (``None``: blank).
+        magnitudes: The request's sums and means (``"sum:VAR"``, ``"mean:VAR"``).
 
     Returns:
         ``{"statement": [sentences], "flags": {column: meaning}, "citation": text or None}``.
     """
     method, changes = _method(mechanism)
     statement = [f"Protection: {method}."]
+    additivity = str(metadata.get("additivity", "")).split(" ")[0]
+    additive = additivity in ("aggregate", "ipf")
     if changes:
+        # Cells fitted to their totals (ipf) and dynamic seeds depend on the table
+        # around a cell: then only the same table is the same for every user.
+        consistent = additivity != "ipf" and mechanism.get("seeds") != "dynamic"
         statement.append(
             "Values have been changed slightly to protect the confidentiality of respondents; "
-            "small differences between this table and others are deliberate, and the same "
-            "cell always gets the same value, for every user."
+            "small differences between this table and others are deliberate, and "
+            + (
+                "the same cell always gets the same value, for every user."
+                if consistent
+                else "the same table always gets the same values, for every user."
+            )
         )
-    additivity = str(metadata.get("additivity", "")).split(" ")[0]
-    if changes and additivity in _ADDITIVITY:
-        statement.append(_ADDITIVITY[additivity])
-    if changes:
+        if statistic != "weighted" and additivity in _ADDITIVITY:
+            statement.append(_ADDITIVITY[additivity])
         statement.append(
             "Totals may not add up across tables, and figures derived from them (rates, "
             "differences) carry the protection's uncertainty."
         )
     if statistic != "count" and "weighted" in metadata:
-        from tablesafe._protection import Rounding
-
-        steps = [Rounding.parse(r).describe() for r in (rounding or "1").split(", then ")]
+        words, exact = _rounding_words(rounding)
+        adds = (
+            "totals of weighted figures are the sums of their cells within this table"
+            if (additive or not changes) and exact
+            else "they may not add up exactly to their totals"
+        )
         statement.append(
             "Weighted figures are estimates derived from the protected counts"
             + (" with added noise" if changes else "")
-            + f", {' and then '.join(steps)}; they may not add up exactly to their totals."
+            + f", {words}; {adds}."
         )
     if "se_min_count" in metadata:
         statement.append(
@@ -126,23 +181,73 @@ def footnotes(
             "A weighted count cannot be negative, so an interval that would reach below 0 "
             "starts at 0."
         )
+    flags = {"structural_zero": "this combination cannot occur (a structural zero)"}
     rule = metadata.get("small_cell_rule")
-    flags = {"structural_zero": "a structural zero: this combination cannot occur"}
     if isinstance(rule, Mapping):
         k = rule.get("min_cell_size")
+        upper = int(k) - 1 if isinstance(k, int) else k
         shown = "left blank" if suppressed_display is None else f'shown as "{suppressed_display}"'
         statement.append(
-            f"Protected counts from 1 to {int(k) - 1 if isinstance(k, int) else k} are {shown}."
+            f"Protected counts from 1 to {upper} are {shown}"
+            + (", and totals include them." if additive else ".")
         )
-        flags["suppressed"] = f"suppressed: a protected count below {k}, {shown}"
+        flags["suppressed"] = f"a protected count from 1 to {upper}, {shown}"
+    mags = metadata.get("magnitudes")
+    if isinstance(mags, Mapping):
+        _magnitude_notes(mags, magnitudes, statement, flags)
     citation = metadata.get("citation")
     if citation:
-        statement.append(f"Source: {citation}")
+        statement.append(f"Source: {_plain(str(citation))}")
     return {
         "statement": statement,
         "flags": flags,
         "citation": citation if citation else None,
     }
+
+
+def _magnitude_notes(
+    mags: Mapping[str, Any],
+    items: Sequence[str],
+    statement: list[str],
+    flags: dict[str, str],
+) -> None:
+    """The sentences and flags of a table's sums and means (``meta.magnitudes``)."""
+    names = list(mags.get("variables", ()))
+    if mags.get("statement"):
+        # The metadata's own words, verbatim: the page shows each sentence once.
+        statement.append(str(mags["statement"]))
+    elif mags.get("method") == "none":
+        statement.append("Sums and means of continuous variables are exact (no protection).")
+    rounding = mags.get("rounding", {})
+    sums = [i.split(":", 1)[1] for i in items if i.startswith("sum:")]
+    means = [i.split(":", 1)[1] for i in items if i.startswith("mean:")]
+    from tablesafe._protection import Rounding
+
+    if sums:
+        words = Rounding.parse(str(rounding.get("sum", "1"))).describe()
+        statement.append(
+            f"Sums ({', '.join(sums)}) are {words}"
+            + (
+                "; each cell and each total is protected on its own, so totals may not "
+                "equal the sum of their cells."
+                if mags.get("method") != "none"
+                else "."
+            )
+        )
+    if means:
+        words = Rounding.parse(str(rounding.get("mean", "0.01"))).describe()
+        over = "protected weighted counts" if mags.get("weighted") else "protected counts"
+        statement.append(
+            f"Means ({', '.join(means)}) are the protected sums over the {over}, {words}."
+        )
+    rules = list(mags.get("rules", ()))
+    if rules:
+        hidden = mags.get("sensitive_cells") == "suppress"
+        for name in names:
+            flags[f"sensitive_{name}"] = (
+                f"the {' or '.join(rules)} rule finds that a few records make up most of "
+                f"this cell's {name}" + ("; its sum and mean are left blank" if hidden else "")
+            )
 
 
 def footnote_lines(notes: Mapping[str, Any]) -> list[str]:

@@ -201,6 +201,7 @@ class ProtectedTable:
             statistic=self.request.statistic,
             rounding=self.rounding,
             suppressed_display=self.suppressed_display,
+            magnitudes=self.request.magnitudes,
         )
 
     def to_csv(self, *, footnotes: bool = False) -> str:
