@@ -152,7 +152,7 @@ METHODS = [
     (m, a)
     for m in ("ckm", "dp", "pram", "q", "ptable")
     for a in ("aggregate", "independent", "ipf")
-] + [("none", "aggregate"), ("q-records", "aggregate")]
+] + [("none", "aggregate"), ("q-records", "aggregate"), ("ckm-dynamic", "aggregate")]
 STATISTICS = ["count", "weighted", "both"]
 #: The default suite: every method and statistic (aggregate), and the cell-key method with
 #: every additivity; the other methods' independent and ipf tables are system tests.
@@ -177,6 +177,9 @@ def _protection(method: str, additivity: str, ptable_file) -> Protection:
         from tablesafe.mechanisms import drop_add_records
 
         return Protection(drop_add_records(rate=0.01), seeds="keyed", secret=SECRET)
+    elif method == "ckm-dynamic":
+        # Li & Krenzke's seeds (the workbench's): a cell's draw depends on its table.
+        base = Protection(protection_from_options("ckm").mechanism, seeds="dynamic", secret=SECRET)
     else:
         base = protection_from_options(method)
     return replace(base, additivity=additivity)
@@ -231,6 +234,7 @@ def _check_protection(case, m):
     words = {
         "none": "no protection",
         "ckm": "the cell-key method",
+        "ckm-dynamic": "the cell-key method",
         "dp": "differential privacy",
         "pram": "PRAM",
         "q": "drop/add-up-to-q, cell by cell",
