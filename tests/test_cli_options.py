@@ -21,7 +21,9 @@ from tablesafe._cli import COMMAND_HELP, COMMAND_MODULES, get_app
 OPTIONS: dict[str, list[str]] = {
     "": [],
     "api-key": [],
-    "api-key new": ["KEY_ID", "--role"],
+    "api-key new": ["KEY_ID", "--role", "--expires"],
+    "api-key revoke": ["KEY_ID", "--config (required)", "--reason"],
+    "api-key list": ["--config (required)", "--format"],
     "attack": [],
     "attack reconstruct": [
         "DATA_DIR",
