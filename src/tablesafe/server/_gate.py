@@ -27,6 +27,7 @@ import ipaddress
 import json
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import anyio
@@ -183,7 +184,9 @@ class Gate:
         state.setdefault("key_id", "-")
         answer = _Answer(self.edge, scope, send)
         try:
-            self._identify(scope, state, client)
+            # In a worker thread, as the row below: both wait for the audit database, whose
+            # lock a table's sliver-guard writes may hold; the event loop must not.
+            await anyio.to_thread.run_sync(self._identify, scope, state, client)
             body = await self._body(scope, receive)
         except _Refused as refused:
             state["outcome"] = f"{refused.kind}: {refused.message}"
@@ -191,13 +194,13 @@ class Gate:
             return
         if body is None:  # the client left, or the protocol refused the rest of the request
             status = int(state.get("refused", 499))
-            answer.write_row(status, "client closed the connection before sending its body")
+            await answer.write_row(status, "client closed the connection before sending its body")
             return
         try:
             await self.app(scope, _replay(body, receive), answer.send)
         except BaseException:
             if not answer.started:
-                answer.write_row(500, "InternalError: internal error")
+                await answer.write_row(500, "InternalError: internal error")
             raise
 
     def _identify(self, scope: Scope, state: dict[str, Any], client: str) -> None:
@@ -271,23 +274,26 @@ class _Answer:
         path = str(scope.get("path", ""))
         self.csp = (DOCS_CSP if path in DOCS_PATHS else CSP).encode()
 
-    def write_row(self, status: int, default: str) -> None:
+    async def write_row(self, status: int, default: str) -> None:
         state = self.scope["state"]
-        self.edge.log(
-            key_id=str(state.get("key_id", "-")),
-            endpoint=f"{self.scope.get('method', '-')} {self.scope.get('path', '')}",
-            status=status,
-            outcome=str(state.get("outcome", default)),
-            client=str(state.get("client", "unknown")),
-            dataset=state.get("dataset"),
-            request=state.get("body"),
+        await anyio.to_thread.run_sync(
+            partial(
+                self.edge.log,
+                key_id=str(state.get("key_id", "-")),
+                endpoint=f"{self.scope.get('method', '-')} {self.scope.get('path', '')}",
+                status=status,
+                outcome=str(state.get("outcome", default)),
+                client=str(state.get("client", "unknown")),
+                dataset=state.get("dataset"),
+                request=state.get("body"),
+            )
         )
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start" and not self.started:
             self.started = True
             status = int(message["status"])
-            self.write_row(status, "ok" if status < 400 else f"HTTP {status}")
+            await self.write_row(status, "ok" if status < 400 else f"HTTP {status}")
             headers = [
                 (k, v) for k, v in message.get("headers", []) if k.lower() not in _HEADER_NAMES
             ]
