@@ -17,17 +17,19 @@ $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 
 # Two stamps: the demo needs tablesafe alone; lint, types and tests need the dev
-# and Spark extras too (about 1.5 GB more), which only `make test` installs.
+# and Spark extras too (about 1.5 GB more), which only `make test` installs. The
+# full install stamps both, so a demo after the tests installs nothing.
 $(VENV)/.installed-demo: $(BIN)/activate pyproject.toml
 	@echo "installing tablesafe into $(VENV) (no extras; a minute or two the first time)"
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.installed: $(VENV)/.installed-demo
-	@echo "installing the dev and Spark extras into $(VENV) (for the tests; a few minutes the first time)"
+$(VENV)/.installed: $(BIN)/activate pyproject.toml
+	@echo "installing tablesafe with the dev and Spark extras into $(VENV) (for the tests; a few minutes the first time)"
+	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
-	touch $@
+	touch $(VENV)/.installed-demo $@
 
 install: $(VENV)/.installed
 
