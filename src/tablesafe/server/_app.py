@@ -11,6 +11,7 @@ Endpoints::
     POST /api/admin/datasets/{name}/reconstruction   run the reconstruction audit now (admin)
     GET  /                                the web page
     GET  /openapi.json                    the OpenAPI schema
+    GET  /docs, /redoc                    its interactive pages ([server] api_docs only)
 
 Every error, ours or the framework's, is answered in one JSON shape::
 
@@ -18,7 +19,10 @@ Every error, ours or the framework's, is answered in one JSON shape::
 
 mapped in one place (:func:`_error_response`). Messages name what was
 wrong and what is allowed; none contains a stack trace or an unprotected
-value.
+value. The gate (:mod:`tablesafe.server._gate`) wraps the whole application:
+it checks keys, reads bodies and writes the audit row of every request; the
+HTTP protocol below (:mod:`tablesafe.server._protocol`) answers what never
+reaches the application in the same shape.
 """
 
 from __future__ import annotations
