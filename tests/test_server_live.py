@@ -352,6 +352,16 @@ def test_the_header_timeout_runs_again_for_the_next_request_of_a_connection(live
     assert [r["status"] for r in live.rows()] == [200, 408]
 
 
+def test_a_pipelined_request_cut_short_gets_408(live):
+    with live.connect() as sock:
+        sock.sendall(b"GET /api/health HTTP/1.1\r\nhost: x\r\n\r\nGET /api/health HTTP/1.1\r\n")
+        first, _ = read_answer(sock)
+        response, body = read_answer(sock)
+    assert first.status_code == 200
+    assert error_of(response, body)["status"] == 408
+    assert [r["status"] for r in live.rows()] == [200, 408]
+
+
 def test_a_connection_that_sends_nothing_is_closed_without_a_row(live):
     with live.connect() as sock:
         assert sock.recv(100) == b""

@@ -141,6 +141,18 @@ class EdgeProtocol(H11Protocol):
         else:
             self._cancel_header_timer()
 
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if (
+            not self.transport.is_closing()
+            and self.conn.their_state is h11.IDLE
+            and self.conn.trailing_data[0]
+        ):
+            # Part of a pipelined next request is in: its headers are on the clock, and
+            # a 408 answers them (the keep-alive timeout would close without an answer).
+            self._unset_keepalive_if_required()
+            self._arm_header_timer()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
         super().connection_lost(exc)
