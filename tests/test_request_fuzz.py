@@ -888,7 +888,7 @@ def test_a_very_fine_rounding_leaves_the_site_rounding(
 ) -> None:
     """A requested base finer than 15 decimals published every weighted figure as 0
     (``round(base * 1e15)`` was 0), or as blank where ``x / base`` overflowed."""
-    from tablesafe._protection import Rounding
+    from tablesafe._rounding import Rounding
 
     assert Rounding.parse(base).apply([1425468.0, 12.5, 0.0]).tolist() == [1425468.0, 12.5, 0.0]
     body = {"dimensions": ["SEX"], "universe": {"REGION": [1, 2]}}

@@ -34,11 +34,12 @@ if TYPE_CHECKING:
     from tablesafe._dataset import Dataset
     from tablesafe._demo import write_demo_data
     from tablesafe._keys import add_record_keys, cell_key_uniform, cell_keys, draw_record_keys
-    from tablesafe._protection import Protection, Rounding, protection_from_settings
+    from tablesafe._protection import Protection, protection_from_settings
     from tablesafe._ptable import PrivacyFigures, PTable
     from tablesafe._ptable_io import parse_ptable, ptable_csv, read_ptable, write_ptable
     from tablesafe._replicates import add_replicates
     from tablesafe._request import DimensionPlan, TableRequest, TabulationPlan
+    from tablesafe._rounding import Rounding
     from tablesafe._settings import ProtectionSettings
     from tablesafe._table import ProtectedTable
     from tablesafe._tabulation import Tabulation, tabulate
@@ -59,7 +60,7 @@ _EXPORTS = {
     "Protection": "tablesafe._protection",
     "ProtectionSettings": "tablesafe._settings",
     "ReplicateDesign": "tablesafe._catalog",
-    "Rounding": "tablesafe._protection",
+    "Rounding": "tablesafe._rounding",
     "StructuralZero": "tablesafe._catalog",
     "TableBuilder": "tablesafe._builder",
     "TableRequest": "tablesafe._request",

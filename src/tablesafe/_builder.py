@@ -561,7 +561,7 @@ class TableBuilder:
         In an additive table rounded to a base, margins are the sums of the
         rounded inner cells, so the published table still adds up.
         """
-        from tablesafe._protection import Rounding
+        from tablesafe._rounding import Rounding
 
         steps = [self.protection.round]
         extra = getattr(request, "rounding", None)

@@ -104,7 +104,7 @@ def _plain(text: str) -> str:
 
 def _rounding_words(rounding: str | None) -> tuple[str, bool]:
     """The rounding in words, and whether every step rounds to a base (keeps sums exact)."""
-    from tablesafe._protection import Rounding
+    from tablesafe._rounding import Rounding
 
     steps = [Rounding.parse(r) for r in (rounding or "1").split(", then ")]
     return " and then ".join(r.describe() for r in steps), all(r.base is not None for r in steps)
@@ -221,7 +221,7 @@ def _magnitude_notes(
     rounding = mags.get("rounding", {})
     sums = [i.split(":", 1)[1] for i in items if i.startswith("sum:")]
     means = [i.split(":", 1)[1] for i in items if i.startswith("mean:")]
-    from tablesafe._protection import Rounding
+    from tablesafe._rounding import Rounding
 
     if sums:
         words = Rounding.parse(str(rounding.get("sum", "1"))).describe()

@@ -273,7 +273,7 @@ class MagnitudeProtection:
     action: Literal["flag", "suppress"] = "flag"
 
     def __post_init__(self) -> None:
-        from tablesafe._protection import Rounding
+        from tablesafe._rounding import Rounding
 
         if self.method not in ("ckm", "dp", "none"):
             raise ParameterError(
@@ -583,7 +583,7 @@ def protect_magnitudes(
         RequestError: for ``mean:VAR`` where the universe's protected
             denominator is zero (nothing to average over).
     """
-    from tablesafe._protection import Rounding
+    from tablesafe._rounding import Rounding
     from tablesafe._weighted import enclosing_means
 
     columns: dict[str, npt.NDArray[np.float64]] = {}

@@ -156,7 +156,7 @@ class TableRequest:
             raise RequestError("replicates must be true or false")
         if self.rounding is not None:
             from tablesafe._errors import ParameterError
-            from tablesafe._protection import Rounding
+            from tablesafe._rounding import Rounding
 
             try:
                 object.__setattr__(self, "rounding", str(Rounding.parse(self.rounding)))

@@ -253,7 +253,7 @@ class ProtectionSettings(BaseModel):
     @field_validator("rounding")
     @classmethod
     def _rounding(cls, v: str) -> str:
-        from tablesafe._protection import Rounding
+        from tablesafe._rounding import Rounding
 
         return str(Rounding.parse(v))
 

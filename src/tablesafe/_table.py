@@ -121,7 +121,7 @@ class ProtectedTable:
         return out
 
     def _whole(self) -> bool:
-        from tablesafe._protection import Rounding
+        from tablesafe._rounding import Rounding
 
         if self.rounding is None:
             return False

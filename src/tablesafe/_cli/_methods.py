@@ -77,7 +77,7 @@ class _CheckedOptions:
 
 def _checked(options: dict[str, Any]) -> _CheckedOptions | None:
     """The options as ``ProtectionSettings`` would hold them, or None if any check fails."""
-    from tablesafe._protection import Rounding
+    from tablesafe._rounding import Rounding
 
     options = dict(options)
     for name, (low, low_ok, high) in BOUNDS.items():
