@@ -17,9 +17,9 @@ from tablesafe._magnitudes import (
     MagnitudeProtection,
     dominance_rule,
     laplace,
-    num_ptable,
     p_percent_rule,
 )
+from tablesafe._num_ptable import num_ptable
 from tablesafe._request import TableRequest
 from tablesafe.engines import DuckDBEngine, MemoryEngine
 

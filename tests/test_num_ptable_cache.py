@@ -9,7 +9,8 @@ import pytest
 
 from tablesafe import _num_ptable_cache
 from tablesafe._errors import ParameterError
-from tablesafe._magnitudes import MagnitudeProtection, NumPTable, _cached_ptable, num_ptable
+from tablesafe._magnitudes import MagnitudeProtection, _cached_ptable
+from tablesafe._num_ptable import NumPTable, num_ptable
 from tablesafe._num_ptable_cache import _load, _store, cached_num_ptable
 
 

@@ -1,6 +1,6 @@
 """The numeric ptables of magnitudes, cached on disk like the count ptables.
 
-:func:`tablesafe._magnitudes.num_ptable` solves one maximum-entropy problem
+:func:`tablesafe._num_ptable.num_ptable` solves one maximum-entropy problem
 per row value on a grid of ``2 D step + 1`` deviations (R's
 ``create_num_ptable`` example, ``D = 5, V = 2, step = 4, icat = (1, 3, 5)``,
 takes seconds), and every process that protects magnitudes needs it. Its
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tablesafe._magnitudes import NumPTable, num_ptable
+from tablesafe._num_ptable import NumPTable, num_ptable
 from tablesafe._ptable_cache import cache_dir, write_npz
 
 __all__ = ["cached_num_ptable"]
@@ -30,11 +30,11 @@ __all__ = ["cached_num_ptable"]
 
 @functools.cache
 def _code_hash() -> str:
-    from tablesafe import _magnitudes
+    from tablesafe import _num_ptable
     from tablesafe.mechanisms import _cellwise
 
     digest = hashlib.sha256()
-    for module in (_magnitudes, _cellwise):
+    for module in (_num_ptable, _cellwise):
         digest.update(Path(module.__file__ or "").read_bytes())
     return digest.hexdigest()[:16]
 
