@@ -28,7 +28,7 @@ from tablesafe._lazy import attach
 if TYPE_CHECKING:
     from tablesafe._aggregates import CellAggregates
     from tablesafe._builder import TableBuilder
-    from tablesafe._catalog import Catalog, Category, ReplicateDesign, StructuralZero, Variable
+    from tablesafe._catalog import Catalog, ReplicateDesign, StructuralZero
     from tablesafe._catalog_init import init_catalog
     from tablesafe._custom import CustomGroup, CustomGrouping
     from tablesafe._dataset import Dataset
@@ -43,12 +43,13 @@ if TYPE_CHECKING:
     from tablesafe._settings import ProtectionSettings
     from tablesafe._table import ProtectedTable
     from tablesafe._tabulation import Tabulation, tabulate
+    from tablesafe._variables import Category, Variable
 
 _EXPORTS = {
     "add_replicates": "tablesafe._replicates",
     "init_catalog": "tablesafe._catalog_init",
     "Catalog": "tablesafe._catalog",
-    "Category": "tablesafe._catalog",
+    "Category": "tablesafe._variables",
     "CellAggregates": "tablesafe._aggregates",
     "CustomGroup": "tablesafe._custom",
     "CustomGrouping": "tablesafe._custom",
@@ -66,7 +67,7 @@ _EXPORTS = {
     "TableRequest": "tablesafe._request",
     "Tabulation": "tablesafe._tabulation",
     "TabulationPlan": "tablesafe._request",
-    "Variable": "tablesafe._catalog",
+    "Variable": "tablesafe._variables",
     "add_record_keys": "tablesafe._keys",
     "cell_key_uniform": "tablesafe._keys",
     "cell_keys": "tablesafe._keys",
