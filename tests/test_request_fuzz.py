@@ -48,7 +48,7 @@ from tablesafe._errors import ComputationError, RequestError, UserError
 from tablesafe._request import TableRequest
 from tablesafe._settings import MagnitudeSettings, ProtectionSettings, load_site_config
 from tablesafe.server import create_app
-from tablesafe.server._app import TableBody
+from tablesafe.server._bodies import TableBody
 
 SECRET_ENV = "TABLESAFE_FUZZ_SECRET"
 SECRET = "fuzz-secret-0123456789abcdef"

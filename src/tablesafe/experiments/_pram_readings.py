@@ -88,13 +88,13 @@ def _value_matrix(top: int) -> npt.NDArray[np.float64]:
 @cache
 def _pooled_matrix(alpha: float) -> npt.NDArray[np.float64]:
     """``values`` with t pooled over 500 tables of each design (a fixed generator)."""
-    from tablesafe.experiments._shlomo2019 import _population
+    from tablesafe.experiments._population import population
 
     gen = np.random.default_rng(2019)
     t = np.zeros(_POOL_TOP + 1)
     for const in (0.02, 0.2):
         for _ in range(500):
-            pop = _population(gen, const)
+            pop = population(gen, const)
             n = np.round(pop / gen.uniform(20, 40, pop.shape)).astype(np.int64)
             t += np.bincount(np.minimum(n.ravel(), _POOL_TOP), minlength=_POOL_TOP + 1)
     return invariant_matrix(_value_matrix(_POOL_TOP), t, alpha=alpha)
@@ -214,7 +214,7 @@ def expected_percent_perturbed(
     Returns:
         ``{"independent": ..., "dependent": ...}``.
     """
-    from tablesafe.experiments._shlomo2019 import _population
+    from tablesafe.experiments._population import population
 
     _check(reading, alpha)
     gen = np.random.default_rng(seed)
@@ -222,7 +222,7 @@ def expected_percent_perturbed(
     for kind, const in (("independent", 0.02), ("dependent", 0.2)):
         values = []
         for _ in range(tables):
-            pop = _population(gen, const)
+            pop = population(gen, const)
             n = np.round(pop / gen.uniform(20, 40, pop.shape)).astype(np.int64)
             values.append(100.0 * float(change_probability(n, reading=reading, alpha=alpha).mean()))
         out[kind] = float(np.mean(values))

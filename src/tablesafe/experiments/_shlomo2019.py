@@ -41,6 +41,7 @@ import numpy.typing as npt
 
 from tablesafe._errors import ParameterError
 from tablesafe._random import resolve_generator
+from tablesafe.experiments._population import population
 from tablesafe.mechanisms import dp_geometric, drop_add_q
 from tablesafe.metrics import (
     chi_square_independence,
@@ -120,13 +121,6 @@ class Shlomo2019:
         }
 
 
-def _population(rng: np.random.Generator, const: float) -> np.ndarray:
-    a = rng.uniform(-1, 1, 7)
-    b = rng.uniform(-1, 1, 7)
-    g = rng.uniform(-1, 1, (7, 7))
-    return np.asarray(rng.poisson(np.exp(6.5 + a[:, None] + b[None, :] + const * g)))
-
-
 def _methods(pram: str, alpha: float) -> dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]:
     from tablesafe.experiments._pram_readings import reading_method
 
@@ -176,7 +170,7 @@ def run_shlomo2019(
         rm: dict[str, list[float]] = {m: [] for m in methods}
         chi[kind] = {m: [] for m in ["Original", *methods]}
         for _ in range(reps):
-            pop = _population(gen, const)
+            pop = population(gen, const)
             w = gen.uniform(20, 40, pop.shape)
             n = np.round(pop / w).astype(np.int64)
             final = np.divide(pop, n, out=np.zeros(pop.shape), where=n > 0)

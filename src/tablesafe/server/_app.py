@@ -36,121 +36,20 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
-from tablesafe._custom import parse_groupings
-from tablesafe._errors import RequestError, TablesafeError, UserError
-from tablesafe._request import TableRequest
+from tablesafe._errors import TablesafeError, UserError
 from tablesafe._settings import SiteConfig
 from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Authenticator, AuthError, Principal
+from tablesafe.server._bodies import TableBody
 from tablesafe.server._gate import Edge, Gate, error_shape
 from tablesafe.server._service import TableService
 
-__all__ = ["TableBody", "create_app"]
+__all__ = ["create_app"]
 
 log = logging.getLogger("tablesafe.server")
-
-# Strict: JSON true or 1.0 is not category 1 (pydantic's lax mode would take them as 1).
-Code = (
-    Annotated[StrictInt, Field(ge=-(2**62), le=2**62)] | Annotated[StrictStr, Field(max_length=64)]
-)
-
-
-class GroupBody(BaseModel):
-    """One group of a custom grouping: its code, label and the categories it merges."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    code: Annotated[str, Field(min_length=1, max_length=40)]
-    label: Annotated[str, Field(max_length=200)] | None = None
-    members: list[Code] = Field(..., max_length=1000, description="Categories merged.")
-
-
-class GroupingBody(BaseModel):
-    """A custom grouping: categories of a variable merged into named groups."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: Annotated[str, Field(min_length=1, max_length=64)]
-    variable: Annotated[str, Field(min_length=1, max_length=64)]
-    label: Annotated[str, Field(max_length=200)] | None = None
-    groups: list[GroupBody] = Field(..., max_length=200)
-    other: Annotated[str, Field(max_length=200)] | None = Field(
-        None, description="Label of an 'other' group collecting the categories not named."
-    )
-
-
-class TableBody(BaseModel):
-    """A table request as JSON."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    dimensions: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
-        ..., min_length=1, max_length=4, description="Rows, columns, layers: 1 to 4 variables."
-    )
-    universe: dict[Annotated[str, Field(max_length=64)], list[Code]] = Field(
-        default_factory=dict,
-        max_length=20,
-        description="Variable -> allowed category codes (combined with 'and').",
-    )
-    statistic: Annotated[
-        str,
-        Field(
-            max_length=400,
-            pattern=r"^(count|weighted|both)?(,?(sum|mean):[A-Za-z][A-Za-z0-9_]{0,62})*$",
-        ),
-    ] = Field(
-        "both",
-        description="count, weighted or both (unweighted counts, weighted counts, or both), "
-        "optionally followed by sums and means of continuous variables: 'count,sum:INCOME'.",
-    )
-    magnitudes: list[Annotated[str, Field(max_length=70)]] = Field(
-        default_factory=list,
-        max_length=10,
-        description="Sums and means of continuous variables: 'sum:VAR' or 'mean:VAR' "
-        "(weighted when the statistic is weighted or both).",
-    )
-    margins: Literal["all", "none", "total"] = Field("all", description="Margins to include.")
-    rounding: Annotated[str, Field(max_length=16)] | None = Field(
-        None,
-        description="A coarser rounding of the weighted figures, applied on top of the "
-        "site's: a base such as '1000' or significant figures such as '2sf'.",
-    )
-    groupings: list[GroupingBody] = Field(
-        default_factory=list,
-        max_length=10,
-        description="Custom groupings: new names usable in dimensions and universe.",
-    )
-
-    def to_request(self) -> TableRequest:
-        """The validated :class:`~tablesafe.TableRequest`."""
-        for name, codes in self.universe.items():
-            if len(codes) > 1000:
-                raise RequestError(
-                    f"the universe condition on {name} lists {len(codes)} categories; at most "
-                    "1000 are allowed"
-                )
-        return TableRequest(
-            tuple(self.dimensions),
-            universe={k: tuple(v) for k, v in self.universe.items()},
-            statistic=self.statistic,  # type: ignore[arg-type]
-            magnitudes=tuple(self.magnitudes),
-            margins=self.margins,
-            rounding=self.rounding,
-            groupings=parse_groupings(
-                {
-                    **g.model_dump(exclude_none=True, exclude={"groups"}),
-                    "groups": [
-                        {"code": x.code, "label": x.label or x.code, "members": x.members}
-                        for x in g.groups
-                    ],
-                }
-                for g in self.groupings
-            ),
-        )
 
 
 def _validation_message(exc: RequestValidationError) -> str:

@@ -38,7 +38,7 @@ def requests_from_bodies(
     """
     from pydantic import ValidationError
 
-    from tablesafe.server._app import TableBody
+    from tablesafe.server._bodies import TableBody
 
     if not isinstance(bodies, list):
         raise RequestError(
