@@ -24,6 +24,7 @@ from tablesafe._errors import (
     UserError,
 )
 from tablesafe._lazy import attach
+from tablesafe._version import __version__
 
 if TYPE_CHECKING:
     from tablesafe._aggregates import CellAggregates
@@ -82,8 +83,6 @@ _EXPORTS = {
 }
 
 __getattr__, __dir__ = attach(__name__, _EXPORTS)
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Catalog",

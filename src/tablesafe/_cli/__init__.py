@@ -156,6 +156,6 @@ def main(args: list[str] | None = None) -> None:
 @app.command("version")
 def version() -> None:
     """Print the version of tablesafe."""
-    from tablesafe import __version__
+    from tablesafe._version import __version__
 
     click.echo(__version__)

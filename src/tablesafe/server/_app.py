@@ -303,6 +303,6 @@ def _static(name: str) -> str:
 
 
 def _version() -> str:
-    from tablesafe import __version__
+    from tablesafe._version import __version__
 
     return __version__
