@@ -50,6 +50,7 @@ __all__ = [
     "Additivity",
     "FitResult",
     "aggregate_margins",
+    "classic_ipf",
     "controlled_rounding",
     "fit_to_margins",
 ]
@@ -121,7 +122,7 @@ class FitResult:
     method: str = "ipf"
 
 
-def _ipf(
+def classic_ipf(
     seed: np.ndarray,
     targets: list[tuple[tuple[int, ...], np.ndarray]],
     tol: float,
@@ -241,13 +242,13 @@ def _hierarchical_fit(
             kept = tuple(gs.index(i) for i in s)
             target = out[_index(shape, s)].reshape([shape[i] - 1 if i in s else 1 for i in gs])
             targets.append((kept, target))
-        fitted, it, disc = _ipf(cells, targets, abs_tol, max_iter)
+        fitted, it, disc = classic_ipf(cells, targets, abs_tol, max_iter)
         if disc > abs_tol:
             start = cells.copy()
             fill = (start <= 0) & ~zeros
             reseeded += int(fill.sum())
             start[fill] = reseed
-            fitted, it2, disc = _ipf(start, targets, abs_tol, max_iter)
+            fitted, it2, disc = classic_ipf(start, targets, abs_tol, max_iter)
             it += it2
             if disc > abs_tol:
                 # IPF converges very slowly where the fit must drive cells to

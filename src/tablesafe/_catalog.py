@@ -71,6 +71,7 @@ from tablesafe._magnitude_catalog import Magnitude, parse_magnitudes
 from tablesafe._variables import Category, Code, Variable, _show_codes
 
 __all__ = [
+    "NAME_PATTERN",
     "REPLICATE_METHODS",
     "Catalog",
     "Category",
@@ -78,6 +79,9 @@ __all__ = [
     "ReplicateDesign",
     "StructuralZero",
     "Variable",
+    "check_name",
+    "reserved_name",
+    "toml_value",
 ]
 
 
@@ -86,7 +90,7 @@ REPLICATE_METHODS = ("JK1", "JK2", "BRR", "bootstrap")
 
 # Names become SQL identifiers (quoted) and CSV/JSON column names; keeping them
 # to a conservative alphabet makes every later stage safe without escaping.
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
+NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
 #: Column names of published tables, which no variable, level or custom grouping
 #: may take (a dimension's column would clash with them): whole names, prefixes
 #: and a suffix, compared without case.
@@ -121,8 +125,8 @@ def reserved_name(name: str) -> str | None:
     return None
 
 
-def _check_name(name: object, what: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+def check_name(name: object, what: str) -> str:
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise CatalogError(
             f"{what} name {name!r} is not allowed: use a letter followed by up to 62 "
             "letters, digits or underscores"
@@ -200,7 +204,7 @@ class Catalog:
         if self.replicates is not None:
             special += list(self.replicates.columns)
         for name in special:
-            _check_name(name, "column")
+            check_name(name, "column")
         if len(set(special)) != len(special):
             raise CatalogError(
                 "the record key, weight and replicate-weight columns must be different columns"
@@ -354,8 +358,8 @@ class Catalog:
         if dup:
             raise CatalogError(f"column(s) {sorted(dup)} are read by more than one variable")
         zeros = _parse_zeros(raw.get("structural_zeros", []), variables)
-        magnitudes = parse_magnitudes(raw.get("magnitudes", []), _check_name, list(variables))
-        hierarchies = parse_hierarchies(raw.get("hierarchies", []), variables, _check_name)
+        magnitudes = parse_magnitudes(raw.get("magnitudes", []), check_name, list(variables))
+        hierarchies = parse_hierarchies(raw.get("hierarchies", []), variables, check_name)
         data_file = ds.get("file")
         if data_file is not None and not isinstance(data_file, str):
             raise CatalogError("dataset.file must be a path (string)")
@@ -367,8 +371,8 @@ class Catalog:
             raise CatalogError("dataset.citation must be a string of at most 1000 characters")
         return cls(
             variables=variables,
-            record_key=_check_name(record_key, "record-key column"),
-            weight=_check_name(weight, "weight column") if weight is not None else None,
+            record_key=check_name(record_key, "record-key column"),
+            weight=check_name(weight, "weight column") if weight is not None else None,
             replicates=replicates,
             structural_zeros=zeros,
             title=title,
@@ -479,12 +483,12 @@ def _parse_variable(rv: object, i: int) -> Iterable[Variable]:
             f"unknown key(s) {sorted(set(rv) - allowed)} in variable entry {i + 1}; allowed: "
             f"{', '.join(sorted(allowed))}"
         )
-    name = _check_name(rv.get("name"), "variable")
+    name = check_name(rv.get("name"), "variable")
     where = f"variable {name}"
     label = rv.get("label", name)
     if not isinstance(label, str):
         raise CatalogError(f"{where}: label must be a string")
-    column = _check_name(rv.get("column", name), f"column of {where}")
+    column = check_name(rv.get("column", name), f"column of {where}")
     cats = _make_categories(_parse_categories(rv.get("categories"), where), where)
     var = Variable(name=name, label=label, categories=cats, column=column)
     yield var
@@ -495,7 +499,7 @@ def _parse_variable(rv: object, i: int) -> Iterable[Variable]:
 def _parse_grouping(rg: object, var: Variable, j: int) -> Variable:
     if not isinstance(rg, Mapping):
         raise CatalogError(f"grouping {j + 1} of {var.name} must be a table")
-    gname = _check_name(rg.get("name"), "grouping")
+    gname = check_name(rg.get("name"), "grouping")
     where = f"grouping {gname} of {var.name}"
     raw_groups = _parse_categories(rg.get("groups"), where, key="groups")
     cats = _make_categories(raw_groups, where)
@@ -547,7 +551,7 @@ def _parse_replicates(ds: Mapping[str, Any]) -> ReplicateDesign | None:
         )
     if not isinstance(cols, list) or len(cols) < 2:
         raise CatalogError("dataset.replicate_weights must list at least two columns")
-    cols = [_check_name(c, "replicate-weight column") for c in cols]
+    cols = [check_name(c, "replicate-weight column") for c in cols]
     method = ds.get("replicate_method", "JK1")
     if method not in REPLICATE_METHODS:
         raise CatalogError(
@@ -606,7 +610,7 @@ def _parse_zeros(raw: object, variables: Mapping[str, Variable]) -> tuple[Struct
     return tuple(out)
 
 
-def _toml_value(v: Any) -> str:
+def toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int | float):
@@ -614,9 +618,9 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, str):
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     if isinstance(v, Mapping):
-        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
@@ -624,30 +628,30 @@ def _dump_toml(doc: Mapping[str, Any]) -> str:
     # The catalog's structure is fixed and shallow, so a small writer is enough
     # (tomllib reads TOML but the standard library has no writer).
     lines = ["[dataset]"]
-    lines += [f"{k} = {_toml_value(v)}" for k, v in doc["dataset"].items()]
+    lines += [f"{k} = {toml_value(v)}" for k, v in doc["dataset"].items()]
     for var in doc["variables"]:
         lines += ["", "[[variables]]"]
         for k, v in var.items():
             if k == "categories":
                 lines.append("categories = [")
-                lines += [f"  {_toml_value(c)}," for c in v]
+                lines += [f"  {toml_value(c)}," for c in v]
                 lines.append("]")
             elif k != "groupings":
-                lines.append(f"{k} = {_toml_value(v)}")
+                lines.append(f"{k} = {toml_value(v)}")
         for g in var.get("groupings", []):
             lines += ["", "[[variables.groupings]]"]
-            lines.append(f"name = {_toml_value(g['name'])}")
-            lines.append(f"label = {_toml_value(g['label'])}")
+            lines.append(f"name = {toml_value(g['name'])}")
+            lines.append(f"label = {toml_value(g['label'])}")
             lines.append("groups = [")
-            lines += [f"  {_toml_value(x)}," for x in g["groups"]]
+            lines += [f"  {toml_value(x)}," for x in g["groups"]]
             lines.append("]")
     for z in doc.get("structural_zeros", []):
         lines += ["", "[[structural_zeros]]"]
-        lines += [f"{k} = {_toml_value(v)}" for k, v in z.items()]
+        lines += [f"{k} = {toml_value(v)}" for k, v in z.items()]
     for m in doc.get("magnitudes", []):
         lines += ["", "[[magnitudes]]"]
-        lines += [f"{k} = {_toml_value(v)}" for k, v in m.items()]
+        lines += [f"{k} = {toml_value(v)}" for k, v in m.items()]
     for h in doc.get("hierarchies", []):
         lines += ["", "[[hierarchies]]"]
-        lines += [f"{k} = {_toml_value(v)}" for k, v in h.items()]
+        lines += [f"{k} = {toml_value(v)}" for k, v in h.items()]
     return "\n".join(lines) + "\n"

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tablesafe._catalog import _NAME, Catalog, Code, _toml_value, reserved_name
+from tablesafe._catalog import NAME_PATTERN, Catalog, Code, reserved_name, toml_value
 from tablesafe._errors import DataError, FormatError, ParameterError, TablesafeError
 
 __all__ = ["READABLE_SUFFIXES", "InitReport", "init_catalog"]
@@ -399,13 +399,13 @@ def _catalog_text(
         "# variables, groupings and structural zeros are the data owner's decisions.",
         "",
         "[dataset]",
-        f"title = {_toml_value(meta.title or source.stem)}",
+        f"title = {toml_value(meta.title or source.stem)}",
         'file = "microdata.parquet"',
-        f"record_key = {_toml_value(record_key)}"
+        f"record_key = {toml_value(record_key)}"
         + ("  # drawn by catalog init (secure random)" if keys_added else ""),
     ]
     if weight:
-        lines.append(f"weight = {_toml_value(weight)}")
+        lines.append(f"weight = {toml_value(weight)}")
     else:
         lines.append("# no weight given (--weight): only counts can be tabulated")
     if renamed:
@@ -420,13 +420,13 @@ def _catalog_text(
         width = max(len(n) for n, _ in undecided)
         lines += [f"#   {n.ljust(width)}  {reason}" for n, reason in undecided]
     for var in variables:
-        lines += ["", "[[variables]]", f"name = {_toml_value(var.name)}"]
-        lines.append(f"label = {_toml_value(var.label)}")
+        lines += ["", "[[variables]]", f"name = {toml_value(var.name)}"]
+        lines.append(f"label = {toml_value(var.label)}")
         if var.note:
             lines.append(f"# {var.note}")
         lines.append("categories = [")
         for code, label, comment in var.categories:
-            entry = f"  {{ code = {_toml_value(code)}, label = {_toml_value(label)} }},"
+            entry = f"  {{ code = {toml_value(code)}, label = {toml_value(label)} }},"
             lines.append(entry + (f"  # {comment}" if comment else ""))
         lines.append("]")
     return "\n".join(lines) + "\n"
@@ -513,7 +513,7 @@ def init_catalog(
     taken: set[str] = set()
     names: dict[str, str] = {}
     rk_name = _clean_name(record_key, taken)
-    if rk_name != record_key or not _NAME.match(record_key):
+    if rk_name != record_key or not NAME_PATTERN.match(record_key):
         raise DataError(
             f"record-key column name {record_key!r} is not allowed: use a letter followed by "
             "letters, digits or underscores"

@@ -55,7 +55,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._catalog import REPLICATE_METHODS, Catalog, _check_name, _toml_value
+from tablesafe._catalog import REPLICATE_METHODS, Catalog, check_name, toml_value
 from tablesafe._errors import CatalogError, DataError, ParameterError
 
 __all__ = [
@@ -412,7 +412,7 @@ def add_replicates(
             "replace (--replace) to make new ones"
         )
     try:
-        _check_name(prefix + "1", "replicate-weight column")
+        check_name(prefix + "1", "replicate-weight column")
     except CatalogError:
         raise ParameterError(
             f"prefix {prefix!r} does not make valid column names: use a letter followed by "
@@ -461,15 +461,15 @@ def add_replicates(
         + f" from strata {strata or '(none)'} and PSUs {psu}",
         "replicate_weights = [",
         *(
-            "  " + ", ".join(_toml_value(c) for c in columns[i : i + 8]) + ","
+            "  " + ", ".join(toml_value(c) for c in columns[i : i + 8]) + ","
             for i in range(0, len(columns), 8)
         ),
         "]",
-        f"replicate_method = {_toml_value(method)}",
-        f"replicate_coefficient = {_toml_value(design.coefficient)}",
+        f"replicate_method = {toml_value(method)}",
+        f"replicate_coefficient = {toml_value(design.coefficient)}",
     ]
     if method == "BRR":
-        lines.append(f"fay = {_toml_value(float(fay))}")
+        lines.append(f"fay = {toml_value(float(fay))}")
     text = _edit_catalog(catalog_path.read_text(encoding="utf-8"), lines)
     new_catalog = Catalog.from_dict(tomllib.loads(text), base=catalog_path.parent)
     if new_catalog.replicates is None or not math.isclose(

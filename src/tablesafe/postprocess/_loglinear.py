@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._additivity import _ipf
+from tablesafe._additivity import classic_ipf
 from tablesafe._errors import ComputationError, ParameterError
 from tablesafe._random import resolve_generator
 
@@ -52,7 +52,7 @@ def loglinear_refit(
         targets.append((kept, y.sum(axis=dropped, keepdims=True) if dropped else y))
     # Start from ones where the margins allow mass: the maximum-entropy start.
     start = np.ones_like(y)
-    fitted, _, disc = _ipf(start, targets, tol, max_iter)
+    fitted, _, disc = classic_ipf(start, targets, tol, max_iter)
     if disc > tol:
         raise ComputationError(f"log-linear refit did not converge (discrepancy {disc:.3g})")
     return fitted
