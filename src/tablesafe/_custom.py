@@ -35,9 +35,7 @@ __all__ = [
     "CustomGrouping",
     "check_grouping_limits",
     "extend_catalog",
-    "group_record_sets",
     "parse_groupings",
-    "plain_universe",
 ]
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
@@ -310,77 +308,3 @@ def check_grouping_limits(
                     f"{len(group.members)} categories; this dataset allows at most "
                     f"{max_categories} per group"
                 )
-
-
-def plain_universe(
-    universe: Mapping[str, Sequence[Code]], groupings: Sequence[CustomGrouping], catalog: Catalog
-) -> dict[str, list[Code]]:
-    """A universe with conditions on custom groupings rewritten on their source variables.
-
-    The result names catalog variables only, so it can be stored and compared
-    (sliver guard) without the request's groupings.
-    """
-    custom = {g.name: g for g in groupings}
-    out: dict[str, list[Code]] = {}
-    for name, codes in universe.items():
-        if name not in custom:
-            key, values = name, list(codes)
-        else:
-            var = custom[name].to_variable(catalog)
-            key = var.source or var.name
-            values = list(dict.fromkeys(s for c in codes for s in var.source_codes(var.coerce(c))))
-        if key in out:
-            values = [c for c in out[key] if c in values]
-        out[key] = values
-    return out
-
-
-def group_record_sets(
-    dataset: str,
-    universe: Mapping[str, Sequence[Code]],
-    groupings: Sequence[CustomGrouping],
-    catalog: Catalog,
-    dimensions: Sequence[Any],
-    n: Any,
-    cell_key: Any,
-) -> list[tuple[dict[str, list[Code]], int, str]]:
-    """The record set of every merged group of the table, as a universe for the sliver guard.
-
-    A group of a custom grouping that is a dimension is the set of universe
-    records in its categories; its size and key sum are the group's margin
-    cell (every other dimension at its total), so no extra query is needed.
-
-    Args:
-        dataset: The dataset's name (part of the fingerprint).
-        universe: The request's universe on catalog variables (:func:`plain_universe`).
-        groupings: The request's custom groupings.
-        catalog: The dataset's catalog.
-        dimensions: The plan's dimensions.
-        n: True counts of the extended table (all margins).
-        cell_key: Cell keys of the extended table.
-
-    Returns:
-        ``(universe, size, fingerprint)`` per merged group.
-    """
-    import hashlib
-
-    custom = {g.name: g for g in groupings}
-    out = []
-    for i, dim in enumerate(dimensions):
-        if dim.name not in custom:
-            continue
-        grouping = custom[dim.name]
-        merged = {g.code for g in grouping.groups} | ({"other"} if grouping.other else set())
-        source = catalog.variable(grouping.variable)
-        key = source.source or source.name
-        for j, code in enumerate(dim.codes):
-            if code not in merged:
-                continue
-            idx = tuple(j if k == i else -1 for k in range(len(dimensions)))
-            size, ksum = int(n[idx]), int(cell_key[idx])
-            members = list(dim.members[j])
-            cond = dict(universe)
-            cond[key] = [c for c in cond[key] if c in members] if key in cond else members
-            fp = hashlib.sha256(f"{dataset}:{size}:{ksum}".encode()).hexdigest()
-            out.append(({k: list(v) for k, v in cond.items()}, size, fp))
-    return out

@@ -308,15 +308,16 @@ class RuleSettings(BaseModel):
     )
     sliver_cells: bool = Field(
         True,
-        description="Also compare the record sets of published cells (each category of each "
-        "dimension of a table of 2 or more dimensions), not only universes.",
+        description="Also compare the record sets of published cells (every slice of a table: "
+        "each cell of each grouping set but the inner cells), not only universes and merged "
+        "groups.",
     )
     sliver_max_candidates: int = Field(
         2000,
         ge=1,
-        description="Most earlier record sets one check of the sliver guard may compare a "
-        "request with (one count of the microdata each); a request with more candidates is "
-        "refused, never let through unchecked.",
+        description="No longer used: the sliver guard has no comparison budget (key sketches "
+        "leave only true candidates for an exact count). Accepted so that older site "
+        "configurations load.",
     )
     max_custom_groups: int = Field(
         30,

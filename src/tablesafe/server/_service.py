@@ -12,34 +12,33 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tablesafe._aggregates import CellAggregates
 from tablesafe._builder import TableBuilder
-from tablesafe._catalog import Catalog, Code
-from tablesafe._custom import check_grouping_limits, group_record_sets, plain_universe
+from tablesafe._catalog import Catalog
+from tablesafe._custom import check_grouping_limits
 from tablesafe._dataset import Dataset
 from tablesafe._errors import ConfigError, TablesafeError
+from tablesafe._guard import (
+    BUCKETS,
+    GuardCounts,
+    RecordSet,
+    dataset_identity,
+    guard_check,
+    record_sets,
+)
 from tablesafe._protection import Protection
 from tablesafe._protection import protection_from_settings as core_protection
 from tablesafe._request import TableRequest, TabulationPlan
-from tablesafe._rules import (
-    PublishedSet,
-    apply_small_cell_rule,
-    cell_sliver_guard,
-    check_request_limits,
-    check_universe_size,
-    intersect_universes,
-    published_sets,
-    sliver_guard,
-    universe_fingerprint,
-)
+from tablesafe._rules import apply_small_cell_rule, check_request_limits, check_universe_size
 from tablesafe._settings import DatasetSettings, RuleSettings, SiteConfig
 from tablesafe._table import ProtectedTable
+from tablesafe.engines._sketch import key_buckets
 from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Principal
+from tablesafe.server._guard_store import GuardStore, SQLiteGuardStore
 
 __all__ = ["TableService", "checked_request", "protection_from_settings", "ruled_table"]
 
@@ -58,11 +57,8 @@ def protection_from_settings(dataset: DatasetSettings, site: SiteConfig) -> Prot
     return core_protection(dataset.protection, secret=site.secret(dataset), resolve=site.resolve)
 
 
-# A cached answer: the protected table, its universe's size and fingerprint, and
-# the record sets of its custom groups (universe, size, fingerprint) for the guard.
-_Entry = tuple[
-    ProtectedTable, int, str, list[tuple[dict[str, list[Code]], int, str]], list[PublishedSet]
-]
+# A cached answer: the protected table and the record sets it publishes (for the guard).
+_Entry = tuple[ProtectedTable, list[RecordSet]]
 
 
 @dataclass
@@ -71,6 +67,8 @@ class _Served:
     dataset: Dataset
     builder: TableBuilder
     title: str
+    # The microdata's identity (the guard's memory), computed when first needed.
+    identity: str | None = None
 
 
 def checked_request(request: TableRequest, catalog: Catalog, rules: RuleSettings) -> TableRequest:
@@ -123,9 +121,13 @@ class TableService:
         ConfigError: if a dataset, its catalog, ptable or secret cannot be loaded.
     """
 
-    def __init__(self, site: SiteConfig, audit: AuditLog | None = None) -> None:
+    def __init__(
+        self, site: SiteConfig, audit: AuditLog | None = None, guard: GuardStore | None = None
+    ) -> None:
         self.site = site
         self.audit = audit or AuditLog(site.resolve(site.server.audit_db))
+        # The guard's store: by default in the audit database's file (its own table).
+        self.guard = guard or SQLiteGuardStore(self.audit.path)
         self._served: dict[str, _Served] = {}
         # Keyed on the whole checked request (frozen, hashable): every field that
         # changes the answer is in the key, including fields added later.
@@ -156,11 +158,12 @@ class TableService:
             )
 
     def close(self) -> None:
-        """Close the engines' connections and the audit log."""
+        """Close the engines' connections, the guard's store and the audit log."""
         for s in self._served.values():
             close = getattr(s.builder.engine, "close", None)
             if close is not None:
                 close()
+        self.guard.close()
         self.audit.close()
 
     def _engine(self, ds: DatasetSettings) -> Any:
@@ -257,70 +260,53 @@ class TableService:
         request = checked_request(request, s.dataset.catalog, rules)
         cache_key = (name, request)
         cached = self._cached(cache_key)
-        fresh = cached is None
         if cached is None:
             plan, agg, table = ruled_table(s.builder, s.dataset, request, rules)
-            universe_n = agg.universe_n
-            fingerprint = universe_fingerprint(name, agg)
-            universe = plain_universe(request.universe, request.groupings, s.dataset.catalog)
-            groups = group_record_sets(
-                name,
-                universe,
-                request.groupings,
-                s.dataset.catalog,
-                plan.dimensions,
-                agg.n,
-                agg.cell_key,
-            )
-            cells = published_sets(name, s.dataset.catalog, universe, plan, agg)
+            sets = self._record_sets(s, request, plan, agg) if rules.sliver_min_difference else []
+            entry = (table, sets)
         else:
-            table, universe_n, fingerprint, groups, cells = cached
-        universe = plain_universe(request.universe, request.groupings, s.dataset.catalog)
-
-        def count(a: Mapping[str, Sequence[Code]], b: Mapping[str, Sequence[Code]]) -> int:
-            return self._count(s, intersect_universes(s.dataset.catalog, a, b))
-
-        # The universe, and every merged group of a custom grouping (a record set
-        # of its own): one that differs from an answered universe or group by a
-        # few records is a sliver.
-        record_sets = [(universe, universe_n, fingerprint), *groups]
-        for group, size, group_fp in record_sets:
-            sliver_guard(
-                store=self.audit,
-                key_id=who.id,
-                dataset=name,
-                universe=group,
-                size=size,
-                fingerprint=group_fp,
-                rules=rules,
-                count=count,
-            )
-        # The record sets the table breaks down, against those already published.
-        cell_sliver_guard(
-            store=self.audit,
-            key_id=who.id,
-            dataset=name,
-            sets=cells,
-            rules=rules,
-            count=count,
-        )
-        if fresh:
-            self._store(cache_key, (table, universe_n, fingerprint, groups, cells))
-        for group, size, group_fp in record_sets:
-            self.audit.remember_universe(who.id, name, group, size, group_fp)
-        self.audit.remember_sets(who.id, name, cells)
+            entry = cached
+        table, sets = entry
+        if rules.sliver_min_difference > 0:
+            self._guard(s, who, sets)
+        if cached is None:
+            self._store(cache_key, entry)
         return table
 
-    def _count(self, s: _Served, universe: Mapping[str, Sequence[Code]]) -> int:
-        cat = s.dataset.catalog
-        if any(len(v) == 0 for v in universe.values()):
-            return 0
-        first = cat.source_variables[0].name
-        plan = TableRequest((first,), universe=universe, statistic="count", margins="total").bind(
-            cat
-        )
-        agg = s.builder.engine.tabulate(s.dataset, plan)
-        return int(agg.n[-1])
+    def _record_sets(
+        self, s: _Served, request: TableRequest, plan: TabulationPlan, agg: CellAggregates
+    ) -> list[RecordSet]:
+        """The record sets a table publishes, with their key sketches (one more query)."""
+        full = replace(plan, grouping_sets=agg.grouping_sets, magnitudes=())
+        sketch = key_buckets(s.builder.engine, s.dataset, full, BUCKETS)
+        custom = {g.name: g for g in request.groupings}
+        merged = {
+            i: frozenset(g.code for g in custom[d.name].groups)
+            | (frozenset({"other"}) if custom[d.name].other else frozenset())
+            for i, d in enumerate(plan.dimensions)
+            if d.name in custom
+        }
+        return record_sets(plan, agg, sketch, s.dataset.catalog, merged)
+
+    def _guard(self, s: _Served, who: Principal, sets: list[RecordSet]) -> None:
+        """The sliver guard: check and remember in one transaction of the guard's store.
+
+        Raises:
+            RefusedError: for a table that makes a sliver with published ones.
+        """
+        if s.identity is None:
+            s.identity = dataset_identity(s.builder.engine, s.dataset)
+        all_codes = {v.column: v.codes for v in s.dataset.catalog.source_variables}
+        with self.guard.transaction(s.identity) as tx:
+            fresh = guard_check(
+                tx.index,
+                sets,
+                key_id=who.id,
+                rules=s.settings.rules,
+                counts=GuardCounts(s.builder.engine, s.dataset),
+                all_codes=all_codes,
+            )
+            tx.remember(who.id, fresh)
 
     def _cached(self, key: tuple[str, TableRequest]) -> _Entry | None:
         with self._cache_lock:

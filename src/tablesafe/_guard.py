@@ -1,0 +1,682 @@
+"""The sliver guard: no record set differs from published ones by a few records.
+
+Seed 000 Section 2.1 and seed 004 Section 1: differencing two tables whose
+record sets differ by a few records shows those records' categories. The
+guard refuses a table that would allow it, with ``m = sliver_min_difference``.
+
+**Record sets.** A table of dimensions ``D`` in universe ``U`` breaks down
+its universe by every dimension, and each cell of every grouping set
+``G`` smaller than ``D`` (a *slice*: 1-category slices, 2-category slices of
+a 3-D table...) by the dimensions not in ``G``. Each is a :class:`RecordSet`:
+its canonical definition in microdata columns and codes (so dataset names
+and catalogs over the same microdata agree), its breakdown columns, its
+size, a fingerprint (a hash of its size and record-key sum) and a sketch of its
+record keys (:mod:`tablesafe.engines._sketch`). A universe, and a merged
+group of a custom grouping, is also *whole*: compared with every other whole
+set whatever its breakdown.
+
+**Pairs.** A new record set ``X`` and a published ``Y`` that share a
+breakdown column (or are both whole), both of at least ``m`` records, that
+differ by ``|X| + |Y| - 2 |X and Y|`` in 1 .. m-1 records are a sliver. The
+sketches' L1 distance is a lower bound on that difference, so only pairs
+whose sketches are within ``m`` need the exact count of ``X and Y`` (one
+query). A pair in which one set contains the other within one table (a slice
+and its universe, or the slice it refines) is not a sliver: what they differ
+by is the table's other slices, which the table publishes.
+
+**Families.** Published sets whose definitions differ only in their codes
+of one column ``c`` (a parent and its children along ``c``) can be added and
+subtracted: any set of codes of ``c`` whose indicator is a linear combination
+of theirs is published by difference. Each such *atom* that the new table
+makes derivable, is not itself published and holds 1 .. m-1 records is a
+sliver (a parent minus its children).
+
+**Repeats.** A record set already published with the same definition and
+breakdown columns is not compared again, so a request answered once is
+answered again whatever was asked since.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tablesafe._aggregates import CellAggregates
+from tablesafe._catalog import Catalog, Code
+from tablesafe._errors import RefusedError
+from tablesafe._request import DimensionPlan, TabulationPlan
+from tablesafe._settings import RuleSettings
+
+__all__ = [
+    "BUCKETS",
+    "WHOLE",
+    "GuardCounts",
+    "RecordSet",
+    "SetIndex",
+    "dataset_identity",
+    "definition_text",
+    "guard_check",
+    "record_sets",
+]
+
+#: Buckets of the record key in a sketch.
+BUCKETS = 64
+#: The breakdown "column" of a whole set (a universe or a merged group).
+WHOLE = "*"
+
+#: A canonical definition: (column, sorted codes) pairs sorted by column; a column
+#: allowing every code of the catalog is left out.
+Definition = tuple[tuple[str, tuple[Code, ...]], ...]
+
+
+def _code_key(code: object) -> tuple[int, str]:
+    return (0, f"{code:+021d}") if isinstance(code, int) else (1, str(code))
+
+
+def canonical(
+    conditions: Mapping[str, Iterable[Code]], all_codes: Mapping[str, Sequence[Code]]
+) -> Definition:
+    """The canonical form of a conjunction of column conditions."""
+    out = []
+    for column, codes in conditions.items():
+        allowed = frozenset(codes)
+        full = all_codes.get(column)
+        if full is not None and allowed >= frozenset(full):
+            continue
+        out.append((column, tuple(sorted(allowed, key=_code_key))))
+    return tuple(sorted(out))
+
+
+def definition_text(definition: Definition) -> str:
+    """A definition as JSON (typed codes): what is stored and compared."""
+    return json.dumps([[c, list(v)] for c, v in definition], separators=(",", ":"))
+
+
+def parse_definition(text: str) -> Definition:
+    """The inverse of :func:`definition_text`."""
+    return tuple((str(c), tuple(v)) for c, v in json.loads(text))
+
+
+@dataclass(frozen=True, eq=False)
+class RecordSet:
+    """A record set a table publishes broken down by some columns.
+
+    Attributes:
+        definition: Its canonical definition (microdata columns and codes).
+        columns: The columns it is broken down by, plus :data:`WHOLE` for a
+            universe or a merged group.
+        size: Its number of records (a true count: the guard's store is the owner's).
+        fingerprint: 16 bytes naming the record set (:func:`fingerprint`).
+        sketch: Its records per bucket of the record key, or ``None``.
+        ancestors: Fingerprints of the sets of the same table that contain it
+            (its universe, and the slices it refines).
+        label: How to name it to the user who asked for it.
+    """
+
+    definition: Definition
+    columns: frozenset[str]
+    size: int
+    fingerprint: bytes
+    sketch: npt.NDArray[np.int64] | None
+    ancestors: frozenset[bytes] = frozenset()
+    label: str = ""
+
+    @property
+    def text(self) -> str:
+        """The definition as stored (:func:`definition_text`)."""
+        return definition_text(self.definition)
+
+
+def fingerprint(size: int, key_sum: int) -> bytes:
+    """16 bytes naming a record set: a hash of its size and record-key sum (any engine)."""
+    payload = f"{size}:{key_sum}".encode()
+    return hashlib.blake2b(payload, digest_size=16, person=b"tablesafe-set").digest()
+
+
+def _cell_definition(
+    plan: TabulationPlan,
+    gs: tuple[int, ...],
+    coords: tuple[int, ...],
+    all_codes: Mapping[str, Sequence[Code]],
+) -> Definition:
+    conditions: dict[str, frozenset[Code]] = {c: frozenset(v) for c, v in plan.universe}
+    for i, j in zip(gs, coords, strict=True):
+        d = plan.dimensions[i]
+        members = frozenset(d.members[j])
+        conditions[d.column] = conditions.get(d.column, members) & members
+    return canonical(conditions, all_codes)
+
+
+def _label(plan: TabulationPlan, gs: tuple[int, ...], coords: tuple[int, ...]) -> str:
+    if not gs:
+        return "this table's universe"
+    parts = [
+        f"{plan.dimensions[i].name} = {plan.dimensions[i].codes[j]}"
+        for i, j in zip(gs, coords, strict=True)
+    ]
+    return f"the records with {' and '.join(parts)} in this table's universe"
+
+
+def record_sets(
+    plan: TabulationPlan,
+    agg: CellAggregates,
+    sketch: npt.NDArray[np.int64] | None,
+    catalog: Catalog,
+    merged: Mapping[int, frozenset[Code]] | None = None,
+) -> list[RecordSet]:
+    """Every record set a table publishes broken down: its universe and every slice.
+
+    Sizes and key sums come from the table's own grouping sets (the engine
+    computes all of them), sketches from :func:`~tablesafe.engines._sketch.key_buckets`.
+
+    Args:
+        plan: The table's plan (dimensions, universe).
+        agg: Its aggregates with every grouping set.
+        sketch: Per bucket, the counts of every cell (``(B, *agg.shape)``), or ``None``.
+        catalog: The dataset's catalog (every code of each column).
+        merged: Per dimension position, the codes of its merged groups (custom
+            groupings): those cells are whole sets too.
+
+    Returns:
+        The non-empty record sets, the universe first.
+    """
+    all_codes = {v.column: v.codes for v in catalog.source_variables}
+    dims = plan.dimensions
+    k = len(dims)
+    merged = merged or {}
+    columns = [d.column for d in dims]
+    fps: dict[tuple[tuple[int, ...], tuple[int, ...]], bytes] = {}
+    out: list[RecordSet] = []
+    for size_g in range(k + 1):
+        for gs in itertools.combinations(range(k), size_g):
+            whole_dim = gs[0] if len(gs) == 1 and gs[0] in merged else None
+            if size_g == k and whole_dim is None:
+                continue  # inner cells are not broken down
+            rest = frozenset(columns[i] for i in range(k) if i not in gs)
+            for coords in itertools.product(*(range(dims[i].size) for i in gs)):
+                idx = tuple(coords[gs.index(i)] if i in gs else dims[i].size for i in range(k))
+                n = int(agg.n[idx])
+                if n == 0:
+                    continue
+                whole = not gs or (
+                    whole_dim is not None and dims[whole_dim].codes[coords[0]] in merged[whole_dim]
+                )
+                if size_g == k and not whole:
+                    continue
+                sk = None
+                if sketch is not None:
+                    where: tuple[Any, ...] = (slice(None), *idx)
+                    sk = np.asarray(sketch[where], dtype=np.int64)
+                fp = fingerprint(n, int(agg.cell_key[idx]))
+                fps[(gs, coords)] = fp
+                ancestors = frozenset(
+                    fps[(sub, tuple(coords[gs.index(i)] for i in sub))]
+                    for r in range(size_g)
+                    for sub in itertools.combinations(gs, r)
+                )
+                out.append(
+                    RecordSet(
+                        definition=_cell_definition(plan, gs, coords, all_codes),
+                        columns=rest | ({WHOLE} if whole else frozenset()),
+                        size=n,
+                        fingerprint=fp,
+                        sketch=sk,
+                        ancestors=ancestors,
+                        label=_label(plan, gs, coords),
+                    )
+                )
+    return out
+
+
+# -- the index of published sets ------------------------------------------------------------
+
+
+@dataclass
+class SetIndex:
+    """The record sets published from one microdata, in memory, for the guard's lookups.
+
+    Rows are appended as the store reads them (in id order); the arrays
+    hold sizes and sketches for vectorised candidate search, the dictionaries
+    what was published under which definition and which sets share a context.
+    """
+
+    buckets: int = BUCKETS
+    last_id: int = 0
+    sets: list[RecordSet] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    _sizes: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _sketches: npt.NDArray[np.int32] = field(
+        default_factory=lambda: np.zeros((0, 0), dtype=np.int32)
+    )
+    _has_sketch: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    _pending: list[tuple[int, str, RecordSet]] = field(default_factory=list)
+    _order: npt.NDArray[np.int64] | None = None
+    _published: dict[tuple[bytes, str], set[str]] = field(default_factory=dict)
+    _published_by_key: dict[tuple[bytes, str, str], set[str]] = field(default_factory=dict)
+    _contexts: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    _definitions: dict[str, list[int]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.sets) + len(self._pending)
+
+    def add(self, rows: Iterable[tuple[int, str, RecordSet]]) -> None:
+        """Append stored rows ``(id, key id, set)`` (ids increasing)."""
+        for row_id, key_id, s in rows:
+            self._pending.append((row_id, key_id, s))
+            self.last_id = max(self.last_id, row_id)
+            text = s.text
+            self._published.setdefault((s.fingerprint, text), set()).update(s.columns)
+            self._published_by_key.setdefault((s.fingerprint, text, key_id), set()).update(
+                s.columns
+            )
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        start = len(self.sets)
+        new = self._pending
+        self._pending = []
+        for row, (_, key_id, s) in enumerate(new, start):
+            self.sets.append(s)
+            self.keys.append(key_id)
+            text = s.text
+            self._definitions.setdefault(text, []).append(row)
+            for column, _codes in s.definition:
+                ctx = definition_text(tuple(p for p in s.definition if p[0] != column))
+                self._contexts.setdefault(ctx, []).append((column, row))
+        sizes = np.array([s.size for _, _, s in new], dtype=np.int64)
+        sketches = np.zeros((len(new), self.buckets), dtype=np.int32)
+        has = np.zeros(len(new), dtype=bool)
+        for i, (_, _, s) in enumerate(new):
+            if s.sketch is not None and len(s.sketch) == self.buckets:
+                sketches[i] = s.sketch
+                has[i] = True
+        self._sizes = np.concatenate([self._sizes, sizes])
+        old = self._sketches if self._sketches.size else np.zeros((0, self.buckets), np.int32)
+        self._sketches = np.concatenate([old, sketches])
+        self._has_sketch = np.concatenate([self._has_sketch, has])
+        self._order = None
+
+    def published_columns(self, s: RecordSet, key_id: str | None) -> set[str]:
+        """The columns ``s`` (same records, same definition) was published broken down by."""
+        if key_id is None:
+            return self._published.get((s.fingerprint, s.text), set())
+        return self._published_by_key.get((s.fingerprint, s.text, key_id), set())
+
+    def near(self, s: RecordSet, m: int) -> npt.NDArray[np.int64]:
+        """Rows whose size is within ``m`` of ``s`` and whose sketch may be (L1 below ``m``)."""
+        self._flush()
+        if self._order is None:
+            self._order = np.argsort(self._sizes, kind="stable")
+            self._sorted = self._sizes[self._order]
+        lo = int(np.searchsorted(self._sorted, s.size - m + 1, side="left"))
+        hi = int(np.searchsorted(self._sorted, s.size + m - 1, side="right"))
+        rows: npt.NDArray[np.int64] = self._order[lo:hi]
+        if s.sketch is None or len(rows) == 0:
+            return rows
+        # L1 of the sketches: a lower bound on the records two sets differ by.
+        # Rows without a sketch stay candidates.
+        dist = np.abs(self._sketches[rows] - s.sketch.astype(np.int32)).sum(axis=1)
+        near: npt.NDArray[np.int64] = rows[(dist < m) | ~self._has_sketch[rows]]
+        return near
+
+    def family(self, context: str, column: str) -> list[int]:
+        """Rows whose definition is ``context`` plus a condition on ``column``."""
+        self._flush()
+        return [row for c, row in self._contexts.get(context, []) if c == column]
+
+    def defined_as(self, text: str) -> list[int]:
+        """Rows whose definition is ``text``."""
+        self._flush()
+        return self._definitions.get(text, [])
+
+    def children_columns(self, text: str) -> set[str]:
+        """Columns along which rows refine definition ``text`` (its children)."""
+        self._flush()
+        return {c for c, _ in self._contexts.get(text, [])}
+
+
+# -- counts --------------------------------------------------------------------------------
+
+
+@dataclass
+class GuardCounts:
+    """Exact counts of the microdata for the guard, by definition (one engine query each).
+
+    Args:
+        engine: The dataset's engine.
+        dataset: The dataset.
+    """
+
+    engine: Any
+    dataset: Any
+    queries: int = 0
+    _memo: dict[Any, Any] = field(default_factory=dict)
+
+    def _plan(self, definition: Definition, column: str | None) -> TabulationPlan | None:
+        cat = self.dataset.catalog
+        if any(not codes for _, codes in definition):
+            return None
+        if column is None:
+            var = cat.source_variables[0]
+            dim = DimensionPlan.from_variable(var)
+        else:
+            var = next(v for v in cat.source_variables if v.column == column)
+            dim = DimensionPlan(
+                name=var.name,
+                label=var.label,
+                column=column,
+                codes=tuple(var.codes),
+                labels=tuple(str(c) for c in var.codes),
+                members=tuple((c,) for c in var.codes),
+            )
+        return TabulationPlan(
+            dimensions=(dim,),
+            universe=definition,
+            grouping_sets=((0,), ()),
+            record_key=cat.record_key,
+            weight=None,
+        )
+
+    def intersection(self, a: Definition, b: Definition) -> int:
+        """``|A and B|``: the records both definitions select."""
+        key = ("and", a, b) if a <= b else ("and", b, a)
+        if key not in self._memo:
+            both: dict[str, set[Code]] = {}
+            for column, codes in (*a, *b):
+                both[column] = both[column] & set(codes) if column in both else set(codes)
+            definition = tuple(sorted((c, tuple(v)) for c, v in both.items()))
+            plan = self._plan(definition, None)
+            if plan is None:
+                self._memo[key] = 0
+            else:
+                self.queries += 1
+                self._memo[key] = int(self.engine.tabulate(self.dataset, plan).n[-1])
+        return int(self._memo[key])
+
+    def by_code(self, context: Definition, column: str) -> dict[Code, int]:
+        """Records of ``context`` per code of ``column``."""
+        key = ("codes", context, column)
+        if key not in self._memo:
+            plan = self._plan(context, column)
+            if plan is None:
+                self._memo[key] = {}
+            else:
+                self.queries += 1
+                n = self.engine.tabulate(self.dataset, plan).n
+                codes = plan.dimensions[0].codes
+                self._memo[key] = {c: int(n[j]) for j, c in enumerate(codes)}
+        return dict(self._memo[key])
+
+
+def dataset_identity(engine: Any, dataset: Any) -> str:
+    """The microdata's identity: a hash of its record count and record-key sum (any engine).
+
+    It depends on the records alone, not on the dataset's name or catalog:
+    every dataset that serves the same records shares the guard's memory.
+    """
+    cat = dataset.catalog
+    plan = TabulationPlan(
+        dimensions=(DimensionPlan.from_variable(cat.source_variables[0]),),
+        universe=(),
+        grouping_sets=((0,), ()),
+        record_key=cat.record_key,
+        weight=None,
+    )
+    agg = engine.tabulate(dataset, plan)
+    payload = f"{int(agg.n[-1])}:{int(agg.cell_key[-1])}".encode()
+    return hashlib.blake2b(payload, digest_size=16, person=b"tablesafe-data").hexdigest()
+
+
+# -- the check ---------------------------------------------------------------------------
+
+#: Whether a record set equal to a published one under another definition is refused
+#: like a near one (docs/decisions.md, "Sliver guard: identical record sets").
+IDENTICAL_IS_NEAR = False
+
+
+@dataclass(frozen=True)
+class _Check:
+    index: SetIndex
+    table: SetIndex
+    key_id: str
+    only: str | None
+    m: int
+    counts: GuardCounts
+    all_codes: Mapping[str, Sequence[Code]]
+    identical_is_near: bool
+
+
+def guard_check(
+    index: SetIndex,
+    sets: Sequence[RecordSet],
+    *,
+    key_id: str,
+    rules: RuleSettings,
+    counts: GuardCounts,
+    all_codes: Mapping[str, Sequence[Code]],
+    identical_is_near: bool = IDENTICAL_IS_NEAR,
+) -> list[RecordSet]:
+    """Refuse a table that makes a sliver with published record sets; else what to remember.
+
+    Only record sets not yet published under the same definition and
+    breakdown are compared (a repeat compares nothing). Each is compared
+    pairwise with the published sets near it, then with the families it
+    joins (see the module's docstring).
+
+    Args:
+        index: The published record sets of the microdata.
+        sets: The new table's record sets (:func:`record_sets`).
+        key_id: The API key asking.
+        rules: The dataset's rules (``sliver_min_difference``, ``sliver_scope``,
+            ``sliver_cells``).
+        counts: Exact counts of the microdata.
+        all_codes: Every code of each column (the catalog's).
+        identical_is_near: Refuse a set equal to a published one under another
+            definition (a difference of 0) as a near one.
+
+    Returns:
+        The sets to remember: those with something not yet published.
+
+    Raises:
+        RefusedError: naming the new table's record set, never a count.
+    """
+    only = key_id if rules.sliver_scope == "key" else None
+    table = SetIndex(buckets=index.buckets)
+    table.add((i + 1, key_id, s) for i, s in enumerate(sets))
+    check = _Check(
+        index, table, key_id, only, rules.sliver_min_difference, counts, all_codes,
+        identical_is_near,
+    )  # fmt: skip
+    fresh = []
+    seen_families: set[tuple[str, str, str]] = set()
+    for x in sets:
+        new = x.columns - index.published_columns(x, only)
+        if not new:
+            continue
+        fresh.append(x)
+        compare = new if rules.sliver_cells else new & {WHOLE}
+        if check.m <= 0 or x.size < check.m or not compare:
+            continue
+        _pairs(check, x, compare)
+        _families(check, x, compare, seen_families)
+    return fresh
+
+
+def _earlier(check: _Check, row: int | None, whole: bool) -> str:
+    mine = row is not None and check.index.keys[row] == check.key_id
+    if not whole:
+        return (
+            "a table you already received"
+            if mine
+            else "a table already published from this dataset"
+        )
+    if not mine or row is None:
+        return "one already published from this dataset"
+    y = check.index.sets[row]
+    shown = " and ".join(f"{c} in {list(v)}" for c, v in y.definition) or "all records"
+    return f"one you already received ({shown})"
+
+
+def _refuse(check: _Check, x: RecordSet, row: int | None, whole: bool) -> RefusedError:
+    m = check.m
+    advice = (
+        "differencing the two could reveal those records. Ask for coarser categories or a "
+        "universe that differs more"
+    )
+    if whole and not x.ancestors:
+        return RefusedError(
+            f"this universe differs by fewer than {m} records from {_earlier(check, row, True)}; "
+            "differencing the two tables could reveal those records. Ask for a universe that "
+            "differs more, or for the earlier universe itself"
+        )
+    if whole:  # a merged group of a custom grouping
+        return RefusedError(
+            f"the group of {x.label.removeprefix('the ')} differs by fewer than {m} records "
+            f"from {_earlier(check, row, True)}; {advice}"
+        )
+    verb = (
+        "differ" if x.ancestors else "differs"
+    )  # "the records with ..." or "this table's universe"
+    return RefusedError(
+        f"{x.label} {verb} by fewer than {m} records from a group of records broken down in "
+        f"{_earlier(check, row, False)}; {advice}"
+    )
+
+
+def _pairs(check: _Check, x: RecordSet, compare: frozenset[str] | set[str]) -> None:
+    """Refuse ``x`` if a published set near it differs from it by 1 .. m-1 records."""
+    index, m = check.index, check.m
+    for row in index.near(x, m).tolist():
+        y = index.sets[row]
+        if y.size < m or (check.only is not None and index.keys[row] != check.only):
+            continue
+        shared = compare & y.columns
+        if not shared:
+            continue
+        if y.fingerprint in x.ancestors or x.fingerprint in y.ancestors:
+            continue  # one contains the other in one table: the table publishes the rest
+        if y.fingerprint == x.fingerprint and _same_sketch(x, y):
+            diff = 0
+        else:
+            diff = x.size + y.size - 2 * check.counts.intersection(x.definition, y.definition)
+        if diff == 0 and not (check.identical_is_near and y.text != x.text):
+            continue
+        if diff < m:
+            raise _refuse(check, x, row, WHOLE in shared)
+
+
+def _same_sketch(x: RecordSet, y: RecordSet) -> bool:
+    if x.sketch is None or y.sketch is None:
+        return True
+    return bool(np.array_equal(x.sketch, y.sketch))
+
+
+def _codes_on(s: RecordSet, column: str, full: Sequence[Code]) -> frozenset[Code]:
+    for c, codes in s.definition:
+        if c == column:
+            return frozenset(codes)
+    return frozenset(full)
+
+
+def _members(
+    check: _Check, where: SetIndex, context: str, column: str, full: Sequence[Code], own: bool
+) -> list[tuple[frozenset[Code], frozenset[str]]]:
+    """Sets of ``where`` defined as ``context`` plus any condition on ``column``."""
+    rows = where.family(context, column) + where.defined_as(context)
+    out = []
+    for row in rows:
+        if not own and check.only is not None and where.keys[row] != check.only:
+            continue
+        s = where.sets[row]
+        out.append((_codes_on(s, column, full), s.columns))
+    return out
+
+
+def _families(
+    check: _Check,
+    x: RecordSet,
+    compare: frozenset[str] | set[str],
+    seen: set[tuple[str, str, str]],
+) -> None:
+    """Refuse ``x`` if it completes a parent-minus-children difference of 1 .. m-1 records."""
+    text = x.text
+    defined = {c for c, _ in x.definition}
+    columns = defined | check.index.children_columns(text) | check.table.children_columns(text)
+    for column in sorted(columns):
+        full = check.all_codes.get(column)
+        if full is None:
+            continue
+        context = tuple(p for p in x.definition if p[0] != column)
+        ctx_text = definition_text(context)
+        old_all = _members(check, check.index, ctx_text, column, full, own=False)
+        new_all = _members(check, check.table, ctx_text, column, full, own=True)
+        for w in sorted(compare):
+            if (ctx_text, column, w) in seen:
+                continue
+            seen.add((ctx_text, column, w))
+            old = [codes for codes, cols in old_all if w in cols]
+            new = [codes for codes, cols in new_all if w in cols]
+            if len(old) + len(new) < 3 or not old:
+                continue
+            atoms = derivable_atoms(full, old, new)
+            if not atoms:
+                continue
+            per_code = check.counts.by_code(context, column)
+            low = 0 if check.identical_is_near else 1
+            for atom in atoms:
+                n = sum(per_code.get(code, 0) for code in atom)
+                if low <= n < check.m:
+                    raise RefusedError(
+                        f"{x.label}, with groups of records broken down in tables already "
+                        f"published from this dataset, leaves fewer than {check.m} records "
+                        "by difference (a group minus its parts); differencing could reveal "
+                        "those records. Ask for coarser categories or a universe that differs more"
+                    )
+
+
+def derivable_atoms(
+    full: Sequence[Code], old: Sequence[frozenset[Code]], new: Sequence[frozenset[Code]]
+) -> list[frozenset[Code]]:
+    """Code sets that adding and subtracting ``old`` and ``new`` sets yields, and ``old`` alone not.
+
+    The atoms are the classes of codes that belong to the same sets; an atom
+    is derivable when its indicator is a linear combination of the sets'
+    indicators. Atoms that are one of the sets are published as they are.
+
+    Args:
+        full: Every code of the column.
+        old: Code sets already published (in one context).
+        new: Code sets the new table publishes in that context.
+    """
+    codes = list(full)
+    sets = [*old, *new]
+    matrix = np.array([[c in s for c in codes] for s in sets], dtype=np.float64)
+    old_matrix = matrix[: len(old)]
+    rank_all = int(np.linalg.matrix_rank(matrix))
+    rank_old = int(np.linalg.matrix_rank(old_matrix)) if len(old) else 0
+    classes: dict[tuple[bool, ...], list[Code]] = {}
+    for j, c in enumerate(codes):
+        signature = tuple(bool(v) for v in matrix[:, j])
+        if any(signature):
+            classes.setdefault(signature, []).append(c)
+    published = set(sets)
+    out = []
+    for members in classes.values():
+        atom = frozenset(members)
+        if atom in published:
+            continue
+        e = np.array([[c in atom for c in codes]], dtype=np.float64)
+        if int(np.linalg.matrix_rank(np.vstack([matrix, e]))) != rank_all:
+            continue  # not a combination of the sets
+        if len(old) and int(np.linalg.matrix_rank(np.vstack([old_matrix, e]))) == rank_old:
+            continue  # derivable before this table
+        out.append(atom)
+    return out
