@@ -8,19 +8,14 @@ Two tables:
   the client's address.
 * ``revoked_keys``: API keys revoked (``tablesafe api-key revoke``): the
   stored hash, the key id, time and reason; the server reads it per request.
-* ``universes``: for the sliver guard, each universe answered per key:
-  its definition (the universe filter as JSON), its sample size and a
-  fingerprint (a hash of its record-key sum), never its records.
-* ``published_sets``: for the cell-level sliver guard, each record set an
-  answered table published with a breakdown (its universe, and each slice
-  of it by one category of one of its dimensions): definition, the
-  variables it is broken down by, sample size and fingerprint.
+* ``guard_sets``: the sliver guard's record sets, written by its own store
+  (:mod:`tablesafe.server._guard_store`) in the same file.
 * ``reconstructions``: the results of the reconstruction audit
   (``tablesafe audit reconstruct``, the admin endpoint): time, the last
   served request it covers, the number of tables and the figures as JSON.
 
-The universe size is a true value: the audit store is the data owner's and
-is readable only through the admin endpoint and ``tablesafe audit``.
+The guard's sizes are true values: the database is the data owner's and is
+readable only through the admin endpoint and ``tablesafe audit``.
 """
 
 from __future__ import annotations
@@ -28,7 +23,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,30 +43,6 @@ CREATE TABLE IF NOT EXISTS requests (
     outcome TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS requests_key ON requests (key_id, time);
-CREATE TABLE IF NOT EXISTS universes (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    time TEXT NOT NULL,
-    key_id TEXT NOT NULL,
-    dataset TEXT NOT NULL,
-    universe TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    fingerprint TEXT NOT NULL,
-    UNIQUE (key_id, dataset, fingerprint, size)
-);
-CREATE INDEX IF NOT EXISTS universes_key ON universes (key_id, dataset, size);
-CREATE TABLE IF NOT EXISTS published_sets (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    time TEXT NOT NULL,
-    key_id TEXT NOT NULL,
-    dataset TEXT NOT NULL,
-    definition TEXT NOT NULL,
-    breakdown TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    fingerprint TEXT NOT NULL,
-    parent TEXT NOT NULL,
-    UNIQUE (key_id, dataset, fingerprint, parent, breakdown)
-);
-CREATE INDEX IF NOT EXISTS published_sets_size ON published_sets (dataset, size);
 CREATE TABLE IF NOT EXISTS reconstructions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     time TEXT NOT NULL,
@@ -238,99 +209,6 @@ class AuditLog:
                 "SELECT time FROM revoked_keys WHERE hash = ?", (key_hash,)
             ).fetchone()
         return None if row is None else str(row[0])
-
-    # -- the sliver guard's store -------------------------------------------------
-
-    def answered_universes(
-        self, key_id: str, dataset: str, size_low: int, size_high: int
-    ) -> list[tuple[dict[str, list[Any]], int, str]]:
-        """Universes answered for a key whose size lies in ``[size_low, size_high]``."""
-        with self._lock:
-            rows = self._con.execute(
-                "SELECT universe, size, fingerprint FROM universes WHERE key_id = ? AND "
-                "dataset = ? AND size BETWEEN ? AND ?",
-                (key_id, dataset, size_low, size_high),
-            ).fetchall()
-        return [(json.loads(u), int(s), str(f)) for u, s, f in rows]
-
-    def remember_universe(
-        self, key_id: str, dataset: str, universe: dict[str, list[Any]], size: int, fingerprint: str
-    ) -> None:
-        """Store an answered universe (once per key, dataset and fingerprint)."""
-        with self._tx() as con:
-            con.execute(
-                "INSERT OR IGNORE INTO universes (time, key_id, dataset, universe, size, "
-                "fingerprint) VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    self._now(),
-                    key_id,
-                    dataset,
-                    json.dumps(universe, sort_keys=True),
-                    size,
-                    fingerprint,
-                ),
-            )
-
-    def answered_universes_all(
-        self, dataset: str, size_low: int, size_high: int
-    ) -> list[tuple[dict[str, list[Any]], int, str, str]]:
-        """Universes answered for any key, sizes in a range: (universe, size, fingerprint, key)."""
-        with self._lock:
-            rows = self._con.execute(
-                "SELECT universe, size, fingerprint, key_id FROM universes WHERE dataset = ? "
-                "AND size BETWEEN ? AND ?",
-                (dataset, size_low, size_high),
-            ).fetchall()
-        return [(json.loads(u), int(n), str(f), str(k)) for u, n, f, k in rows]
-
-    # -- the cell-level sliver guard's store ------------------------------------------
-
-    def remember_sets(self, key_id: str, dataset: str, sets: Sequence[Any]) -> None:
-        """Store the record sets an answered table broke down (``PublishedSet``)."""
-        now = self._now()  # one answer, one time (a table breaks down hundreds of sets)
-        rows = [
-            (
-                now,
-                key_id,
-                dataset,
-                json.dumps({k: list(v) for k, v in p.definition.items()}, sort_keys=True),
-                json.dumps(list(p.breakdown)),
-                int(p.size),
-                p.fingerprint,
-                p.parent,
-            )
-            for p in sets
-        ]
-        with self._tx() as con:
-            con.executemany(
-                "INSERT OR IGNORE INTO published_sets (time, key_id, dataset, definition, "
-                "breakdown, size, fingerprint, parent) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-
-    def published_sets_near(
-        self, dataset: str, size_low: int, size_high: int, only_key: str | None, asking_key: str
-    ) -> list[tuple[Any, bool]]:
-        """Published record sets with sizes in a range (one key, or all): (set, asker's own)."""
-        from tablesafe._rules import PublishedSet
-
-        sql = (
-            "SELECT definition, breakdown, size, fingerprint, parent, key_id FROM published_sets "
-            "WHERE dataset = ? AND size BETWEEN ? AND ?"
-        )
-        params: list[Any] = [dataset, size_low, size_high]
-        if only_key is not None:
-            sql += " AND key_id = ?"
-            params.append(only_key)
-        with self._lock:
-            rows = self._con.execute(sql, params).fetchall()
-        return [
-            (
-                PublishedSet(json.loads(d), tuple(json.loads(b)), int(n), str(f), str(p)),
-                k == asking_key,
-            )
-            for d, b, n, f, p, k in rows
-        ]
 
     # -- the reconstruction audit ---------------------------------------------------
 
