@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import FormatError, RequestError
+from tablesafe._errors import FormatError
 from tablesafe._render import (
     iter_json,
     long_columns,
@@ -213,12 +213,7 @@ class ProtectedTable:
                 cells back with ``pandas.read_csv(..., comment="#")``).
         """
         text = to_csv(self.long_columns())
-        if footnotes:
-            from tablesafe._footnotes import footnote_lines
-
-            lines = footnote_lines(self.footnotes())
-            text += "\n" + "".join(f"# {line.replace(chr(10), ' ')}\n" for line in lines)
-        return text
+        return text + "\n" + self.footnote_comments() if footnotes else text
 
     def to_json(self) -> str:
         """JSON text: ``{"meta": ..., "cells": [...]}``."""
@@ -265,13 +260,23 @@ class ProtectedTable:
         return workbook_bytes([("cells", self.to_frame(labels=True)), ("about", about)])
 
     def render(self, fmt: str = "text") -> str:
-        """Render as ``"text"`` (pretty, via rich), ``"csv"`` or ``"json"``."""
-        if fmt == "csv":
-            return self.to_csv()
-        if fmt == "json":
-            return self.to_json() + "\n"
-        if fmt != "text":
-            raise RequestError(f"unknown format {fmt!r}; allowed: text, csv, json")
+        """Render in a text format of the registry: ``"text"``, ``"csv"`` or ``"json"``.
+
+        The formats are :mod:`tablesafe._formats`'; the footnotes are in JSON's
+        meta, and not appended to text or CSV.
+
+        Raises:
+            RequestError: for an unknown format, or a binary one (``xlsx``: use
+                :meth:`to_xlsx_bytes`).
+        """
+        from tablesafe._formats import output_format
+
+        out = output_format(fmt, binary=False).write(self, False)
+        assert isinstance(out, str)
+        return out
+
+    def render_text(self, *, footnotes: bool = False) -> str:
+        """The table as readable text (via rich), with its footnotes as ``#`` lines if asked."""
         universe = (
             " and ".join(f"{k} in {list(v)}" for k, v in self.request.universe.items())
             or "all records"
@@ -283,13 +288,21 @@ class ProtectedTable:
             if "weighted" in meta
             else ""
         )
-        return render_text(
+        text = render_text(
             self.dimensions,
             self.shown_statistics(),
             self.computed,
             title=f"Protected table; dataset: {meta.get('dataset', '')}; universe: {universe}",
             caption=caption,
         )
+        return text + ("\n" + self.footnote_comments() if footnotes else "")
+
+    def footnote_comments(self) -> str:
+        """The footnotes as ``#`` lines, one per sentence (the CSV's and the text's layout)."""
+        from tablesafe._footnotes import footnote_lines
+
+        lines = footnote_lines(self.footnotes())
+        return "".join(f"# {line.replace(chr(10), ' ')}\n" for line in lines)
 
 
 def _whole_or_nan(a: np.ndarray) -> np.ndarray:

@@ -189,10 +189,11 @@ def table(
     from tablesafe._cli._methods import protection_from_options
     from tablesafe._custom import parse_groupings
     from tablesafe._dataset import Dataset
+    from tablesafe._formats import output_format
     from tablesafe._request import TableRequest
 
-    if fmt not in ("text", "csv", "json"):
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, csv, json")
+    # The registry's formats that print on a terminal (xlsx is bytes).
+    output = output_format(fmt, binary=False)
     dims = [rows, *([cols] if cols else []), *layers]
     request = TableRequest(
         tuple(dims),
@@ -261,18 +262,7 @@ def table(
 
         frame = result.to_frame(owner=True)
         text = to_csv(frame) if fmt == "csv" else to_json(frame, result.public_metadata()) + "\n"
-        click.echo(text + (_footnote_text(result) if footnotes and fmt == "csv" else ""), nl=False)
+        notes = "\n" + result.footnote_comments() if footnotes and fmt == "csv" else ""
+        click.echo(text + notes, nl=False)
         return
-    if footnotes and fmt == "csv":
-        click.echo(result.to_csv(footnotes=True), nl=False)
-        return
-    text = result.render(fmt)
-    click.echo(text + (_footnote_text(result) if footnotes and fmt == "text" else ""), nl=False)
-
-
-def _footnote_text(result: Any) -> str:
-    """The table's footnotes as a blank line and ``#`` lines (the CSV's layout)."""
-    from tablesafe._footnotes import footnote_lines
-
-    lines = footnote_lines(result.footnotes())
-    return "\n" + "".join(f"# {line.replace(chr(10), ' ')}\n" for line in lines)
+    click.echo(output.write(result, footnotes), nl=False)

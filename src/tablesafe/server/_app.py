@@ -31,7 +31,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -40,6 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
 from tablesafe._errors import TablesafeError, UserError
+from tablesafe._formats import format_names, output_format
 from tablesafe._settings import SiteConfig
 from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Authenticator, AuthError, Principal
@@ -191,34 +192,30 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         name: str,
         body: TableBody,
         who: Principal = Depends(principal),
-        format: Annotated[Literal["json", "csv", "xlsx"], Query()] = "json",
+        format: Annotated[
+            str, Query(description="An output format: " + ", ".join(format_names(served=True)))
+        ] = "json",
         footnotes: Annotated[bool, Query()] = True,
     ) -> Response:
-        """A protected table, as JSON (default), CSV or XLSX.
+        """A protected table, in an output format of the registry: JSON (default), CSV or XLSX.
 
         The CSV ends with the table's footnotes (lines starting with ``#``)
         unless ``footnotes=false``; JSON carries them in ``meta.footnotes``,
         the XLSX in its ``about`` sheet.
         """
         request.state.body = {**body.model_dump(), "format": format}
+        fmt = output_format(format, served=True)
         served(request, name)
         result = service.table(who, name, body.to_request())
-        if format == "csv":
-            response: Response = Response(
-                result.to_csv(footnotes=footnotes),
-                media_type="text/csv; charset=utf-8",
-                headers={"content-disposition": f'attachment; filename="{name}-table.csv"'},
-            )
-        elif format == "xlsx":
-            response = Response(
-                result.to_xlsx_bytes(),
-                media_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-                headers={"content-disposition": f'attachment; filename="{name}-table.xlsx"'},
-            )
-        else:
+        if fmt.stream is not None:
             # Streamed in pieces: a 100k-cell table starts arriving at once.
-            response = StreamingResponse(result.iter_json(), media_type="application/json")
-        return response
+            return StreamingResponse(fmt.stream(result), media_type=fmt.media_type)
+        filename = f"{name}-table.{fmt.extension}"
+        return Response(
+            fmt.write(result, footnotes),
+            media_type=fmt.media_type,
+            headers={"content-disposition": f'attachment; filename="{filename}"'},
+        )
 
     @app.get("/api/admin/audit", tags=["admin"])
     def audit_log(
