@@ -37,6 +37,7 @@ from tablesafe._dataset import Dataset
 from tablesafe._errors import InternalError
 from tablesafe._protection import CellwiseMechanism, Protection
 from tablesafe._request import MAX_DIMENSIONS, TableRequest, TabulationPlan
+from tablesafe._rounding import Rounding
 from tablesafe._seeds import (
     canonical_definitions,
     cell_key_uniforms,
@@ -332,7 +333,7 @@ class TableBuilder:
             se=se,
             ci_low=ci_low,
             ci_high=ci_high,
-            rounding=self._rounding(request),
+            roundings=self._roundings(request),
             magnitudes=None if mags is None else mags.columns,
             sensitive=None if mags is None else mags.sensitive,
         )
@@ -543,10 +544,13 @@ class TableBuilder:
 
     # -- weighted figures -------------------------------------------------------------
 
-    def _rounding(self, request: TableRequest) -> str:
-        site = str(self.protection.round)
+    def _roundings(self, request: TableRequest) -> tuple[Rounding, ...]:
+        """The site's rounding, then the request's where it asks for another (never finer)."""
+        site = self.protection.round
         extra = getattr(request, "rounding", None)
-        return site if extra is None or str(extra) == site else f"{site}, then {extra}"
+        if extra is None or Rounding.parse(extra) == site:
+            return (site,)
+        return (site, Rounding.parse(extra))
 
     def _round(
         self,
@@ -561,12 +565,7 @@ class TableBuilder:
         In an additive table rounded to a base, margins are the sums of the
         rounded inner cells, so the published table still adds up.
         """
-        from tablesafe._rounding import Rounding
-
-        steps = [self.protection.round]
-        extra = getattr(request, "rounding", None)
-        if extra is not None:
-            steps.append(Rounding.parse(extra))
+        steps = self._roundings(request)
         out = values
         for r in steps:
             out = r.apply(out)

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tablesafe._rounding import Rounding
+
 __all__ = ["FLAG_COLUMNS", "footnote_lines", "footnotes"]
 
 #: Flag columns of a published table and their legend entries.
@@ -102,11 +104,9 @@ def _plain(text: str) -> str:
     return text.replace("`", "")
 
 
-def _rounding_words(rounding: str | None) -> tuple[str, bool]:
+def _rounding_words(roundings: Sequence[Rounding]) -> tuple[str, bool]:
     """The rounding in words, and whether every step rounds to a base (keeps sums exact)."""
-    from tablesafe._rounding import Rounding
-
-    steps = [Rounding.parse(r) for r in (rounding or "1").split(", then ")]
+    steps = list(roundings) or [Rounding()]
     return " and then ".join(r.describe() for r in steps), all(r.base is not None for r in steps)
 
 
@@ -115,7 +115,7 @@ def footnotes(
     metadata: Mapping[str, Any],
     *,
     statistic: str,
-    rounding: str | None,
+    roundings: Sequence[Rounding],
     suppressed_display: str | None,
     magnitudes: Sequence[str] = (),
 ) -> dict[str, Any]:
@@ -129,7 +129,7 @@ def footnotes(
         metadata: The table's public metadata (additivity, small-cell rule,
             weighted statement, magnitudes, citation, standard-error threshold).
         statistic: ``"count"``, ``"weighted"`` or ``"both"``.
-        rounding: The rounding of the weighted figures (``"1"``, ``"3sf"``, ...).
+        roundings: The roundings of the weighted figures, in order.
         suppressed_display: What suppressed cells show (``None``: blank).
         magnitudes: The request's sums and means (``"sum:VAR"``, ``"mean:VAR"``).
 
@@ -160,7 +160,7 @@ def footnotes(
             "differences) carry the protection's uncertainty."
         )
     if statistic != "count" and "weighted" in metadata:
-        words, exact = _rounding_words(rounding)
+        words, exact = _rounding_words(roundings)
         adds = (
             "totals of weighted figures are the sums of their cells within this table"
             if (additive or not changes) and exact
@@ -221,7 +221,6 @@ def _magnitude_notes(
     rounding = mags.get("rounding", {})
     sums = [i.split(":", 1)[1] for i in items if i.startswith("sum:")]
     means = [i.split(":", 1)[1] for i in items if i.startswith("mean:")]
-    from tablesafe._rounding import Rounding
 
     if sums:
         words = Rounding.parse(str(rounding.get("sum", "1"))).describe()

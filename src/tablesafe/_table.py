@@ -27,6 +27,7 @@ from tablesafe._render import (
     to_json_bytes,
 )
 from tablesafe._request import DimensionPlan, TableRequest
+from tablesafe._rounding import Rounding
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -63,7 +64,8 @@ class ProtectedTable:
         suppressed_display: What suppressed cells show: ``None`` (blank) or ``"<k"``.
         ci_low: Lower ends of the 95% confidence intervals (as ``se``), or ``None``.
         ci_high: Upper ends of the 95% confidence intervals, or ``None``.
-        rounding: The rounding of the weighted figures (``"1"``, ``"3sf"``, ...).
+        roundings: The roundings of the weighted figures, in order: the site's,
+            then the request's where it asked for another.
         magnitudes: Protected sums and means of continuous variables, by
             column name (``sum_VAR``, ``mean_VAR``; NaN where blank), or ``None``.
         sensitive: Cells the dominance or p% rule flags, by magnitude name, or ``None``.
@@ -85,7 +87,7 @@ class ProtectedTable:
     suppressed_display: str | None = None
     ci_low: npt.NDArray[np.float64] | None = None
     ci_high: npt.NDArray[np.float64] | None = None
-    rounding: str | None = None
+    roundings: tuple[Rounding, ...] = ()
     magnitudes: Mapping[str, npt.NDArray[np.float64]] | None = None
     sensitive: Mapping[str, npt.NDArray[np.bool_]] | None = None
 
@@ -120,12 +122,13 @@ class ProtectedTable:
             out[name] = arr
         return out
 
-    def _whole(self) -> bool:
-        from tablesafe._rounding import Rounding
+    @property
+    def rounding(self) -> str | None:
+        """The roundings in words for people: ``"1"``, or ``"1, then 1000"``."""
+        return ", then ".join(str(r) for r in self.roundings) if self.roundings else None
 
-        if self.rounding is None:
-            return False
-        return all(Rounding.parse(r).whole for r in self.rounding.split(", then "))
+    def _whole(self) -> bool:
+        return bool(self.roundings) and all(r.whole for r in self.roundings)
 
     def shown_statistics(self) -> dict[str, np.ndarray]:
         """Statistics as published: suppressed cells blank (``None``) or ``"<k"``."""
@@ -199,7 +202,7 @@ class ProtectedTable:
             self.mechanism,
             self.metadata,
             statistic=self.request.statistic,
-            rounding=self.rounding,
+            roundings=self.roundings,
             suppressed_display=self.suppressed_display,
             magnitudes=self.request.magnitudes,
         )
