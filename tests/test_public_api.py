@@ -44,6 +44,8 @@ EXPECTED = {
     "ProtectedTable",
     "Protection",
     "ProtectionSettings",
+    "SiteConfig",
+    "load_site_config",
     "TableBuilder",
     "PTable",
     "PrivacyFigures",
@@ -196,3 +198,18 @@ def test_import_and_help_load_no_heavy_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_no_docs_page_imports_a_private_module():
+    # What the docs use is public (issue 27): no example imports tablesafe._x
+    # or tablesafe.package._x.
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    private = re.compile(r"^\s*(from|import)\s+tablesafe(\.\w+)*\._\w+", re.MULTILINE)
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    found = [
+        f"{p.name}: {m.group(0).strip()}" for p in pages for m in private.finditer(p.read_text())
+    ]
+    assert found == []

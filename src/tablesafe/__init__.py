@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from tablesafe._replicates import add_replicates
     from tablesafe._request import DimensionPlan, TableRequest, TabulationPlan
     from tablesafe._rounding import Rounding
-    from tablesafe._settings import ProtectionSettings
+    from tablesafe._settings import ProtectionSettings, SiteConfig, load_site_config
     from tablesafe._table import ProtectedTable
     from tablesafe._tabulation import Tabulation, tabulate
     from tablesafe._variables import Category, Variable
@@ -61,6 +61,8 @@ _EXPORTS = {
     "ProtectedTable": "tablesafe._table",
     "Protection": "tablesafe._protection",
     "ProtectionSettings": "tablesafe._settings",
+    "SiteConfig": "tablesafe._settings",
+    "load_site_config": "tablesafe._settings",
     "ReplicateDesign": "tablesafe._catalog",
     "Rounding": "tablesafe._rounding",
     "StructuralZero": "tablesafe._catalog",
@@ -108,6 +110,7 @@ __all__ = [
     "ReplicateDesign",
     "RequestError",
     "Rounding",
+    "SiteConfig",
     "StructuralZero",
     "TableBuilder",
     "TableRequest",
@@ -123,6 +126,7 @@ __all__ = [
     "cell_keys",
     "draw_record_keys",
     "init_catalog",
+    "load_site_config",
     "parse_ptable",
     "protection_from_settings",
     "ptable_csv",
