@@ -11,7 +11,7 @@
    tables of 40 small cells (original counts uniform on 1..30, the prior)
    plus one cell of 1000 so that n > 1000; P(X = k | X' = k) is the share of
    released k whose original was k. Beside the per-cell model of
-   ``exact_disclosure_probability`` and Table 1 of the paper.
+   ``resampling_disclosure_probability`` and Table 1 of the paper.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import numpy as np
 from tablesafe.mechanisms import (
     PAPER_TABLE_1,
     binomial_resample,
-    exact_disclosure_probability,
     expected_binomial_draws,
     expected_bootstrap_tables,
     heer_bootstrap,
     optimal_m,
+    resampling_disclosure_probability,
 )
 
 
@@ -76,7 +76,7 @@ def disclosure(trials: int = 2000) -> None:
                     sel = rel[:-1] == k
                     bseen[k - 1] += sel.sum()
                     bhits[k - 1] += (x[:-1][sel] == k).sum()
-        model = [exact_disclosure_probability(k, s, m) for k in (1, 2, 3)]
+        model = [resampling_disclosure_probability(k, s, m) for k in (1, 2, 3)]
         sim = hits / np.maximum(seen, 1)
         line = "  ".join(f"{sim[i]:.2f} | {model[i]:.3f} | {paper[i]:.2f}" for i in range(3))
         print(f"  bootstrap M={m} S={s}: {line}   ({time.perf_counter() - t0:.1f} s)")

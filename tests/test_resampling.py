@@ -11,12 +11,12 @@ from tablesafe.mechanisms import (
     PAPER_TABLE_1,
     binomial_resample,
     bootstrap_acceptance,
-    exact_disclosure_probability,
     expected_binomial_draws,
     expected_bootstrap_tables,
     heer_bootstrap,
     optimal_m,
     quality_interval,
+    resampling_disclosure_probability,
 )
 
 TABLE = np.array([[15, 1, 3, 1], [20, 10, 10, 15], [3, 10, 0, 2], [12, 14, 7, 2]])
@@ -139,14 +139,14 @@ def test_exact_disclosure_against_table_1():
     for (m, s), paper in PAPER_TABLE_1.items():
         if s != 3.0 and m != 1:
             continue
-        ours = [exact_disclosure_probability(k, s, m) for k in (1, 2, 3)]
+        ours = [resampling_disclosure_probability(k, s, m) for k in (1, 2, 3)]
         assert ours == pytest.approx(paper, abs=0.0051)
 
 
 def test_exact_disclosure_m1_closed_form():
     # With a huge S the quality condition never binds: for large n the release is
     # Poisson(x), and P(X=1 | X'=1) = e^-1 / sum_x x e^-x = (1 - e^-1)^2.
-    p = exact_disclosure_probability(1, 50.0, 1, n=100_000, x_max=150)
+    p = resampling_disclosure_probability(1, 50.0, 1, n=100_000, x_max=150)
     assert p == pytest.approx((1 - np.exp(-1)) ** 2, abs=2e-3)
 
 
@@ -206,10 +206,18 @@ def test_impossible_condition_gives_up():
         (lambda: binomial_resample(TABLE, s=0), "S must be"),
         (lambda: binomial_resample([[np.nan, 1]]), "missing"),
         (lambda: binomial_resample(TABLE, preserve_axis=5), "preserve_axis"),
-        (lambda: exact_disclosure_probability(0, 2.0), "k must be"),
+        (lambda: resampling_disclosure_probability(0, 2.0), "k must be"),
         (lambda: quality_interval([1, 2], 10, 0), "S must be"),
     ],
 )
 def test_bad_input(call, message):
     with pytest.raises(ParameterError, match=message):
         call()
+
+
+def test_the_old_name_is_a_deprecated_alias():
+    from tablesafe.mechanisms import exact_disclosure_probability
+
+    with pytest.warns(DeprecationWarning, match="resampling_disclosure_probability"):
+        old = exact_disclosure_probability(1, 2.0, 1)
+    assert old == resampling_disclosure_probability(1, 2.0, 1)

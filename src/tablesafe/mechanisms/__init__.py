@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         heer_bootstrap,
         optimal_m,
         quality_interval,
+        resampling_disclosure_probability,
     )
 
 #: Public name -> defining module (the modules' own ``__all__``; a test checks).
@@ -66,6 +67,7 @@ _EXPORTS = {
     "drop_add_q": "tablesafe.mechanisms._cellwise",
     "drop_add_records": "tablesafe.mechanisms._records",
     "exact_disclosure_probability": "tablesafe.mechanisms._resampling",
+    "resampling_disclosure_probability": "tablesafe.mechanisms._resampling",
     "expected_binomial_draws": "tablesafe.mechanisms._resampling",
     "expected_bootstrap_tables": "tablesafe.mechanisms._resampling",
     "geometric_probabilities": "tablesafe.mechanisms._cellwise",
@@ -107,4 +109,5 @@ __all__ = [
     "pram_matrices",
     "pram_shlomo_young",
     "quality_interval",
+    "resampling_disclosure_probability",
 ]

@@ -32,6 +32,8 @@ treated as independent, as in the paper's analysis).
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +49,7 @@ __all__ = [
     "expected_binomial_draws",
     "expected_bootstrap_tables",
     "optimal_m",
+    "resampling_disclosure_probability",
 ]
 
 #: Table 1 of seed 001: ``{(M, S): (P(k=1), P(k=2), P(k=3))}``, as printed.
@@ -87,7 +90,7 @@ def _release_probabilities(values: np.ndarray, x: int, n: int, s: float, m: int)
     return np.asarray(out / z if z > 0 else out * 0.0)
 
 
-def exact_disclosure_probability(
+def resampling_disclosure_probability(
     k: int,
     s: float,
     m: int = 1,
@@ -167,3 +170,18 @@ def optimal_m(table: npt.ArrayLike, s: float, m_max: int = 21) -> int:
     """The odd M that minimises the expected number of bootstrap tables drawn (Section 4.1)."""
     costs = {m: expected_bootstrap_tables(table, s, m) for m in range(1, m_max + 1, 2)}
     return min(costs, key=lambda m: (costs[m], m))
+
+
+def exact_disclosure_probability(*args: Any, **kwargs: Any) -> float:
+    """Deprecated name of :func:`resampling_disclosure_probability` (goes in the next release).
+
+    ``tablesafe.metrics.exact_disclosure_probability`` is another function (of a
+    cell-wise ptable); one name for two ideas was renamed here (issue 27).
+    """
+    warnings.warn(
+        "tablesafe.mechanisms.exact_disclosure_probability is now "
+        "resampling_disclosure_probability; the old name goes in the next release",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return resampling_disclosure_probability(*args, **kwargs)
