@@ -213,3 +213,13 @@ def test_no_docs_page_imports_a_private_module():
         f"{p.name}: {m.group(0).strip()}" for p in pages for m in private.finditer(p.read_text())
     ]
     assert found == []
+
+
+def test_the_servers_old_protection_name_warns():
+    import pytest
+
+    import tablesafe.server
+
+    with pytest.warns(DeprecationWarning, match="site_protection"):
+        old = tablesafe.server.protection_from_settings
+    assert old is tablesafe.server.site_protection

@@ -54,14 +54,14 @@ def _protections(
 
     if config is not None:
         from tablesafe._settings import load_site_config
-        from tablesafe.server._service import protection_from_settings
+        from tablesafe.server._service import site_protection
 
         site = load_site_config(config)
         target = Path(data_dir).resolve()
         match = [d for d in site.datasets if site.resolve(d.path).resolve() == target]
         if not match:
             raise ConfigError(f"the site configuration {config} serves no dataset at {data_dir}")
-        prot = protection_from_settings(match[0], site)
+        prot = site_protection(match[0], site)
         return [(f"site {match[0].name}", prot)]
     # The attack is the data owner's experiment: without a configured secret a
     # fresh random one stands in (keyed seeds behave the same for any secret).

@@ -211,14 +211,14 @@ def table(
     rules: Any = None
     if config is not None:
         from tablesafe._settings import load_site_config
-        from tablesafe.server._service import protection_from_settings
+        from tablesafe.server._service import site_protection
 
         site = load_site_config(config)
         target = Path(data_dir).resolve()
         match = [d for d in site.datasets if site.resolve(d.path).resolve() == target]
         if not match:
             raise ConfigError(f"the site configuration {config} serves no dataset at {data_dir}")
-        protection = protection_from_settings(match[0], site)
+        protection = site_protection(match[0], site)
         magnitudes = match[0].magnitudes.protection() if protection.mechanism else None
         rules = match[0].rules
     elif method == "none":

@@ -99,7 +99,7 @@ def audit_reconstruction(
             holds no answered table for, or a time limit that is not positive.
     """
     from tablesafe._dataset import Dataset
-    from tablesafe.server._service import protection_from_settings
+    from tablesafe.server._service import site_protection
 
     settings = {d.name: d for d in site.datasets}
     if dataset not in settings:
@@ -116,7 +116,7 @@ def audit_reconstruction(
     ds = settings[dataset]
     data = Dataset.open(site.resolve(ds.path), name=ds.name)
     requests = requests_from_bodies([b for _, b in served], where="the audit log")
-    prot = protection or protection_from_settings(ds, site)
+    prot = protection or site_protection(ds, site)
     rules = ds.rules
     result = reconstruction_attack(
         data,

@@ -40,10 +40,10 @@ from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Principal
 from tablesafe.server._guard_store import GuardStore, SQLiteGuardStore
 
-__all__ = ["TableService", "checked_request", "protection_from_settings", "ruled_table"]
+__all__ = ["TableService", "checked_request", "ruled_table", "site_protection"]
 
 
-def protection_from_settings(dataset: DatasetSettings, site: SiteConfig) -> Protection:
+def site_protection(dataset: DatasetSettings, site: SiteConfig) -> Protection:
     """The Protection a site configuration fixes for one of its datasets.
 
     Reads the secret where the configuration says, then defers to
@@ -136,7 +136,7 @@ class TableService:
         for ds in site.datasets:
             try:
                 dataset = Dataset.open(site.resolve(ds.path), name=ds.name)
-                protection = protection_from_settings(ds, site)
+                protection = site_protection(ds, site)
             except ConfigError:
                 raise
             except TablesafeError as exc:
