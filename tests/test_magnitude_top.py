@@ -159,17 +159,17 @@ class PlansSeen:
 
 
 def test_the_server_path_asks_only_for_what_the_protection_uses(demo: Dataset) -> None:
-    """`ruled_table` (the server, and `table --config`) plans as `TableBuilder.build` does."""
+    """With a site's rules (the server, and `table --config`) the path plans as without them."""
     from tablesafe._settings import RuleSettings
-    from tablesafe.server._service import checked_request, ruled_table
 
     engine = PlansSeen()
     mags = MagnitudeProtection(top_k=1, p_percent=None, dominance=None)
-    builder = TableBuilder(demo, protection_from_options("ckm"), engine=engine, magnitudes=mags)
-    rules = RuleSettings(min_universe_size=0)
-    request = checked_request(
-        TableRequest(("REGION",), magnitudes=("sum:INCOME",)), demo.catalog, rules
+    prot = protection_from_options("ckm")
+    ruled = TableBuilder(
+        demo, prot, engine=engine, magnitudes=mags, rules=RuleSettings(min_universe_size=0)
     )
-    table = ruled_table(builder, demo, request, rules)[2]
+    request = TableRequest(("REGION",), magnitudes=("sum:INCOME",))
+    table = ruled.build(request)
     assert [m.top for m in engine.plans[-1].magnitudes] == [1]
-    assert table.to_csv() == builder.build(request).to_csv()
+    plain = TableBuilder(demo, prot, engine=engine, magnitudes=mags)
+    assert table.to_csv() == plain.build(request).to_csv()

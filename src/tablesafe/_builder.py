@@ -24,7 +24,7 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,11 +33,13 @@ import numpy.typing as npt
 from tablesafe._additivity import aggregate_margins, controlled_rounding, fit_to_margins
 from tablesafe._aggregates import CellAggregates
 from tablesafe._catalog import Catalog
+from tablesafe._custom import check_grouping_limits
 from tablesafe._dataset import Dataset
 from tablesafe._errors import InternalError
 from tablesafe._protection import CellwiseMechanism, Protection
 from tablesafe._request import MAX_DIMENSIONS, TableRequest, TabulationPlan
 from tablesafe._rounding import Rounding
+from tablesafe._rules import apply_small_cell_rule, check_request_limits, check_universe_size
 from tablesafe._seeds import (
     canonical_definitions,
     cell_key_uniforms,
@@ -45,6 +47,7 @@ from tablesafe._seeds import (
     dynamic_streams,
     keyed_words,
 )
+from tablesafe._settings import RuleSettings
 from tablesafe._table import ProtectedTable
 from tablesafe._tabulation import Tabulation
 from tablesafe._weighted import (
@@ -56,6 +59,7 @@ from tablesafe._weighted import (
 from tablesafe.mechanisms._records import DropAddRecords
 
 __all__ = [
+    "Built",
     "CellwiseMechanism",
     "Protection",
     "TableBuilder",
@@ -101,6 +105,20 @@ def structural_zero_mask(catalog: Catalog, plan: TabulationPlan) -> npt.NDArray[
     return np.asarray(aggregate_margins(full, sets) == 0)
 
 
+@dataclass(frozen=True)
+class Built:
+    """One table's path, run: the checked request, its plan, the exact aggregates, the table.
+
+    The aggregates are the data owner's (the server's guard reads them); only
+    the table is published.
+    """
+
+    request: TableRequest
+    plan: TabulationPlan
+    aggregates: CellAggregates
+    table: ProtectedTable
+
+
 class TableBuilder:
     """Build protected tables from one dataset.
 
@@ -113,6 +131,10 @@ class TableBuilder:
             (:class:`~tablesafe._magnitudes.MagnitudeProtection`); by default
             the cell-key method for magnitudes, or exact sums when
             ``protection`` has no mechanism.
+        rules: A site's disclosure rules (:class:`~tablesafe._settings.RuleSettings`):
+            the request limits, the universe-size rule and the small-cell rule
+            then apply on the path, as the server applies them (the sliver guard,
+            which depends on what was published, is the server's).
     """
 
     def __init__(
@@ -123,6 +145,7 @@ class TableBuilder:
         engine: Any = None,
         max_dimensions: int = MAX_DIMENSIONS,
         magnitudes: Any = None,
+        rules: RuleSettings | None = None,
     ) -> None:
         if engine is None:
             from tablesafe.engines import DuckDBEngine
@@ -131,7 +154,8 @@ class TableBuilder:
         self.dataset = dataset
         self.protection = protection
         self.engine = engine
-        self.max_dimensions = max_dimensions
+        self.rules = rules
+        self.max_dimensions = min(max_dimensions, rules.max_dimensions) if rules else max_dimensions
         if magnitudes is None:
             from tablesafe._magnitudes import MagnitudeProtection
 
@@ -219,11 +243,51 @@ class TableBuilder:
     # -- the path of one table ---------------------------------------------------------
 
     def build(self, request: TableRequest) -> ProtectedTable:
-        """Build the protected table answering ``request``."""
-        request = request.coerced(self.dataset.catalog)
-        plan, full_plan = self.plans(request)
-        agg = self.engine.tabulate(self.dataset, full_plan)
-        return self.protect(request, plan, agg)
+        """Build the protected table answering ``request`` (:meth:`run`'s table)."""
+        return self.run(request).table
+
+    def check(self, request: TableRequest) -> TableRequest:
+        """``request`` checked against the catalog and the rules, codes in the catalog's types.
+
+        Runs before any microdata is read.
+
+        Raises:
+            RequestError, RefusedError: for a request the catalog or rules do not allow.
+        """
+        catalog = self.dataset.catalog
+        if self.rules is not None:
+            check_grouping_limits(
+                request.groupings,
+                max_groups=self.rules.max_custom_groups,
+                max_categories=self.rules.max_categories_per_group,
+            )
+            check_request_limits(request, catalog, self.rules)
+        return request.coerced(catalog)
+
+    def run(self, request: TableRequest, *, checked: bool = False) -> Built:
+        """The path of one table, every stage downward (DESIGN, "The path of one table").
+
+        Check the request (unless ``checked``: :meth:`check` gave it), bind it
+        into a plan, tabulate every grouping set, apply the universe-size rule on
+        the universe's protected count, protect, then the small-cell rule on
+        the protected counts (the rules where the builder has them).
+
+        Raises:
+            RequestError, RefusedError, ComputationError: with a message for the user.
+        """
+        if not checked:
+            request = self.check(request)
+        plan, full = self.plans(request)
+        agg = self.engine.tabulate(self.dataset, full)
+        rules = self.rules
+        if rules is not None:
+            # On the universe's protected count, one figure per record set: the
+            # refusal reveals no more than publishing that count would.
+            check_universe_size(self.protected_universe_size(plan, agg), rules)
+        table = self.protect(request, plan, agg)
+        if rules is not None:
+            table = apply_small_cell_rule(table, rules)
+        return Built(request, plan, agg, table)
 
     def plans(
         self, request: TableRequest, *, max_dimensions: int | None = None

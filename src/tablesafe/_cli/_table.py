@@ -247,16 +247,10 @@ def table(
             rounding=rounding,
             se_min_count=se_min_count,
         )
-    builder = TableBuilder(dataset, protection, engine=eng, magnitudes=magnitudes)
-    if rules is None:
-        result = builder.build(request)
-    else:
-        # The site's rules as its server applies them (the sliver guard aside:
-        # it depends on what the server has published).
-        from tablesafe.server._service import checked_request, ruled_table
-
-        request = checked_request(request, dataset.catalog, rules)
-        result = ruled_table(builder, dataset, request, rules)[2]
+    # With --config, the site's rules as its server applies them (the sliver guard
+    # aside: it depends on what the server has published).
+    builder = TableBuilder(dataset, protection, engine=eng, magnitudes=magnitudes, rules=rules)
+    result = builder.build(request)
     if owner_flags and fmt in ("csv", "json"):
         from tablesafe._render import to_csv, to_json
 

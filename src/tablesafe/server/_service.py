@@ -17,8 +17,6 @@ from typing import Any
 
 from tablesafe._aggregates import CellAggregates
 from tablesafe._builder import TableBuilder
-from tablesafe._catalog import Catalog
-from tablesafe._custom import check_grouping_limits
 from tablesafe._dataset import Dataset
 from tablesafe._errors import ConfigError, TablesafeError
 from tablesafe._guard import (
@@ -28,19 +26,19 @@ from tablesafe._guard import (
     dataset_identity,
     guard_check,
     record_sets,
+    zero_boxes,
 )
 from tablesafe._protection import Protection
 from tablesafe._protection import protection_from_settings as core_protection
 from tablesafe._request import TableRequest, TabulationPlan
-from tablesafe._rules import apply_small_cell_rule, check_request_limits, check_universe_size
-from tablesafe._settings import DatasetSettings, RuleSettings, SiteConfig
+from tablesafe._settings import DatasetSettings, SiteConfig
 from tablesafe._table import ProtectedTable
 from tablesafe.engines._sketch import key_buckets
 from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Principal
 from tablesafe.server._guard_store import GuardStore, SQLiteGuardStore
 
-__all__ = ["TableService", "checked_request", "ruled_table", "site_protection"]
+__all__ = ["TableService", "site_protection"]
 
 
 def site_protection(dataset: DatasetSettings, site: SiteConfig) -> Protection:
@@ -69,45 +67,6 @@ class _Served:
     title: str
     # The microdata's identity (the guard's memory), computed when first needed.
     identity: str | None = None
-
-
-def checked_request(request: TableRequest, catalog: Catalog, rules: RuleSettings) -> TableRequest:
-    """``request`` checked against a dataset's request limits, codes in the catalog's types.
-
-    Raises:
-        RequestError, RefusedError: for a request the rules do not allow.
-    """
-    check_grouping_limits(
-        request.groupings,
-        max_groups=rules.max_custom_groups,
-        max_categories=rules.max_categories_per_group,
-    )
-    check_request_limits(request, catalog, rules)
-    return request.coerced(catalog)
-
-
-def ruled_table(
-    builder: TableBuilder, dataset: Dataset, request: TableRequest, rules: RuleSettings
-) -> tuple[TabulationPlan, CellAggregates, ProtectedTable]:
-    """The protected table a site's rules allow for a checked request (no history involved).
-
-    The universe-size rule on the universe's protected count, then the protection, then the
-    small-cell rule on the protected counts. What the sliver guard adds depends
-    on what was published before, so the server applies it; the command line's
-    ``--config`` preview applies this (the same bytes as the server's answer).
-
-    Returns:
-        The plan, the exact aggregates of every grouping set, and the table.
-
-    Raises:
-        RefusedError: for a universe under the minimum size.
-    """
-    plan, full = builder.plans(request, max_dimensions=rules.max_dimensions)
-    agg = builder.engine.tabulate(dataset, full)
-    # On the universe's protected count, one figure per record set: the refusal
-    # reveals no more than publishing that count would (docs/attacks.md).
-    check_universe_size(builder.protected_universe_size(plan, agg), rules)
-    return plan, agg, apply_small_cell_rule(builder.protect(request, plan, agg), rules)
 
 
 class TableService:
@@ -150,8 +109,8 @@ class TableService:
                 dataset,
                 protection,
                 engine=engine,
-                max_dimensions=ds.rules.max_dimensions,
                 magnitudes=ds.magnitudes.protection() if protection.mechanism is not None else None,
+                rules=ds.rules,
             )
             self._served[ds.name] = _Served(
                 ds, dataset, builder, ds.title or dataset.catalog.title or ds.name
@@ -257,13 +216,17 @@ class TableService:
         """
         s = self._served[name]
         rules = s.settings.rules
-        request = checked_request(request, s.dataset.catalog, rules)
+        request = s.builder.check(request)
         cache_key = (name, request)
         cached = self._cached(cache_key)
         if cached is None:
-            plan, agg, table = ruled_table(s.builder, s.dataset, request, rules)
-            sets = self._record_sets(s, request, plan, agg) if rules.sliver_min_difference else []
-            entry = (table, sets)
+            built = s.builder.run(request, checked=True)
+            sets = (
+                self._record_sets(s, request, built.plan, built.aggregates)
+                if rules.sliver_min_difference
+                else []
+            )
+            entry = (built.table, sets)
         else:
             entry = cached
         table, sets = entry
@@ -305,6 +268,7 @@ class TableService:
                 rules=s.settings.rules,
                 counts=GuardCounts(s.builder.engine, s.dataset),
                 all_codes=all_codes,
+                zeros=zero_boxes(s.dataset.catalog),
             )
             tx.remember(who.id, fresh)
 
