@@ -1,4 +1,4 @@
-"""The engine protocol: the one narrow interface between tablesafe and microdata.
+"""The engine interface: the one narrow interface between tablesafe and microdata.
 
 Only an engine reads microdata. It answers two questions: does this
 microdata match its catalog (:meth:`Engine.validate`), and what are the
@@ -13,10 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -28,12 +28,12 @@ from tablesafe._fixed import from_fixed
 from tablesafe._magnitude_catalog import from_magnitude_fixed
 from tablesafe._magnitude_sums import MagnitudeSums, merge_top, top_of_margins
 from tablesafe._request import TabulationPlan
+from tablesafe._selection import SelectedSums
 
 __all__ = [
     "VALIDATION_FILE",
     "DatasetSummary",
     "Engine",
-    "ValidationCache",
     "assemble_grouped",
     "file_fingerprint",
 ]
@@ -50,32 +50,6 @@ class DatasetSummary:
 
     records: int
     columns: int
-
-
-@runtime_checkable
-class Engine(Protocol):
-    """Where microdata is read and aggregated.
-
-    Implementations: :class:`~tablesafe.engines.DuckDBEngine` (embedded, the
-    default) and :class:`~tablesafe.engines.MemoryEngine` (pandas/numpy, for
-    tests and small data).
-    """
-
-    name: str
-
-    def validate(self, dataset: Dataset) -> DatasetSummary:
-        """Check the microdata against its catalog.
-
-        Raises:
-            DataError: for a missing column, a code not in the catalog, a
-                missing or negative weight, a bad record key, or records in
-                a declared structural zero.
-        """
-        ...
-
-    def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
-        """Compute the exact aggregates of every cell of ``plan``."""
-        ...
 
 
 #: Bumped whenever validation checks more than before, so older records are not trusted.
@@ -111,19 +85,71 @@ def file_fingerprint(dataset: Dataset) -> dict[str, object]:
     }
 
 
-class ValidationCache:
-    """Mixin for engines: validate each dataset once per file version.
+class Engine(ABC):
+    """Where microdata is read and aggregated: the one narrow interface to microdata.
 
-    A successful validation is remembered in memory and on disk, in
-    :data:`VALIDATION_FILE` beside the microdata file, so a second command
-    on an unchanged file pays nothing; a file whose size, modification time,
-    first or last 64 KiB, or catalog changed is validated again. Where the
-    folder is not writable, validations are remembered in memory only.
+    Implementations: :class:`~tablesafe.engines.DuckDBEngine` (embedded, the
+    default), :class:`~tablesafe.engines.SparkEngine` (for scale),
+    :class:`~tablesafe.engines.MemoryEngine` (pandas/numpy, for tests and
+    small data), and the wrapper :class:`~tablesafe.engines.CubeCache`.
+    An engine validates microdata against its catalog, tabulates the exact
+    per-cell aggregates of a plan, and chooses records for record-level
+    drop/add-up-to-q; :meth:`ensure_valid` validates each dataset once per
+    file version, in memory and on disk beside the microdata file
+    (:data:`VALIDATION_FILE`: a second command on an unchanged file pays
+    nothing; a file whose size, modification time, first or last 64 KiB, or
+    catalog changed is validated again; where the folder is not writable,
+    validations are remembered in memory only). :meth:`close` releases what
+    the engine holds; an engine is also a context manager.
     """
 
+    name: str
+
+    @abstractmethod
     def validate(self, dataset: Dataset) -> DatasetSummary:
-        """Check the microdata against its catalog (implemented by each engine)."""
-        raise NotImplementedError
+        """Check the microdata against its catalog.
+
+        Raises:
+            DataError: for a missing column, a code not in the catalog, a
+                missing or negative weight, a bad record key, or records in
+                a declared structural zero.
+        """
+
+    @abstractmethod
+    def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
+        """Compute the exact aggregates of every cell of ``plan``."""
+
+    @abstractmethod
+    def select(
+        self,
+        dataset: Dataset,
+        plan: TabulationPlan,
+        seed: npt.NDArray[np.int64],
+        k: npt.NDArray[np.int64],
+        counts: npt.NDArray[np.int64] | None = None,
+    ) -> SelectedSums:
+        """Sum the weights of the first ``k`` records of each inner cell in mix order.
+
+        Records of each inner cell are ordered by the integer mix of their key
+        with the cell's ``seed`` (:mod:`tablesafe._selection`; ties by key,
+        then weights), the same in every engine.
+
+        Args:
+            dataset: The dataset.
+            plan: The tabulation plan (dimensions, universe, weight, replicates).
+            seed: Per inner cell, the selection seed (0 .. 2**32 - 1).
+            k: Per inner cell, how many records to choose (0 for none).
+            counts: Per inner cell, its number of records in the universe.
+        """
+
+    def close(self) -> None:  # noqa: B027 (a no-op default: most engines hold nothing)
+        """Release what the engine holds (connections, sessions); a no-op by default."""
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def ensure_valid(self, dataset: Dataset) -> DatasetSummary:
         """Validate ``dataset`` once per file version (see the class docstring)."""

@@ -37,9 +37,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from tablesafe._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe._dataset import Dataset
@@ -48,7 +48,8 @@ from tablesafe._fixed import FIXED_SCALE
 from tablesafe._magnitude_catalog import MAGNITUDE_SCALE
 from tablesafe._magnitude_sums import MagnitudePlan, merge_top
 from tablesafe._request import DimensionPlan, TabulationPlan
-from tablesafe.engines._base import DatasetSummary, assemble_grouped
+from tablesafe._selection import SelectedSums
+from tablesafe.engines._base import DatasetSummary, Engine, assemble_grouped
 
 __all__ = ["CubeCache"]
 
@@ -98,7 +99,7 @@ class _Cube:
         return sum(a.nbytes for a in arrays)
 
 
-class CubeCache:
+class CubeCache(Engine):
     """An engine that answers tables from cached cubes of a wrapped engine.
 
     Args:
@@ -114,7 +115,7 @@ class CubeCache:
     """
 
     def __init__(
-        self, engine: Any, *, max_cube_cells: int = 2_000_000, max_cache_mib: float = 512
+        self, engine: Engine, *, max_cube_cells: int = 2_000_000, max_cache_mib: float = 512
     ) -> None:
         if max_cube_cells < 1 or not max_cache_mib > 0:
             raise ConfigError(
@@ -145,17 +146,22 @@ class CubeCache:
         summary: DatasetSummary = self.engine.ensure_valid(dataset)
         return summary
 
-    def select(self, *args: Any, **kwargs: Any) -> Any:
+    def select(
+        self,
+        dataset: Dataset,
+        plan: TabulationPlan,
+        seed: npt.NDArray[np.int64],
+        k: npt.NDArray[np.int64],
+        counts: npt.NDArray[np.int64] | None = None,
+    ) -> SelectedSums:
         """Record-level selection needs the records: the wrapped engine's."""
-        return self.engine.select(*args, **kwargs)
+        return self.engine.select(dataset, plan, seed, k, counts)
 
     def close(self) -> None:
         """Drop the cubes and close the wrapped engine."""
         with self._lock:
             self._cubes.clear()
-        close = getattr(self.engine, "close", None)
-        if close is not None:
-            close()
+        self.engine.close()
 
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """The aggregates of ``plan``, derived from its cube when one serves."""

@@ -33,7 +33,7 @@ from tablesafe._selection import (
     select_records,
     selection_rows,
 )
-from tablesafe.engines._base import DatasetSummary, ValidationCache, assemble_grouped
+from tablesafe.engines._base import DatasetSummary, Engine, assemble_grouped
 from tablesafe.engines._sql import Dialect, ranking_sql, tabulation_sql
 
 __all__ = ["DuckDBEngine"]
@@ -53,7 +53,7 @@ def _literal(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-class DuckDBEngine(ValidationCache):
+class DuckDBEngine(Engine):
     """Tabulate with an embedded DuckDB database.
 
     Args:

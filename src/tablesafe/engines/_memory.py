@@ -23,12 +23,12 @@ from tablesafe._hints import missing_key_hint
 from tablesafe._keys import KEY_MODULUS
 from tablesafe._request import TabulationPlan
 from tablesafe._selection import SelectedSums, mix32
-from tablesafe.engines._base import DatasetSummary, ValidationCache
+from tablesafe.engines._base import DatasetSummary, Engine
 
 __all__ = ["MemoryEngine"]
 
 
-class MemoryEngine(ValidationCache):
+class MemoryEngine(Engine):
     """Tabulate microdata held in memory as a pandas DataFrame.
 
     Args:

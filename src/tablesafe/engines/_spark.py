@@ -35,7 +35,7 @@ from tablesafe._selection import (
     select_records,
     selection_rows,
 )
-from tablesafe.engines._base import DatasetSummary, ValidationCache, assemble_grouped
+from tablesafe.engines._base import DatasetSummary, Engine, assemble_grouped
 from tablesafe.engines._sql import Dialect, ranking_sql, tabulation_sql
 
 __all__ = ["SparkEngine"]
@@ -68,7 +68,7 @@ def mix32_spark(key: str, seed: str) -> str:
     return f"(shiftright({x2}, 16) ^ {x2})"
 
 
-class SparkEngine(ValidationCache):
+class SparkEngine(Engine):
     """Tabulate with Apache Spark.
 
     Args:
