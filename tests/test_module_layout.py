@@ -1,4 +1,10 @@
-"""The module structure stays as docs/decisions.md records it (issue 18)."""
+"""The house (issue 27): layers that import downward only, no circle.
+
+The layers, lowest first, are docs/decisions.md's ("The house"). A module
+may import its own layer or a lower one, never a higher one; imports inside
+functions and under ``TYPE_CHECKING`` count. No import circle, no private
+name imported from another package, and a small top level.
+"""
 
 from __future__ import annotations
 
@@ -7,30 +13,178 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tablesafe"
 
+#: Lowest first: the foundation, the catalog, cells and the request, engines and
+#: ptables, mechanisms, the protection and rules and outputs, the builder, the
+#: owner's preparation tools, the workbench, the server and command line, the API.
+LAYERS: list[set[str]] = [
+    {
+        "_errors",
+        "_lazy",
+        "_random",
+        "_rounding",
+        "_version",
+        "_protection_limits",
+        "_keys",
+        "_seeds",
+        "_variables",
+        "_hints",
+        "_fixed",
+    },
+    {"_hierarchy", "_magnitude_catalog", "_catalog", "_custom", "_dataset"},
+    {"_aggregates", "_magnitude_sums", "_selection", "_request"},
+    {"engines", "_ptable", "_ptable_io"},
+    {
+        "mechanisms",
+        "_num_ptable",
+        "_ptable_cache",
+        "_num_ptable_cache",
+        "_weighted",
+        "_magnitudes",
+        "_variance",
+        "_additivity",
+    },
+    {
+        "_protection",
+        "_settings",
+        "_rules",
+        "_guard",
+        "_table",
+        "_tabulation",
+        "_footnotes",
+        "_render",
+        "_xlsx",
+        "_formats",
+    },
+    {"_builder"},
+    {"_catalog_init", "_demo", "_replicates"},
+    {"postprocess", "metrics", "attacks", "experiments"},
+    {"server", "_cli"},
+    {"__init__", "__main__"},
+]
+LAYER = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 
-def _imports(path: Path) -> set[str]:
-    """Every module ``path`` imports, at the top or inside a function."""
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            out.add(node.module)
-            out.update(f"{node.module}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
     return out
 
 
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str:
+    """The module a dotted import names (``tablesafe.engines.DuckDBEngine`` -> the package)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _unit(module: str) -> str:
+    """The layer unit of a module: its package under tablesafe, or a top-level module's name."""
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def _imports(module: str) -> list[tuple[str, str, int]]:
+    """(imported module, imported name or '', line) of every tablesafe import in ``module``."""
+    out = []
+    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tablesafe"):
+            for alias in node.names:
+                target = _resolve(f"{node.module}.{alias.name}")
+                name = "" if target == f"{node.module}.{alias.name}" else alias.name
+                out.append((target, name, node.lineno))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("tablesafe"):
+                    out.append((_resolve(alias.name), "", node.lineno))
+    return out
+
+
+GRAPH = {m: {t for t, _, _ in _imports(m) if t and t != m} for m in MODULES}
+
+
+def test_every_module_has_a_layer():
+    assert {_unit(m) for m in MODULES} <= set(LAYER)
+
+
+def test_imports_go_down_the_layers_only():
+    climbs = [
+        f"{m}:{line} imports {t}"
+        for m in MODULES
+        for t, _, line in _imports(m)
+        if t and LAYER[_unit(t)] > LAYER[_unit(m)]
+    ]
+    assert climbs == []
+
+
+def test_no_import_circle():
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    circles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(GRAPH[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    assert circles == []
+
+
+def test_no_private_name_is_imported_from_another_package():
+    crossing = [
+        f"{m}:{line} imports {name} from {t}"
+        for m in MODULES
+        for t, name, line in _imports(m)
+        if name.startswith("_") and not name.startswith("__") and _package(t) != _package(m)
+    ]
+    assert crossing == []
+
+
+def _package(module: str) -> str:
+    """A subpackage's name, or ``tablesafe`` for the top-level modules."""
+    parts = module.split(".")
+    return (
+        parts[1]
+        if len(parts) > 2 or (len(parts) == 2 and (SRC / parts[1]).is_dir())
+        else "tablesafe"
+    )
+
+
 def test_ptable_formats_depend_on_the_type_not_the_other_way_round():
-    assert "tablesafe._ptable" in _imports(SRC / "_ptable_io.py")
-    assert not any("_ptable_io" in m for m in _imports(SRC / "_ptable.py"))
+    assert "tablesafe._ptable" in {t for t, _, _ in _imports("tablesafe._ptable_io")}
+    assert "tablesafe._ptable_io" not in GRAPH["tablesafe._ptable"]
 
 
 def test_table_level_commands_share_table_files_not_each_other():
     for command in ("_cyclic", "_resample"):
-        imports = _imports(SRC / "_cli" / f"{command}.py")
+        imports = GRAPH[f"tablesafe._cli.{command}"]
         assert "tablesafe._cli._tablefiles" in imports
         other = "_resample" if command == "_cyclic" else "_cyclic"
-        assert not any(m.startswith(f"tablesafe._cli.{other}") for m in imports), command
-    assert not any(
-        m.startswith("tablesafe._cli._") for m in _imports(SRC / "_cli" / "_tablefiles.py")
-    )
+        assert f"tablesafe._cli.{other}" not in imports, command
+    assert not any(m.startswith("tablesafe._cli._") for m in GRAPH["tablesafe._cli._tablefiles"])

@@ -7,8 +7,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tablesafe._errors import ConfigError, DataError, ParameterError, RequestError
-from tablesafe._rounding import Rounding
 from tablesafe._request import TableRequest
+from tablesafe._rounding import Rounding
 from tablesafe._settings import load_site_config
 from tablesafe.engines import DuckDBEngine, MemoryEngine
 from tablesafe.server import create_app

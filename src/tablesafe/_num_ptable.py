@@ -123,7 +123,7 @@ def num_ptable(
     Raises:
         ParameterError: for parameters the R package refuses.
     """
-    from tablesafe.mechanisms._cellwise import _destatis_row
+    from tablesafe.mechanisms._cellwise import destatis_row
 
     for name, value, low in (("D", D, 1), ("step", step, 1)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
@@ -149,7 +149,7 @@ def num_ptable(
         count = round((i + D - lo) * step)
         j = np.round(lo + np.arange(count + 1) / step, 4)
         v = np.round(j - i, 4)
-        p = _destatis_row(v, float(V), i, pstay, bool(mono), blocked=False)
+        p = destatis_row(v, float(V), i, pstay, bool(mono), blocked=False)
         ub_raw = np.cumsum(p)
         ub = np.round(ub_raw, _PT_DIGITS)
         lb = np.round(ub_raw - p, _PT_DIGITS)

@@ -442,7 +442,7 @@ def destatis(
     for i in range(1, n + 1):
         js_ = np.array([j for j in range(max(0, i - d), i + d + 1) if not 1 <= j <= j_s])
         v = js_ - i
-        p = _destatis_row(v, var, i, stays[i - 1], bool(monos[i - 1]), blocked=i <= j_s)
+        p = destatis_row(v, var, i, stays[i - 1], bool(monos[i - 1]), blocked=i <= j_s)
         # As the R package: bounds rounded to 8 digits, p their difference.
         ub_raw = np.cumsum(p)
         ub = np.round(ub_raw, _PT_DIGITS)
@@ -472,7 +472,7 @@ def _per_count(value: Any, n: int, name: str) -> list[Any]:
     return values
 
 
-def _destatis_row(
+def destatis_row(
     v: np.ndarray, var: float, i: int, pstay: float | None, mono: bool, *, blocked: bool
 ) -> np.ndarray:
     lb = np.full(v.size, _PT_EPS)
