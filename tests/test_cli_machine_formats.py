@@ -103,6 +103,8 @@ CASES: dict[tuple[str, str], list[str]] = {
         "--tables",
         "2",
     ],
+    ("attack guard", "json"): ["attack", "guard", "{demo}", "--pairs", "4", "--tries", "2"],
+    ("attack refusals", "json"): ["attack", "refusals", "{demo}", "--tables", "2"],
     ("cyclic perturb", "json"): ["cyclic", "perturb", "{table}", "--seed", "1"],
     ("cyclic posterior", "json"): ["cyclic", "posterior", "{table}"],
     ("resample bootstrap", "json"): [

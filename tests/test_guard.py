@@ -22,6 +22,8 @@ from tablesafe._guard import (
     fingerprint,
     guard_check,
     record_sets,
+    same_records_publicly,
+    zero_boxes,
 )
 from tablesafe._request import TableRequest
 from tablesafe._settings import RuleSettings
@@ -641,3 +643,94 @@ def test_an_answered_request_is_answered_again_with_the_same_bytes(demo_dir, tmp
 def test_after_many_answered_tables_every_one_is_answered_again(demo_dir, tmp_path):
     answered, _ = _repeats(demo_dir, tmp_path, 1_000)
     assert answered >= 500
+
+
+def test_definitions_that_differ_only_by_structural_zeros_are_the_same_records(demo_dir):
+    dataset = Dataset.open(demo_dir)
+    cat = dataset.catalog
+    data = _full_frame(demo_dir)
+    zeros = zero_boxes(cat)
+    all_codes = {v.column: v.codes for v in cat.source_variables}
+    children = (("AGE", tuple(range(15))),)
+    cases = {
+        (("EMPSTAT", (4,)),): True,  # AGEGRP 1 x EMPSTAT 1-3 and AGEGRP 2-8 x EMPSTAT 4 are zeros
+        (("AGE", tuple(range(15))), ("MARSTAT", (1,))): True,  # AGEGRP 1 x MARSTAT 2-4
+        (("MARSTAT", (1,)),): False,
+        (("AGE", tuple(range(16))),): False,
+    }
+    for other, same in cases.items():
+        assert same_records_publicly(children, other, zeros, all_codes) is same
+        if same:  # the data agrees (it is validated against the zeros)
+            assert set(_select(data, children).index) == set(_select(data, other).index)
+
+
+def _guard_service(demo_dir, tmp_path):
+    from tablesafe._settings import load_site_config
+    from tablesafe.server._auth import Principal
+    from tablesafe.server._service import TableService
+
+    rules = {"min_universe_size": 20, "sliver_min_difference": 10}
+    data = {
+        "base": str(tmp_path),
+        "server": {"title": "attacks", "audit_db": "audit.sqlite", "cache_tables": 0},
+        "datasets": [
+            {"name": n, "path": str(demo_dir), "protection": {"method": "ckm"}, "rules": rules}
+            for n in ("demo", "demo2")
+        ],
+    }
+    service = TableService(load_site_config(data=data))
+
+    def ask(name, request, key):
+        return service.table(Principal(key, "user", 10**9), name, request)
+
+    return service, ask
+
+
+@pytest.mark.parametrize("attack", ["concurrent", "names", "slices", "children"])
+def test_the_guard_attacks_publish_no_sliver(demo_dir, tmp_path, attack):
+    """`tablesafe attack guard` as a test (issue 25): every sliver was published before."""
+    from tablesafe.attacks._guard import (
+        children_attack,
+        concurrent_attack,
+        names_attack,
+        slices_attack,
+    )
+
+    dataset = Dataset.open(demo_dir)
+    service, ask = _guard_service(demo_dir, tmp_path)
+    try:
+        if attack == "concurrent":
+            results = concurrent_attack(ask, dataset, "demo", m=10, pairs=20)
+        elif attack == "names":
+            results = [names_attack(ask, dataset, ("demo", "demo2"), m=10, pairs=10)]
+        elif attack == "slices":
+            results = [slices_attack(ask, dataset, "demo", m=10, tries=5)]
+        else:
+            results = [children_attack(ask, dataset, "demo", m=10, tries=5)]
+    finally:
+        service.close()
+    assert all(r.tries >= 5 for r in results), results
+    assert [r.published for r in results] == [0] * len(results)
+
+
+@pytest.mark.parametrize("identical_is_near", [True, False])
+def test_refusals_do_not_tell_empty_cells_from_small_ones(
+    demo_dir, tmp_path, monkeypatch, identical_is_near
+):
+    """A record set equal to a published one under another definition is refused as near
+    (IDENTICAL_IS_NEAR, the default): a refusal then says "fewer than m records", for an
+    empty cell as for one of 1 .. m-1 records. Answering it (False) made every refusal
+    show a cell published as 0 to be non-empty."""
+    import tablesafe._guard as guard
+    from tablesafe.attacks._guard import refusal_zeros
+
+    assert guard.IDENTICAL_IS_NEAR
+    monkeypatch.setattr(guard, "IDENTICAL_IS_NEAR", identical_is_near)
+    service, ask = _guard_service(demo_dir, tmp_path)
+    try:
+        res = refusal_zeros(ask, Dataset.open(demo_dir), "demo", m=10, tables=12, rng=3)
+    finally:
+        service.close()
+    assert res.hidden >= 2 and res.empty >= 10, res
+    assert res.hidden_refused == res.hidden
+    assert res.empty_refused == (res.empty if identical_is_near else 0)

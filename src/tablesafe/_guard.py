@@ -104,6 +104,59 @@ def parse_definition(text: str) -> Definition:
     return tuple((str(c), tuple(v)) for c, v in json.loads(text))
 
 
+#: A box of records: per column, the codes allowed (a column not named allows all).
+Box = Mapping[str, frozenset[Code]]
+
+
+def zero_boxes(catalog: Catalog) -> list[dict[str, frozenset[Code]]]:
+    """The catalog's structural zeros as boxes of microdata columns and codes (public facts)."""
+    out = []
+    for zero in catalog.structural_zeros:
+        box: dict[str, frozenset[Code]] = {}
+        for name, codes in zero.codes.items():
+            var = catalog.variable(name)
+            allowed = frozenset(c for code in codes for c in var.source_codes(code))
+            box[var.column] = box[var.column] & allowed if var.column in box else allowed
+        out.append(box)
+    return out
+
+
+def _minus(
+    a: Box, b: Box, all_codes: Mapping[str, Sequence[Code]]
+) -> list[dict[str, frozenset[Code]]]:
+    """``a - b`` as disjoint boxes: records of ``a`` outside ``b``'s codes of one column."""
+    pieces = []
+    inside = dict(a)
+    for column, codes in sorted(b.items()):
+        mine = inside.get(column, frozenset(all_codes.get(column, codes)))
+        if mine - codes:
+            pieces.append({**inside, column: mine - codes})
+        inside[column] = mine & codes
+        if not inside[column]:
+            break
+    return pieces
+
+
+def publicly_empty(box: Box, zeros: Sequence[Box]) -> bool:
+    """Whether the catalog's structural zeros say ``box`` holds no record (one zero covers it)."""
+    if any(not codes for codes in box.values()):
+        return True
+    return any(
+        all(column in box and box[column] <= codes for column, codes in zero.items())
+        for zero in zeros
+    )
+
+
+def same_records_publicly(
+    a: Definition, b: Definition, zeros: Sequence[Box], all_codes: Mapping[str, Sequence[Code]]
+) -> bool:
+    """Whether definitions ``a`` and ``b`` differ only by records no catalog allows."""
+    box_a = {c: frozenset(v) for c, v in a}
+    box_b = {c: frozenset(v) for c, v in b}
+    pieces = _minus(box_a, box_b, all_codes) + _minus(box_b, box_a, all_codes)
+    return all(publicly_empty(p, zeros) for p in pieces)
+
+
 @dataclass(frozen=True, eq=False)
 class RecordSet:
     """A record set a table publishes broken down by some columns.
@@ -439,7 +492,7 @@ def dataset_identity(engine: Any, dataset: Any) -> str:
 
 #: Whether a record set equal to a published one under another definition is refused
 #: like a near one (docs/decisions.md, "Sliver guard: identical record sets").
-IDENTICAL_IS_NEAR = False
+IDENTICAL_IS_NEAR = True
 
 
 @dataclass(frozen=True)
@@ -452,6 +505,7 @@ class _Check:
     counts: GuardCounts
     all_codes: Mapping[str, Sequence[Code]]
     identical_is_near: bool
+    zeros: Sequence[Box] = ()
 
 
 def guard_check(
@@ -462,7 +516,8 @@ def guard_check(
     rules: RuleSettings,
     counts: GuardCounts,
     all_codes: Mapping[str, Sequence[Code]],
-    identical_is_near: bool = IDENTICAL_IS_NEAR,
+    identical_is_near: bool | None = None,
+    zeros: Sequence[Box] = (),
 ) -> list[RecordSet]:
     """Refuse a table that makes a sliver with published record sets; else what to remember.
 
@@ -480,7 +535,10 @@ def guard_check(
         counts: Exact counts of the microdata.
         all_codes: Every code of each column (the catalog's).
         identical_is_near: Refuse a set equal to a published one under another
-            definition (a difference of 0) as a near one.
+            definition (a difference of 0) as a near one (default:
+            :data:`IDENTICAL_IS_NEAR`, read at each call), unless the two
+            definitions differ only by the catalog's structural zeros.
+        zeros: The catalog's structural zeros (:func:`zero_boxes`).
 
     Returns:
         The sets to remember: those with something not yet published.
@@ -488,12 +546,15 @@ def guard_check(
     Raises:
         RefusedError: naming the new table's record set, never a count.
     """
+    if identical_is_near is None:
+        identical_is_near = IDENTICAL_IS_NEAR
     only = key_id if rules.sliver_scope == "key" else None
     table = SetIndex(buckets=index.buckets)
     table.add((i + 1, key_id, s) for i, s in enumerate(sets))
     check = _Check(
         index, table, key_id, only, rules.sliver_min_difference, counts, all_codes,
         identical_is_near,
+        zeros,
     )  # fmt: skip
     fresh = []
     seen_families: set[tuple[str, str, str]] = set()
@@ -567,10 +628,17 @@ def _pairs(check: _Check, x: RecordSet, compare: frozenset[str] | set[str]) -> N
             diff = 0
         else:
             diff = x.size + y.size - 2 * check.counts.intersection(x.definition, y.definition)
-        if diff == 0 and not (check.identical_is_near and y.text != x.text):
+        if diff == 0 and not _near_identical(check, x, y):
             continue
         if diff < m:
             raise _refuse(check, x, row, WHOLE in shared)
+
+
+def _near_identical(check: _Check, x: RecordSet, y: RecordSet) -> bool:
+    """Whether equal record sets count as near: under another definition, not a public one."""
+    if not check.identical_is_near or y.text == x.text:
+        return False
+    return not same_records_publicly(x.definition, y.definition, check.zeros, check.all_codes)
 
 
 def _same_sketch(x: RecordSet, y: RecordSet) -> bool:
@@ -615,6 +683,7 @@ def _families(
         if full is None:
             continue
         context = tuple(p for p in x.definition if p[0] != column)
+        context_box = {c: frozenset(v) for c, v in context}
         ctx_text = definition_text(context)
         old_all = _members(check, check.index, ctx_text, column, full, own=False)
         new_all = _members(check, check.table, ctx_text, column, full, own=True)
@@ -633,6 +702,8 @@ def _families(
             low = 0 if check.identical_is_near else 1
             for atom in atoms:
                 n = sum(per_code.get(code, 0) for code in atom)
+                if n == 0 and publicly_empty({**dict(context_box), column: atom}, check.zeros):
+                    continue  # the catalog says it is empty: nothing to tell
                 if low <= n < check.m:
                     raise RefusedError(
                         f"{x.label}, with groups of records broken down in tables already "

@@ -1,10 +1,10 @@
-"""Command line: `tablesafe attack sliver`."""
+"""Command line: `tablesafe attack sliver`, `weighted`, `guard` and `refusals`."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -261,3 +261,187 @@ def _with_integer_weights(dataset: Dataset, folder: Path) -> Dataset:
 
         pacsv.write_csv(data, target)
     return Dataset.open(folder / "data")
+
+
+def _guarded_site(data_dir: Path, config: Path | None, m: int | None, method: str, tmp: str) -> Any:
+    """A site serving DATA_DIR under two names, its guard state in ``tmp``.
+
+    With ``--config``: that site's settings for the dataset (its audit database is
+    not touched); else ``--method`` with keyed seeds and the guard at ``m``.
+    """
+    import os
+    import secrets
+
+    from tablesafe._errors import ConfigError
+    from tablesafe._settings import load_site_config
+
+    base: dict[str, Any] = {"base": str(Path.cwd())}
+    if config is not None:
+        site = load_site_config(config)
+        target = Path(data_dir).resolve()
+        match = [d for d in site.datasets if site.resolve(d.path).resolve() == target]
+        if not match:
+            raise ConfigError(f"the site configuration {config} serves no dataset at {data_dir}")
+        settings = match[0].model_dump()
+        settings["path"] = str(target)
+        base = {"base": site.base, "engine": site.engine.model_dump()}
+    else:
+        os.environ.setdefault("TABLESAFE_SECRET", secrets.token_hex(32))
+        protection: dict[str, Any] = {"method": method}
+        if method != "none":
+            protection |= {"seeds": "keyed", "secret_env": "TABLESAFE_SECRET"}
+        settings = {"path": str(Path(data_dir).resolve()), "protection": protection, "rules": {}}
+    if m is not None:
+        settings["rules"] = {**settings.get("rules", {}), "sliver_min_difference": m}
+    server = {
+        "title": "attack",
+        "audit_db": str(Path(tmp) / "audit.sqlite"),
+        "cache_tables": 0,
+        "rate_limit_per_minute": 1_000_000_000,
+    }
+    datasets = [{**settings, "name": "attacked"}, {**settings, "name": "attacked_again"}]
+    return load_site_config(data={**base, "server": server, "datasets": datasets})
+
+
+def _guard_ask(service: Any) -> Any:
+    from tablesafe.server._auth import Principal
+
+    def ask(name: str, request: Any, key: str) -> Any:
+        return service.table(Principal(key, "user", 1_000_000_000), name, request)
+
+    return ask
+
+
+_GUARD_ATTACKS = ("concurrent", "names", "slices", "children")
+
+
+@attack_app.command("guard")
+@click.argument("data_dir", type=PATH, help="Dataset folder (with catalog.toml).")
+@click.option(
+    "--attacks",
+    default=",".join(_GUARD_ATTACKS),
+    help="Comma-separated: concurrent, names, slices, children.",
+)
+@click.option(
+    "--config", type=PATH, default=None, help="Attack this site's settings for the dataset."
+)
+@click.option("--min-difference", type=int, default=None, help="The guard's m (default: 10).")
+@click.option("--pairs", type=int, default=100, help="Sliver pairs (concurrent, names).")
+@click.option("--tries", type=int, default=20, help="Slivers tried (slices, children).")
+@click.option("--format", "fmt", default="text", help="text or json.")
+def guard(
+    data_dir: Path,
+    attacks: str,
+    config: Path | None,
+    min_difference: int | None,
+    pairs: int,
+    tries: int,
+    fmt: str,
+) -> None:
+    """Try to publish slivers past the sliver guard of a site (docs/attacks.md)."""
+    import tempfile
+
+    from tablesafe._dataset import Dataset
+    from tablesafe._errors import RequestError
+    from tablesafe.attacks._guard import (
+        children_attack,
+        concurrent_attack,
+        names_attack,
+        slices_attack,
+    )
+    from tablesafe.server._service import TableService
+
+    if fmt not in ("text", "json"):
+        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
+    chosen = [a.strip() for a in attacks.split(",") if a.strip()]
+    unknown = sorted(set(chosen) - set(_GUARD_ATTACKS))
+    if unknown:
+        raise RequestError(f"unknown attack {unknown[0]!r}; allowed: {', '.join(_GUARD_ATTACKS)}")
+    dataset = Dataset.open(data_dir)
+    results: list[Any] = []
+    m = 0
+    for kind in chosen:
+        # Each attack against a site of its own (an empty guard store), so that one
+        # attack's tables do not refuse another's.
+        with tempfile.TemporaryDirectory() as tmp:
+            site = _guarded_site(data_dir, config, min_difference, "ckm", tmp)
+            m = site.datasets[0].rules.sliver_min_difference
+            service = TableService(site)
+            ask = _guard_ask(service)
+            try:
+                if kind == "concurrent":
+                    results += concurrent_attack(ask, dataset, "attacked", m=m, pairs=pairs)
+                elif kind == "names":
+                    names = ("attacked", "attacked_again")
+                    results.append(names_attack(ask, dataset, names, m=m, pairs=pairs // 2))
+                elif kind == "slices":
+                    results.append(slices_attack(ask, dataset, "attacked", m=m, tries=tries))
+                else:
+                    results.append(children_attack(ask, dataset, "attacked", m=m, tries=tries))
+            finally:
+                service.close()
+    if fmt == "json":
+        click.echo(json.dumps([r.as_dict() for r in results], indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Table(title=f"Attacks on the sliver guard (m = {m})")
+    for col in ("attack", "slivers tried", "published"):
+        out.add_column(col, justify="left" if col == "attack" else "right")
+    for r in results:
+        out.add_row(r.attack, str(r.tries), str(r.published))
+    Console().print(out)
+
+
+@attack_app.command("refusals")
+@click.argument("data_dir", type=PATH, help="Dataset folder (with catalog.toml).")
+@click.option(
+    "--config", type=PATH, default=None, help="Attack this site's settings for the dataset."
+)
+@click.option("--method", default="ckm", help="Without --config: ckm, dp, q, q-records or none.")
+@click.option("--min-difference", type=int, default=None, help="The guard's m (default: 10).")
+@click.option("--tables", type=int, default=10, help="2-way tables whose zeros are probed.")
+@click.option("--seed", type=int, default=0, help="Seed of the tables' choice.")
+@click.option("--format", "fmt", default="text", help="text or json.")
+def refusals(
+    data_dir: Path,
+    config: Path | None,
+    method: str,
+    min_difference: int | None,
+    tables: int,
+    seed: int,
+    fmt: str,
+) -> None:
+    """Tell cells published as 0 from empty ones by the guard's refusals (docs/attacks.md)."""
+    import tempfile
+
+    from tablesafe._dataset import Dataset
+    from tablesafe._errors import RequestError
+    from tablesafe.attacks._guard import refusal_zeros
+    from tablesafe.server._service import TableService
+
+    if fmt not in ("text", "json"):
+        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
+    dataset = Dataset.open(data_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        site = _guarded_site(data_dir, config, min_difference, method, tmp)
+        m = site.datasets[0].rules.sliver_min_difference
+        service = TableService(site)
+        try:
+            res = refusal_zeros(
+                _guard_ask(service), dataset, "attacked", m=m, tables=tables, rng=seed
+            )
+        finally:
+            service.close()
+    if fmt == "json":
+        click.echo(json.dumps(res.as_dict(), indent=1))
+        return
+
+    def pct(a: int, b: int) -> str:
+        return f"{a} of {b} ({100.0 * a / b:.1f}%)" if b else "0 of 0"
+
+    click.echo(f"cells published as 0 and probed: {res.zeros}")
+    click.echo(f"  holding 1..{m - 1} records, shown non-empty by a refusal: "
+               f"{pct(res.hidden_refused, res.hidden)}")  # fmt: skip
+    click.echo(f"  empty, refused all the same: {pct(res.empty_refused, res.empty)}")
