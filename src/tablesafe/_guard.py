@@ -304,13 +304,16 @@ class SetIndex:
     last_id: int = 0
     sets: list[RecordSet] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
+    # Rows' sizes, sketches and whether they have one, in buffers that grow by
+    # doubling (the first len(sets) rows used); row ids in order of size.
     _sizes: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _sketches: npt.NDArray[np.int32] = field(
         default_factory=lambda: np.zeros((0, 0), dtype=np.int32)
     )
     _has_sketch: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
     _pending: list[tuple[int, str, RecordSet]] = field(default_factory=list)
-    _order: npt.NDArray[np.int64] | None = None
+    _order: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _sorted: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _published: dict[tuple[bytes, str], set[str]] = field(default_factory=dict)
     _published_by_key: dict[tuple[bytes, str, str], set[str]] = field(default_factory=dict)
     _contexts: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
@@ -344,18 +347,33 @@ class SetIndex:
             for column, _codes in s.definition:
                 ctx = definition_text(tuple(p for p in s.definition if p[0] != column))
                 self._contexts.setdefault(ctx, []).append((column, row))
+        self._grow(start + len(new))
         sizes = np.array([s.size for _, _, s in new], dtype=np.int64)
-        sketches = np.zeros((len(new), self.buckets), dtype=np.int32)
-        has = np.zeros(len(new), dtype=bool)
-        for i, (_, _, s) in enumerate(new):
+        for i, (_, _, s) in enumerate(new, start):
             if s.sketch is not None and len(s.sketch) == self.buckets:
-                sketches[i] = s.sketch
-                has[i] = True
-        self._sizes = np.concatenate([self._sizes, sizes])
-        old = self._sketches if self._sketches.size else np.zeros((0, self.buckets), np.int32)
-        self._sketches = np.concatenate([old, sketches])
-        self._has_sketch = np.concatenate([self._has_sketch, has])
-        self._order = None
+                self._sketches[i] = s.sketch
+                self._has_sketch[i] = True
+        self._sizes[start : start + len(new)] = sizes
+        # Merge the new rows into the order by size (one copy, no sort of it all).
+        ids = np.arange(start, start + len(new), dtype=np.int64)
+        by_size = np.argsort(sizes, kind="stable")
+        at = np.searchsorted(self._sorted, sizes[by_size], side="right")
+        self._order = np.insert(self._order, at, ids[by_size])
+        self._sorted = np.insert(self._sorted, at, sizes[by_size])
+
+    def _grow(self, rows: int) -> None:
+        if rows <= len(self._sizes):
+            return
+        capacity = max(rows, 2 * len(self._sizes), 1024)
+        sizes = np.zeros(capacity, dtype=np.int64)
+        sketches = np.zeros((capacity, self.buckets), dtype=np.int32)
+        has = np.zeros(capacity, dtype=bool)
+        used = len(self._sizes)  # the old buffers, copied whole
+        sizes[:used] = self._sizes
+        if self._sketches.size:
+            sketches[:used] = self._sketches
+        has[:used] = self._has_sketch
+        self._sizes, self._sketches, self._has_sketch = sizes, sketches, has
 
     def published_columns(self, s: RecordSet, key_id: str | None) -> set[str]:
         """The columns ``s`` (same records, same definition) was published broken down by."""
@@ -366,9 +384,6 @@ class SetIndex:
     def near(self, s: RecordSet, m: int) -> npt.NDArray[np.int64]:
         """Rows whose size is within ``m`` of ``s`` and whose sketch may be (L1 below ``m``)."""
         self._flush()
-        if self._order is None:
-            self._order = np.argsort(self._sizes, kind="stable")
-            self._sorted = self._sizes[self._order]
         lo = int(np.searchsorted(self._sorted, s.size - m + 1, side="left"))
         hi = int(np.searchsorted(self._sorted, s.size + m - 1, side="right"))
         rows: npt.NDArray[np.int64] = self._order[lo:hi]
