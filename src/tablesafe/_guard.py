@@ -38,6 +38,7 @@ answered again whatever was asked since.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -318,6 +319,8 @@ class SetIndex:
     _published_by_key: dict[tuple[bytes, str, str], set[str]] = field(default_factory=dict)
     _contexts: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     _definitions: dict[str, list[int]] = field(default_factory=dict)
+    _codes: dict[tuple[Code, ...], tuple[Code, ...]] = field(default_factory=dict)
+    _keys: dict[str, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.sets) + len(self._pending)
@@ -340,8 +343,11 @@ class SetIndex:
         new = self._pending
         self._pending = []
         for row, (_, key_id, s) in enumerate(new, start):
-            self.sets.append(s)
-            self.keys.append(key_id)
+            # Kept without its sketch (the buffer has it) and with shared code tuples:
+            # hundreds of thousands of sets stay small.
+            definition = tuple((c, self._codes.setdefault(v, v)) for c, v in s.definition)
+            self.sets.append(dataclasses.replace(s, definition=definition, sketch=None))
+            self.keys.append(self._keys.setdefault(key_id, key_id))
             text = s.text
             self._definitions.setdefault(text, []).append(row)
             for column, _codes in s.definition:
@@ -349,6 +355,7 @@ class SetIndex:
                 self._contexts.setdefault(ctx, []).append((column, row))
         self._grow(start + len(new))
         sizes = np.array([s.size for _, _, s in new], dtype=np.int64)
+        # (the sketches come from the new rows, the stored sets no longer have them)
         for i, (_, _, s) in enumerate(new, start):
             if s.sketch is not None and len(s.sketch) == self.buckets:
                 self._sketches[i] = s.sketch
@@ -394,6 +401,13 @@ class SetIndex:
         dist = np.abs(self._sketches[rows] - s.sketch.astype(np.int32)).sum(axis=1)
         near: npt.NDArray[np.int64] = rows[(dist < m) | ~self._has_sketch[rows]]
         return near
+
+    def same_sketch(self, row: int, s: RecordSet) -> bool:
+        """Whether row ``row`` has the sketch of ``s`` (true when either has none)."""
+        self._flush()
+        if s.sketch is None or not self._has_sketch[row]:
+            return True
+        return bool(np.array_equal(self._sketches[row], s.sketch))
 
     def family(self, context: str, column: str) -> list[int]:
         """Rows whose definition is ``context`` plus a condition on ``column``."""
@@ -639,7 +653,7 @@ def _pairs(check: _Check, x: RecordSet, compare: frozenset[str] | set[str]) -> N
             continue
         if y.fingerprint in x.ancestors or x.fingerprint in y.ancestors:
             continue  # one contains the other in one table: the table publishes the rest
-        if y.fingerprint == x.fingerprint and _same_sketch(x, y):
+        if y.fingerprint == x.fingerprint and index.same_sketch(row, x):
             diff = 0
         else:
             diff = x.size + y.size - 2 * check.counts.intersection(x.definition, y.definition)
@@ -654,12 +668,6 @@ def _near_identical(check: _Check, x: RecordSet, y: RecordSet) -> bool:
     if not check.identical_is_near or y.text == x.text:
         return False
     return not same_records_publicly(x.definition, y.definition, check.zeros, check.all_codes)
-
-
-def _same_sketch(x: RecordSet, y: RecordSet) -> bool:
-    if x.sketch is None or y.sketch is None:
-        return True
-    return bool(np.array_equal(x.sketch, y.sketch))
 
 
 def _codes_on(s: RecordSet, column: str, full: Sequence[Code]) -> frozenset[Code]:
