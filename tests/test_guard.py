@@ -734,3 +734,28 @@ def test_refusals_do_not_tell_empty_cells_from_small_ones(
     assert res.hidden >= 2 and res.empty >= 10, res
     assert res.hidden_refused == res.hidden
     assert res.empty_refused == (res.empty if identical_is_near else 0)
+
+
+def test_without_sketches_every_set_near_in_size_is_counted(demo_dir):
+    """An engine that cannot sketch (Spark) gives None: the guard then counts every
+    published set within m in size, and still finds the sliver."""
+    dataset = Dataset.open(demo_dir)
+    request = TableRequest(("SEX",), statistic="count")
+    _, full, _ = _plan_and_aggregates(dataset, request)
+    assert key_buckets(object(), dataset, full, BUCKETS) is None
+    rng = np.random.default_rng(7)
+    keys = rng.integers(0, 2**32, size=1_000, dtype=np.int64)
+    members = {f"s{i}": set(rng.choice(1_000, size=100, replace=False).tolist()) for i in range(50)}
+    members["near"] = members["s3"] - {min(members["s3"])}  # one record fewer than s3
+    index = SetIndex()
+    index.add(
+        (i + 1, "k", replace(_synthetic(n, ids, keys), sketch=None))
+        for i, (n, ids) in enumerate(members.items())
+        if n.startswith("s")
+    )
+    counts = _Counting(members)
+    rules = RuleSettings.model_validate({"sliver_min_difference": 10})
+    new = replace(_synthetic("near", members["near"], keys), sketch=None)
+    with pytest.raises(RefusedError):
+        guard_check(index, [new], key_id="k", rules=rules, counts=counts, all_codes={})
+    assert counts.queries == 4  # s0, s1, s2 (100 records each, as s3) counted first
