@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -39,7 +39,6 @@ from tablesafe._errors import InternalError
 from tablesafe._protection import CellwiseMechanism, Protection
 from tablesafe._request import MAX_DIMENSIONS, TableRequest, TabulationPlan
 from tablesafe._rounding import Rounding
-from tablesafe._rules import apply_small_cell_rule, check_request_limits, check_universe_size
 from tablesafe._seeds import (
     canonical_definitions,
     cell_key_uniforms,
@@ -47,7 +46,6 @@ from tablesafe._seeds import (
     dynamic_streams,
     keyed_words,
 )
-from tablesafe._settings import RuleSettings
 from tablesafe._table import ProtectedTable
 from tablesafe._tabulation import Tabulation
 from tablesafe._weighted import (
@@ -57,6 +55,10 @@ from tablesafe._weighted import (
     weight_uniforms,
 )
 from tablesafe.mechanisms._records import DropAddRecords
+
+if TYPE_CHECKING:
+    # The rules are a pydantic model: a table without a site's rules imports no pydantic.
+    from tablesafe._settings import RuleSettings
 
 __all__ = [
     "Built",
@@ -256,6 +258,8 @@ class TableBuilder:
         """
         catalog = self.dataset.catalog
         if self.rules is not None:
+            from tablesafe._rules import check_request_limits
+
             check_grouping_limits(
                 request.groupings,
                 max_groups=self.rules.max_custom_groups,
@@ -281,6 +285,8 @@ class TableBuilder:
         agg = self.engine.tabulate(self.dataset, full)
         rules = self.rules
         if rules is not None:
+            from tablesafe._rules import apply_small_cell_rule, check_universe_size
+
             # On the universe's protected count, one figure per record set: the
             # refusal reveals no more than publishing that count would.
             check_universe_size(self.protected_universe_size(plan, agg), rules)
