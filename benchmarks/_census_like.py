@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tablesafe._catalog import Catalog
-from tablesafe._dataset import Dataset
+from tablesafe.catalog._catalog import Catalog
+from tablesafe.catalog._dataset import Dataset
 
 #: Age bands, sex, region, household size, tenure: a census block-like classification.
 CATALOG: dict[str, Any] = {

@@ -68,7 +68,7 @@ def catalog(records: int) -> str:
     def cats(codes: range | list[int], label: str) -> list[dict[str, object]]:
         return [{"code": c, "label": f"{label} {c}"} for c in codes]
 
-    from tablesafe._catalog import Catalog
+    from tablesafe.catalog._catalog import Catalog
 
     raw = {
         "dataset": {
@@ -184,7 +184,7 @@ def plain_group_by(con, folder: Path, dims: tuple[str, ...]) -> None:
 def builder_for(folder: Path, name: str):
     from tablesafe._builder import TableBuilder
     from tablesafe._cli._methods import protection_from_options
-    from tablesafe._dataset import Dataset
+    from tablesafe.catalog._dataset import Dataset
     from tablesafe.engines import DuckDBEngine
 
     method, extra = METHODS[name]

@@ -1,6 +1,6 @@
 """Benchmark: exact fixed-point weight sums against float sums (the weighted-figures issue).
 
-tablesafe sums weights as fixed-point integers (tablesafe._fixed) so that
+tablesafe sums weights as fixed-point integers (tablesafe.cells._fixed) so that
 weighted figures have the same bits in every engine, thread count and row
 order. This script times the tabulation query DuckDB runs (one GROUP BY
 GROUPING SETS over a CTE of inner cells, with the weight and 10 replicate
@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tablesafe._fixed import fixed_sql
+from tablesafe.cells._fixed import fixed_sql
 
 DATA = Path(__file__).parent / "_data"
 TABLES = [("REGION",), ("AREA", "SEX"), ("AREA", "AGE", "SEX")]
@@ -98,7 +98,7 @@ def timed(fn, repeat: int) -> float:
 
 def dataset_folder(path: Path) -> Path:
     """A dataset folder (catalog + link to the Parquet file) for the builder."""
-    from tablesafe._catalog import Catalog
+    from tablesafe.catalog._catalog import Catalog
 
     folder = path.with_suffix("")
     folder.mkdir(exist_ok=True)
@@ -130,8 +130,8 @@ def compare_tables(path: Path, shuffled: Path) -> None:
 
     from tablesafe._builder import TableBuilder
     from tablesafe._cli._methods import protection_from_options
-    from tablesafe._dataset import Dataset
     from tablesafe._request import TableRequest
+    from tablesafe.catalog._dataset import Dataset
     from tablesafe.engines import DuckDBEngine, MemoryEngine
 
     os.environ["TS_EXACT_SECRET"] = "exact-sums-benchmark-secret-0123456789"

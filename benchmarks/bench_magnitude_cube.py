@@ -34,8 +34,8 @@ import os
 from bench_magnitudes import best, make
 from tablesafe._builder import TableBuilder
 from tablesafe._cli._methods import protection_from_options
-from tablesafe._dataset import Dataset
 from tablesafe._request import TableRequest
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines import CubeCache, DuckDBEngine
 
 MAGS = ("sum:INCOME", "mean:INCOME")

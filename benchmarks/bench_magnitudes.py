@@ -44,13 +44,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tablesafe._builder import TableBuilder
-from tablesafe._catalog import Catalog
 from tablesafe._cli._methods import protection_from_options
-from tablesafe._dataset import Dataset
-from tablesafe._magnitude_sums import with_top
-from tablesafe._magnitudes import MagnitudeProtection
 from tablesafe._request import TableRequest
+from tablesafe.catalog._catalog import Catalog
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.cells._magnitude_sums import with_top
 from tablesafe.engines import DuckDBEngine
+from tablesafe.mechanisms._magnitudes import MagnitudeProtection
 
 DATA = Path(__file__).parent / "_data"
 

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 from tablesafe._builder import Protection, TableBuilder
-from tablesafe._dataset import Dataset
-from tablesafe._demo import write_demo_data
 from tablesafe._request import TableRequest
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines import DuckDBEngine
 from tablesafe.mechanisms import destatis, dp_geometric
+from tablesafe.prepare._demo import write_demo_data
 
 DATA = Path(__file__).parent / "_data"
 

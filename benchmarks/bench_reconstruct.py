@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _census_like import write_census_like
 from tablesafe._cli._methods import protection_from_options
-from tablesafe._dataset import Dataset
-from tablesafe._demo import write_demo_data
 from tablesafe.attacks import all_k_way_requests, reconstruction_attack
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.prepare._demo import write_demo_data
 
 METHODS = ("none", "ckm", "dp", "pram", "q", "q-records")
 

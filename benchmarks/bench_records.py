@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 from tablesafe._builder import Protection, TableBuilder
-from tablesafe._dataset import Dataset
-from tablesafe._demo import write_demo_data
 from tablesafe._request import TableRequest
 from tablesafe.attacks import sliver_attack
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines import DuckDBEngine
 from tablesafe.mechanisms import drop_add_records
+from tablesafe.prepare._demo import write_demo_data
 
 DATA = Path(__file__).parent / "_data"
 SECRET = b"benchmark-secret-0123456789abcdef"

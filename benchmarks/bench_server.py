@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from tablesafe._demo import write_demo_data
+from tablesafe.prepare._demo import write_demo_data
 
 DATA = Path(__file__).parent / "_data"
 VARIABLES = ["REGION", "SEX", "AGEGRP", "MARSTAT", "HHSIZE", "EDUC", "EMPSTAT", "TENURE"]

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tablesafe._demo import write_demo_data
+from tablesafe.prepare._demo import write_demo_data
 
 REQUEST = (
     b"POST /api/datasets/demo/tables HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"

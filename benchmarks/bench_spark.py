@@ -12,10 +12,10 @@ import argparse
 import time
 from pathlib import Path
 
-from tablesafe._dataset import Dataset
-from tablesafe._demo import write_demo_data
 from tablesafe._request import TableRequest
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines import DuckDBEngine, SparkEngine
+from tablesafe.prepare._demo import write_demo_data
 
 DATA = Path(__file__).parent / "_data"
 TABLES = [

@@ -32,8 +32,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pyreadstat
 
-from tablesafe._catalog_init import init_catalog
-from tablesafe._replicates import add_replicates
+from tablesafe.prepare._catalog_init import init_catalog
+from tablesafe.prepare._replicates import add_replicates
 
 
 def make(records: int, folder: Path) -> tuple[Path, Path]:

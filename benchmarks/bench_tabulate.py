@@ -19,11 +19,11 @@ from pathlib import Path
 
 import duckdb
 
-from tablesafe._dataset import Dataset
-from tablesafe._demo import write_demo_data
 from tablesafe._request import TableRequest
-from tablesafe._tabulation import tabulate
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines import DuckDBEngine
+from tablesafe.output._tabulation import tabulate
+from tablesafe.prepare._demo import write_demo_data
 
 DATA = Path(__file__).parent / "_data"
 TABLES = [("REGION",), ("EDUC", "SEX"), ("REGION", "EDUC", "EMPSTAT"), ("REGION", "AGE", "OCC")]

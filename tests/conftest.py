@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tablesafe._dataset import Dataset
+from tablesafe.catalog._dataset import Dataset
 from tsdata import random_frame, write_dataset
 
 
@@ -31,7 +31,7 @@ def make_dataset(tmp_path: Path) -> Callable[..., Dataset]:
 
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tablesafe._demo import write_demo_data
+    from tablesafe.prepare._demo import write_demo_data
 
     return write_demo_data(tmp_path_factory.mktemp("demo"), 20_000, seed=7, replicates=10)
 

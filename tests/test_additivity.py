@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tablesafe._additivity import (
+from tablesafe._errors import ComputationError, ParameterError
+from tablesafe.mechanisms._additivity import (
     aggregate_margins,
     all_sets,
     controlled_rounding,
     fit_to_margins,
 )
-from tablesafe._errors import ComputationError, ParameterError
 
 
 def noisy_table(shape, rng, noise=3):
@@ -107,7 +107,7 @@ def test_no_convergence_falls_back_to_a_least_deviation_fit(monkeypatch):
     np.testing.assert_allclose(margins_of(fit.values, all_sets(3)), fit.values, atol=1e-6)
     assert (fit.values >= 0).all()
     # Where no table meets the targets either, the error says so and what to do.
-    import tablesafe._additivity as additivity
+    import tablesafe.mechanisms._additivity as additivity
 
     monkeypatch.setattr(additivity, "_least_deviation_fit", lambda *a: None)
     with pytest.raises(ComputationError, match="did not converge.*choose additivity"):
@@ -135,7 +135,7 @@ def test_least_deviation_fit_meets_targets_and_is_closest():
     # A level IPF cannot fit quickly is fitted by linear programming: the cells
     # meet every target, keep structural zeros, and are at least as close (in
     # absolute deviation) to the start as IPF's own answer after many sweeps.
-    from tablesafe._additivity import _discrepancy, _least_deviation_fit, classic_ipf
+    from tablesafe.mechanisms._additivity import _discrepancy, _least_deviation_fit, classic_ipf
 
     start = np.array([[5.0, 0.0, 3.0], [0.0, 4.0, 0.5], [2.0, 0.0, 0.0]])
     zeros = np.zeros(start.shape, dtype=bool)
@@ -160,10 +160,10 @@ def test_an_ipf_table_and_its_fit_metadata_are_functions_of_the_independent_tabl
     # the independently perturbed table alone, which additivity "independent"
     # publishes as it is: so ipf reveals nothing more about the true counts.
     from tablesafe._builder import TableBuilder
-    from tablesafe._dataset import Dataset
     from tablesafe._protection import protection_from_settings
     from tablesafe._request import TableRequest
     from tablesafe._settings import ProtectionSettings
+    from tablesafe.catalog._dataset import Dataset
 
     dataset = Dataset.open(demo_dir)
     request = TableRequest(("EMPSTAT", "OCC"), statistic="count")  # sparse: needs the LP fit

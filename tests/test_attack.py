@@ -10,10 +10,10 @@ from click.testing import CliRunner
 
 from tablesafe._builder import Protection
 from tablesafe._cli import get_app
-from tablesafe._dataset import Dataset
 from tablesafe._request import TableRequest
 from tablesafe.attacks import sliver_attack
 from tablesafe.attacks._sliver import _without
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines import MemoryEngine
 from tablesafe.mechanisms import drop_add_records
 

@@ -70,7 +70,7 @@ def test_admin_endpoint_attacks_every_served_table(served_site, demo_dir):
         for name in ("cells_exact_share", "records_exact_share", "uniques_exact_share"):
             assert 0 <= out[name] <= out["unprotected"][name] <= 1
         # The same attack by hand on the same requests agrees (the site's rules included).
-        from tablesafe._dataset import Dataset
+        from tablesafe.catalog._dataset import Dataset
         from tablesafe.server._cumulative import requests_from_bodies
 
         plain = reconstruction_attack(

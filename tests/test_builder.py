@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from tablesafe._builder import Protection, TableBuilder, structural_zero_mask
-from tablesafe._dataset import Dataset
 from tablesafe._errors import ParameterError
 from tablesafe._request import TableRequest
 from tablesafe._seeds import cell_key_uniforms, dynamic_uniforms
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines import MemoryEngine
 
 SECRET = b"0123456789abcdef0123456789abcdef"

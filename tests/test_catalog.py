@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tablesafe._catalog import Catalog
 from tablesafe._errors import CatalogError
+from tablesafe.catalog._catalog import Catalog
 
 
 @pytest.mark.parametrize("name", ["se", "SUPPRESSED", "sum_x", "mean_income", "AGE_label", "n"])

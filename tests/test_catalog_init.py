@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from tablesafe import Dataset, Protection, TableBuilder, TableRequest
-from tablesafe._catalog_init import init_catalog
 from tablesafe._cli import get_app
 from tablesafe._errors import DataError, FormatError, ParameterError
+from tablesafe.prepare._catalog_init import init_catalog
 
 N = 400
 
@@ -281,8 +281,8 @@ def test_cli(sav_file: tuple[Path, pd.DataFrame], tmp_path: Path) -> None:
 
 
 def test_drafted_names_avoid_every_table_column():
-    from tablesafe._catalog import reserved_name
-    from tablesafe._catalog_init import _clean_name
+    from tablesafe.catalog._catalog import reserved_name
+    from tablesafe.prepare._catalog_init import _clean_name
 
     taken: set[str] = set()
     for raw in ("se", "sum_income", "Mean_x", "age_label", "suppressed", "sensitive_y", "n"):

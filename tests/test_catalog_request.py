@@ -6,9 +6,9 @@ import copy
 
 import pytest
 
-from tablesafe._catalog import Catalog
 from tablesafe._errors import CatalogError, FormatError, RequestError
 from tablesafe._request import TableRequest
+from tablesafe.catalog._catalog import Catalog
 from tsdata import RANDOM_CATALOG
 
 

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from tablesafe._catalog import Catalog
 from tablesafe._cli import get_app
 from tablesafe._settings import load_site_config
+from tablesafe.catalog._catalog import Catalog
 from tablesafe.server import create_app
 
 SITE = """\

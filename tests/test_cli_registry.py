@@ -48,7 +48,7 @@ def test_a_csv_table_imports_no_text_or_frame_libraries(tmp_path):
 
     The second call: the first may build the ptable (with scipy) into the cache.
     """
-    from tablesafe._demo import write_demo_data
+    from tablesafe.prepare._demo import write_demo_data
 
     data = write_demo_data(tmp_path / "demo", 500, seed=3)
     code = (

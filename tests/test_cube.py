@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import tablesafe as ts
-from tablesafe._aggregates import CellAggregates
-from tablesafe._dataset import Dataset
 from tablesafe._request import TableRequest
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.engines import CubeCache, DuckDBEngine, MemoryEngine
 
 

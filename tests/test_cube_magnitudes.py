@@ -10,15 +10,15 @@ import pandas as pd
 import pytest
 
 import tablesafe as ts
-from tablesafe._aggregates import CellAggregates
 from tablesafe._builder import TableBuilder
-from tablesafe._dataset import Dataset
-from tablesafe._magnitude_catalog import MAGNITUDE_SCALE, from_magnitude_fixed, magnitude_fixed
-from tablesafe._magnitude_sums import MagnitudeSums, with_top
-from tablesafe._magnitudes import MagnitudeProtection
 from tablesafe._request import TableRequest
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE, from_magnitude_fixed, magnitude_fixed
+from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.cells._magnitude_sums import MagnitudeSums, with_top
 from tablesafe.engines import CubeCache, DuckDBEngine, MemoryEngine
 from tablesafe.engines._cube import _rows_of, _to_fixed
+from tablesafe.mechanisms._magnitudes import MagnitudeProtection
 from test_cube import AGEB, Counting
 
 SUM_MEAN = ("sum:INCOME", "mean:INCOME")

@@ -7,10 +7,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 import tablesafe as ts
-from tablesafe._catalog import Catalog
-from tablesafe._custom import CustomGroup, CustomGrouping
 from tablesafe._errors import RequestError
 from tablesafe._settings import load_site_config
+from tablesafe.catalog._catalog import Catalog
+from tablesafe.catalog._custom import CustomGroup, CustomGrouping
 from tablesafe.server import create_app, hash_key
 
 KEYS = {"alice": "ts_alice_key_for_tests_0123456789", "bob": "ts_bob_key_for_tests_0123456789"}

@@ -60,15 +60,15 @@ def test_records_in_a_structural_zero_are_refused(make_dataset, frame):
 
 
 def test_dataset_folder_without_catalog(tmp_path):
-    from tablesafe._dataset import Dataset
+    from tablesafe.catalog._dataset import Dataset
 
     with pytest.raises(CatalogError, match="needs a catalog.toml"):
         Dataset.open(tmp_path)
 
 
 def test_dataset_without_microdata_file(tmp_path):
-    from tablesafe._catalog import Catalog
-    from tablesafe._dataset import Dataset
+    from tablesafe.catalog._catalog import Catalog
+    from tablesafe.catalog._dataset import Dataset
 
     (tmp_path / "catalog.toml").write_text(Catalog.from_dict(RANDOM_CATALOG).to_toml())
     with pytest.raises(DataError, match="neither microdata.parquet nor microdata.csv"):

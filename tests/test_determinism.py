@@ -3,7 +3,7 @@
 Published CSV and JSON are byte-identical across repeated runs, DuckDB with
 one and two threads, a shuffled copy of the microdata, and the DuckDB and
 memory engines (Spark: tests/test_spark_engine.py). Weights are summed in
-fixed point (tablesafe._fixed), so no float summation order reaches a
+fixed point (tablesafe.cells._fixed), so no float summation order reaches a
 published figure.
 """
 
@@ -17,8 +17,8 @@ import pytest
 
 from tablesafe._builder import TableBuilder
 from tablesafe._cli._methods import protection_from_options
-from tablesafe._dataset import Dataset
 from tablesafe._request import TableRequest
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines import DuckDBEngine, MemoryEngine
 
 METHODS = ["none", "ckm", "dp", "pram", "q", "q-records"]
@@ -90,7 +90,7 @@ def test_fixed_point_rounding_is_the_same_in_numpy_and_duckdb():
     import duckdb
     import numpy as np
 
-    from tablesafe._fixed import fixed_sql, to_fixed
+    from tablesafe.cells._fixed import fixed_sql, to_fixed
 
     edges = [0.49999999999999994, 0.5, 1.5, 2.5, -0.5, -2.5, -0.49999999999999994]
     values = [v / 65536 for v in edges] + list(

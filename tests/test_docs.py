@@ -134,7 +134,7 @@ def shell_script(block: Block) -> str:
 @pytest.fixture(scope="session")
 def docs_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A working directory with the demo data, a secret, the demo site and .venv/bin."""
-    from tablesafe._demo import write_demo_data
+    from tablesafe.prepare._demo import write_demo_data
 
     root = tmp_path_factory.mktemp("docs-template")
     write_demo_data(root / "data" / "demo", RECORDS, seed=2026)

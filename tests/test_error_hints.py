@@ -10,10 +10,10 @@ from click.testing import CliRunner
 
 import tablesafe as ts
 from tablesafe._cli import get_app
-from tablesafe._demo import write_demo_data
 from tablesafe._errors import DataError, RequestError
-from tablesafe._hints import missing_key_hint, missing_replicates_hint
+from tablesafe.catalog._hints import missing_key_hint, missing_replicates_hint
 from tablesafe.engines import DuckDBEngine, MemoryEngine
+from tablesafe.prepare._demo import write_demo_data
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from tablesafe._cli import get_app
-from tablesafe._dataset import Dataset
 from tablesafe._errors import RequestError
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.experiments._evaluate import evaluate, magnitude_utility, mechanism_grid
 from tablesafe.experiments._report import evaluation_text, write_evaluation_report
 

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from tablesafe._builder import Protection, TableBuilder
 from tablesafe._cli import get_app
-from tablesafe._dataset import Dataset
 from tablesafe._request import TableRequest
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.experiments._evaluate import (
     SMALL_CELL_MAX,
     _posterior_mode,

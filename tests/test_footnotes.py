@@ -13,13 +13,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tablesafe import Dataset, TableBuilder, TableRequest
-from tablesafe._catalog import Catalog
 from tablesafe._cli._methods import protection_from_options
 from tablesafe._errors import CatalogError
-from tablesafe._footnotes import footnote_lines
 from tablesafe._protection import Protection, Rounding
-from tablesafe._rules import apply_small_cell_rule
 from tablesafe._settings import RuleSettings, load_site_config
+from tablesafe.catalog._catalog import Catalog
+from tablesafe.output._footnotes import footnote_lines
+from tablesafe.rules._rules import apply_small_cell_rule
 from tablesafe.server import create_app
 
 CKM = {"method": "ckm", "max_deviation": 3, "variance": 1.0, "seeds": "cellkey"}
@@ -162,8 +162,8 @@ FAST = {(m, a) for m, a in METHODS if a == "aggregate" or m == "ckm"}
 @pytest.fixture(scope="module")
 def ptable_file(tmp_path_factory):
     """A drop/add-up-to-q ptable in a file named like another method: the name is no guide."""
-    from tablesafe._ptable_io import write_ptable
     from tablesafe.mechanisms import drop_add_q
+    from tablesafe.ptable._io import write_ptable
 
     path = tmp_path_factory.mktemp("pt") / "dp.csv"
     write_ptable(drop_add_q(rate=0.05, cap=3), path)

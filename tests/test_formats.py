@@ -6,11 +6,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 import tablesafe as ts
-from tablesafe import _formats
 from tablesafe._errors import ParameterError, RequestError
-from tablesafe._formats import OutputFormat, format_names, output_format, register_format
 from tablesafe._protection import Protection
 from tablesafe._settings import load_site_config
+from tablesafe.output import _formats as _formats
+from tablesafe.output._formats import OutputFormat, format_names, output_format, register_format
 from tablesafe.server import create_app
 
 

@@ -11,9 +11,13 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
-from tablesafe._dataset import Dataset
 from tablesafe._errors import RefusedError
-from tablesafe._guard import (
+from tablesafe._request import TableRequest
+from tablesafe._settings import RuleSettings
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.engines import DuckDBEngine
+from tablesafe.engines._sketch import key_buckets
+from tablesafe.rules._guard import (
     BUCKETS,
     WHOLE,
     RecordSet,
@@ -25,10 +29,6 @@ from tablesafe._guard import (
     same_records_publicly,
     zero_boxes,
 )
-from tablesafe._request import TableRequest
-from tablesafe._settings import RuleSettings
-from tablesafe.engines import DuckDBEngine
-from tablesafe.engines._sketch import key_buckets
 from tablesafe.server import create_app
 from tablesafe.server._guard_store import SQLiteGuardStore
 from test_server import ADMIN_KEY, USER_KEY, error_of, site
@@ -721,7 +721,7 @@ def test_refusals_do_not_tell_empty_cells_from_small_ones(
     (IDENTICAL_IS_NEAR, the default): a refusal then says "fewer than m records", for an
     empty cell as for one of 1 .. m-1 records. Answering it (False) made every refusal
     show a cell published as 0 to be non-empty."""
-    import tablesafe._guard as guard
+    import tablesafe.rules._guard as guard
     from tablesafe.attacks._guard import refusal_zeros
 
     assert guard.IDENTICAL_IS_NEAR

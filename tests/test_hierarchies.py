@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 import tablesafe as ts
-from tablesafe._catalog import Catalog
 from tablesafe._errors import CatalogError
 from tablesafe._settings import load_site_config
+from tablesafe.catalog._catalog import Catalog
 from tablesafe.engines import DuckDBEngine
 from tablesafe.mechanisms import dp_geometric
 from tablesafe.server import create_app, hash_key

@@ -10,15 +10,15 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from tablesafe._catalog import Catalog
 from tablesafe._cli import get_app
-from tablesafe._dataset import Dataset
-from tablesafe._demo import write_demo_data
 from tablesafe._errors import DataError, FormatError
 from tablesafe._keys import add_record_keys, cell_key_uniform, draw_record_keys
 from tablesafe._request import TableRequest
-from tablesafe._tabulation import tabulate
+from tablesafe.catalog._catalog import Catalog
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines import DuckDBEngine
+from tablesafe.output._tabulation import tabulate
+from tablesafe.prepare._demo import write_demo_data
 
 runner = CliRunner()
 

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from tablesafe import Catalog, CatalogError, DataError, RequestError
-from tablesafe._dataset import Dataset
-from tablesafe._magnitude_catalog import magnitude_fixed, magnitude_fixed_sql
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._magnitudes import magnitude_fixed, magnitude_fixed_sql
 from tablesafe.engines import DuckDBEngine, MemoryEngine
 from tsdata import RANDOM_CATALOG, random_frame
 

@@ -14,12 +14,12 @@ from scipy import stats
 from tablesafe import _seeds
 from tablesafe._builder import TableBuilder
 from tablesafe._cli._methods import protection_from_options
-from tablesafe._dataset import Dataset
 from tablesafe._errors import ParameterError
-from tablesafe._magnitudes import _WORDS, magnitude_uniforms
 from tablesafe._request import TableRequest
 from tablesafe._seeds import dynamic_words
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines import DuckDBEngine, MemoryEngine
+from tablesafe.mechanisms._magnitudes import _WORDS, magnitude_uniforms
 
 SECRET = b"magnitude-secret-0123456789abcdef"
 

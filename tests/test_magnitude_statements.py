@@ -15,7 +15,7 @@ import pytest
 
 from tablesafe import TableBuilder, TableRequest
 from tablesafe._cli._methods import protection_from_options
-from tablesafe._magnitudes import MagnitudeProtection, ckm_noise
+from tablesafe.mechanisms._magnitudes import MagnitudeProtection, ckm_noise
 from tsdata import RANDOM_CATALOG, random_frame, write_dataset
 
 K = 3

@@ -8,7 +8,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from tablesafe._magnitude_sums import merge_top, top_from_records, top_of_margins
+from tablesafe.cells._magnitude_sums import merge_top, top_from_records, top_of_margins
 
 
 def _brute(values: np.ndarray, cells: np.ndarray, shape: tuple[int, ...], k: int) -> dict:
@@ -59,7 +59,7 @@ def test_a_cell_with_fewer_records_than_k_is_zero_padded() -> None:
 
 def test_duckdb_query_returns_no_list_column(tmp_path: object) -> None:
     """The grouping sets carry k DOUBLE columns, not lists (the slow path before)."""
-    from tablesafe._magnitude_sums import MagnitudePlan, magnitude_sql
+    from tablesafe.cells._magnitude_sums import MagnitudePlan, magnitude_sql
     from tablesafe.engines._duckdb import _DIALECT
 
     inner, outer = magnitude_sql(

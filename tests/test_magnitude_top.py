@@ -12,12 +12,12 @@ import pytest
 
 from tablesafe._builder import TableBuilder
 from tablesafe._cli._methods import protection_from_options
-from tablesafe._dataset import Dataset
 from tablesafe._errors import InternalError
-from tablesafe._magnitude_sums import TOP_K, with_top
-from tablesafe._magnitudes import MagnitudeProtection
 from tablesafe._request import TableRequest
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.cells._magnitude_sums import TOP_K, with_top
 from tablesafe.engines import DuckDBEngine, MemoryEngine
+from tablesafe.mechanisms._magnitudes import MagnitudeProtection
 
 
 @pytest.fixture(scope="module")

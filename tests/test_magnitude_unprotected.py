@@ -14,11 +14,11 @@ from click.testing import CliRunner
 
 from tablesafe import RequestError
 from tablesafe._cli import get_app
-from tablesafe._dataset import Dataset
-from tablesafe._fixed import from_fixed, to_fixed
-from tablesafe._magnitude_catalog import from_magnitude_fixed, magnitude_fixed
 from tablesafe._request import TableRequest
-from tablesafe._tabulation import tabulate
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._magnitudes import from_magnitude_fixed, magnitude_fixed
+from tablesafe.cells._fixed import from_fixed, to_fixed
+from tablesafe.output._tabulation import tabulate
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def records(demo: Dataset) -> pd.DataFrame:
 def _true(df: pd.DataFrame, name: str, weighted: bool) -> tuple[float, float]:
     """Brute force: the exact (fixed-point) sum and the mean over the (weighted) count.
 
-    Weighted counts are exact fixed-point sums of the weights (tablesafe._fixed).
+    Weighted counts are exact fixed-point sums of the weights (tablesafe.cells._fixed).
     """
     w = df.WEIGHT.to_numpy() if weighted else np.ones(len(df))
     total = from_magnitude_fixed(magnitude_fixed(df[name].to_numpy() * w).sum())

@@ -11,17 +11,17 @@ import pytest
 from tablesafe import RequestError
 from tablesafe._builder import TableBuilder
 from tablesafe._cli._methods import protection_from_options
-from tablesafe._dataset import Dataset
-from tablesafe._magnitude_catalog import from_magnitude_fixed, magnitude_fixed
-from tablesafe._magnitudes import (
+from tablesafe._request import TableRequest
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._magnitudes import from_magnitude_fixed, magnitude_fixed
+from tablesafe.engines import DuckDBEngine, MemoryEngine
+from tablesafe.mechanisms._magnitudes import (
     MagnitudeProtection,
     dominance_rule,
     laplace,
     p_percent_rule,
 )
-from tablesafe._num_ptable import num_ptable
-from tablesafe._request import TableRequest
-from tablesafe.engines import DuckDBEngine, MemoryEngine
+from tablesafe.mechanisms._num_ptable import num_ptable
 
 
 @pytest.fixture(scope="module")
@@ -268,7 +268,7 @@ def test_suppress_blanks_sensitive_cells(demo: Dataset) -> None:
 def test_dp_noise_is_laplace_of_the_stated_scale() -> None:
     from scipy import stats
 
-    from tablesafe._magnitudes import magnitude_uniforms
+    from tablesafe.mechanisms._magnitudes import magnitude_uniforms
 
     keys = np.random.default_rng(3).integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32)
     u = magnitude_uniforms(keys, "HOURS", 0, "laplace", "cellkey", None)

@@ -90,8 +90,8 @@ def test_spark_gives_the_same_bits(demo_dir: Path) -> None:
 
     import numpy as np
 
-    from tablesafe._dataset import Dataset
     from tablesafe._request import TableRequest
+    from tablesafe.catalog._dataset import Dataset
     from tablesafe.engines import DuckDBEngine
 
     if shutil.which("java") is None:

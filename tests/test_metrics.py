@@ -97,7 +97,7 @@ def test_ci_overlap():
 
 def test_exact_disclosure_probability():
     # Without perturbation a published 1 is a true 1.
-    from tablesafe._ptable import PTable
+    from tablesafe.ptable._ptable import PTable
 
     none = PTable.from_rows("none", [([0], [1.0])])
     assert exact_disclosure_probability(none, 1) == 1.0

@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tablesafe import _num_ptable_cache
 from tablesafe._errors import ParameterError
-from tablesafe._magnitudes import MagnitudeProtection, _cached_ptable
-from tablesafe._num_ptable import NumPTable, num_ptable
-from tablesafe._num_ptable_cache import _load, _store, cached_num_ptable
+from tablesafe.mechanisms import _num_ptable_cache as _num_ptable_cache
+from tablesafe.mechanisms._magnitudes import MagnitudeProtection, _cached_ptable
+from tablesafe.mechanisms._num_ptable import NumPTable, num_ptable
+from tablesafe.mechanisms._num_ptable_cache import _load, _store, cached_num_ptable
 
 
 def _same(a: NumPTable, b: NumPTable) -> None:

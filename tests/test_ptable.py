@@ -10,9 +10,9 @@ import pytest
 from scipy import stats
 
 from tablesafe._errors import FormatError, ParameterError
-from tablesafe._ptable import PTable
-from tablesafe._ptable_io import parse_ptable, ptable_csv, read_ptable, write_ptable
 from tablesafe.mechanisms import destatis, dp_geometric, drop_add_q, pram_shlomo_young
+from tablesafe.ptable._io import parse_ptable, ptable_csv, read_ptable, write_ptable
+from tablesafe.ptable._ptable import PTable
 
 DATA = Path(__file__).parent / "data" / "ptables"
 

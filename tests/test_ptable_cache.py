@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tablesafe._ptable_cache import _load, _store, cache_dir, cached_destatis
 from tablesafe.mechanisms import destatis
+from tablesafe.mechanisms._ptable_cache import _load, _store, cache_dir, cached_destatis
 
 
 def _same(a, b) -> None:

@@ -14,11 +14,11 @@ from click.testing import CliRunner
 
 from tablesafe._cli import get_app
 from tablesafe._cli._methods import protection_from_options
-from tablesafe._dataset import Dataset
 from tablesafe._errors import ParameterError, RequestError
 from tablesafe._protection import Protection
 from tablesafe._request import TableRequest
 from tablesafe.attacks import all_k_way_requests, published_intervals, reconstruction_attack
+from tablesafe.catalog._dataset import Dataset
 from tsdata import write_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

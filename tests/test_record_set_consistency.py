@@ -18,11 +18,11 @@ import pytest
 import tablesafe as ts
 from tablesafe._errors import ParameterError, RequestError
 from tablesafe._protection import Protection
-from tablesafe._ptable_cache import cached_destatis
 from tablesafe._seeds import canonical_definitions, definition_words, keyed_words
 from tablesafe.attacks._averaging import averaging_attack, likelihoods
 from tablesafe.attacks._zeros import definition_attack, zero_attack
 from tablesafe.mechanisms import dp_geometric, drop_add_q, drop_add_records, pram_shlomo_young
+from tablesafe.mechanisms._ptable_cache import cached_destatis
 
 SECRET = b"record-set-consistency-secret-01"
 TARGETS = list(range(81, 90))  # AGE 81..89 in REGION 2: counts 0..5 by SEX

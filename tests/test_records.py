@@ -11,7 +11,7 @@ import pytest
 from tablesafe._builder import Protection, TableBuilder
 from tablesafe._errors import ParameterError
 from tablesafe._request import TableRequest
-from tablesafe._selection import mix32
+from tablesafe.cells._selection import mix32
 from tablesafe.engines import DuckDBEngine, MemoryEngine
 from tablesafe.mechanisms import drop_add_records
 from test_cube import Counting
@@ -45,7 +45,7 @@ def test_q_is_ceil_of_rate_times_n():
 def test_mix_in_sql_equals_numpy():
     import duckdb
 
-    from tablesafe._selection import mix32_sql
+    from tablesafe.cells._selection import mix32_sql
 
     rng = np.random.default_rng(1)
     keys = rng.integers(0, 2**32, 200)
@@ -60,7 +60,7 @@ def test_mix_in_sql_equals_numpy():
 def test_staged_mix_in_sql_equals_numpy():
     import duckdb
 
-    from tablesafe._selection import mix32_staged_sql
+    from tablesafe.cells._selection import mix32_staged_sql
 
     rng = np.random.default_rng(5)
     keys = rng.integers(0, 2**32, 500)
@@ -218,7 +218,7 @@ def test_replicate_standard_errors(random_data):
 
 
 def test_ci_overlap_formula():
-    from tablesafe._variance import ci_overlap
+    from tablesafe.mechanisms._variance import ci_overlap
 
     # Identical intervals overlap fully; disjoint ones not at all.
     assert ci_overlap([0], [10], [0], [10]).tolist() == [1.0]
@@ -228,7 +228,7 @@ def test_ci_overlap_formula():
 
 
 def test_ci_overlap_of_record_level_protection_is_high(random_data):
-    from tablesafe._variance import ci_overlap
+    from tablesafe.mechanisms._variance import ci_overlap
 
     dataset, _ = random_data
     b = builder(dataset, rate=0.01)

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from tablesafe._render import to_csv, to_json, to_json_bytes
+from tablesafe.output._render import to_csv, to_json, to_json_bytes
 
 
 def _frame() -> pd.DataFrame:
@@ -86,7 +86,7 @@ def test_same_frame_same_bytes():
 
 
 def test_streamed_pieces_join_to_the_same_bytes():
-    from tablesafe._render import iter_csv, iter_json
+    from tablesafe.output._render import iter_csv, iter_json
 
     frame = _frame()
     meta = {"protected": True, "n": 3}
@@ -102,7 +102,7 @@ def test_json_cells_are_what_orjson_writes_for_cell_objects():
     """The column-wise writer equals orjson's dump of one dict per cell, byte for byte."""
     import orjson
 
-    from tablesafe._render import iter_json
+    from tablesafe.output._render import iter_json
 
     rng = np.random.default_rng(5)
     n = 300
@@ -133,7 +133,7 @@ def test_csv_is_what_the_csv_writer_writes():
     """Plain values take a joined fast path; anything to quote goes through csv.writer."""
     import csv
 
-    from tablesafe._render import _csv_value, iter_csv
+    from tablesafe.output._render import _csv_value, iter_csv
 
     def reference(frame: dict) -> str:
         buf = io.StringIO()

@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from tablesafe import Dataset, Protection, TableBuilder, TableRequest
-from tablesafe._catalog_init import init_catalog
 from tablesafe._cli import get_app
 from tablesafe._errors import CatalogError, DataError, ParameterError
-from tablesafe._replicates import add_replicates, replicate_weights
+from tablesafe.prepare._catalog_init import init_catalog
+from tablesafe.prepare._replicates import add_replicates, replicate_weights
 
 
 def nhanes_like(strata: int = 16, psus: int | list[int] = 2, seed: int = 19) -> pd.DataFrame:

@@ -41,12 +41,12 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from tablesafe._builder import TableBuilder
-from tablesafe._catalog import Catalog
-from tablesafe._custom import extend_catalog, parse_groupings
-from tablesafe._dataset import Dataset
 from tablesafe._errors import ComputationError, RequestError, UserError
 from tablesafe._request import TableRequest
 from tablesafe._settings import MagnitudeSettings, ProtectionSettings, load_site_config
+from tablesafe.catalog._catalog import Catalog
+from tablesafe.catalog._custom import extend_catalog, parse_groupings
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.server import create_app
 from tablesafe.server._bodies import TableBody
 
@@ -988,7 +988,7 @@ def test_controlled_rounding_of_a_four_way_table_is_reproducible(demo_dir: Path)
     rounding (scipy.optimize.milp, HiGHS) never proves optimality here. It used to stop
     at a 30 s time limit with the best rounding found by then, so the same request gave
     different bytes from one run to the next; it now stops after the root node, a limit
-    counted in work (tablesafe._additivity.controlled_rounding)."""
+    counted in work (tablesafe.mechanisms._additivity.controlled_rounding)."""
     from tablesafe._protection import protection_from_settings
 
     protection = protection_from_settings(ProtectionSettings(**PROFILES["ckm-ipf"][0]))

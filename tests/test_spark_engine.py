@@ -170,7 +170,7 @@ def test_cli_engine_spark(spark, demo_dir):
 def test_spark_publishes_the_same_bytes(spark, demo_dir, method, monkeypatch):
     """Counts and weighted figures, CSV and JSON: Spark's bytes are DuckDB's."""
     from tablesafe._cli._methods import protection_from_options
-    from tablesafe._dataset import Dataset
+    from tablesafe.catalog._dataset import Dataset
 
     monkeypatch.setenv("TABLESAFE_SECRET", "determinism-secret-0123456789abcdef")
     dataset = Dataset.open(demo_dir, name="demo")

@@ -11,16 +11,16 @@ import pytest
 from click.testing import CliRunner
 
 from tablesafe import Dataset, Protection, TableBuilder, TableRequest
-from tablesafe._catalog import Catalog
 from tablesafe._cli import get_app
 from tablesafe._cli._methods import protection_from_options
-from tablesafe._replicates import (
+from tablesafe.catalog._catalog import Catalog
+from tablesafe.mechanisms._variance import confidence_interval
+from tablesafe.prepare._replicates import (
     MIN_REPLICATES,
     add_replicates,
     design_warnings,
     replicate_weights,
 )
-from tablesafe._variance import confidence_interval
 from test_replicates import make_dataset, nhanes_like
 from tsdata import RANDOM_CATALOG, random_frame, write_dataset
 
@@ -214,7 +214,7 @@ def test_mean_of_a_binary_variable_shows_its_digits(binary):
     ],
 )
 def test_significant_digits(value, shown):
-    from tablesafe._render import _fmt
+    from tablesafe.output._render import _fmt
 
     assert _fmt(value, "mean_X") == shown
     assert _fmt(value, "n") == f"{int(value):,}"  # other statistics as before

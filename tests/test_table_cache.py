@@ -17,9 +17,9 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tablesafe._catalog import Catalog
-from tablesafe._dataset import Dataset
 from tablesafe._settings import load_site_config
+from tablesafe.catalog._catalog import Catalog
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.server import create_app
 from tablesafe.server._auth import hash_key
 from test_request_fuzz import table_bodies

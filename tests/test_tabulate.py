@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tablesafe._dataset import Dataset
 from tablesafe._keys import KEY_MODULUS, cell_keys
 from tablesafe._request import TableRequest
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines import CubeCache, DuckDBEngine, MemoryEngine
 
 ENGINES = {

@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from tablesafe._dataset import Dataset
 from tablesafe._errors import DataError
 from tablesafe._request import TableRequest
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines import DuckDBEngine, MemoryEngine
 from tablesafe.engines._base import VALIDATION_FILE
 from tsdata import random_frame
@@ -88,7 +88,7 @@ def test_the_cli_validates_once_per_file_version(make_dataset):
     dataset = make_dataset(random_frame(300, seed=6))
     code = (
         "import sys\n"
-        "from tablesafe._dataset import Dataset\n"
+        "from tablesafe.catalog._dataset import Dataset\n"
         "from tablesafe._request import TableRequest\n"
         "from tablesafe.engines import DuckDBEngine\n"
         "calls = []\n"

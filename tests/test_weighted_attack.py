@@ -21,11 +21,11 @@ from click.testing import CliRunner
 from tablesafe._builder import TableBuilder
 from tablesafe._cli import get_app
 from tablesafe._cli._methods import protection_from_options
-from tablesafe._dataset import Dataset
 from tablesafe._errors import RequestError
 from tablesafe._request import TableRequest
 from tablesafe.attacks import mechanism_support, weighted_attack
 from tablesafe.attacks._weighted import guess_counts, seed000_figures
+from tablesafe.catalog._dataset import Dataset
 
 METHODS = ["ckm", "dp", "pram", "q", "q-records"]
 REQUEST = TableRequest(("AGE", "REGION", "SEX"))

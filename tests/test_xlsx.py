@@ -1,4 +1,4 @@
-"""Workbooks written column by column (tablesafe._xlsx), read back by openpyxl."""
+"""Workbooks written column by column (tablesafe.output._xlsx), read back by openpyxl."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from openpyxl import load_workbook
 
-from tablesafe._xlsx import workbook_bytes
+from tablesafe.output._xlsx import workbook_bytes
 
 
 def _read(data: bytes) -> dict[str, list[list[object]]]:

@@ -12,9 +12,9 @@
    and a perturbation ``v`` from the mechanism; structural zeros are never
    perturbed; counts never go below zero.
 4. Weighted figures are the protected count times the cell's mean weight,
-   plus noise from the cell's keys (:mod:`tablesafe._weighted`); replicate
+   plus noise from the cell's keys (:mod:`tablesafe.mechanisms._weighted`); replicate
    estimates follow them, so standard errors stay valid.
-5. Additivity (:mod:`tablesafe._additivity`): aggregate, independent, or
+5. Additivity (:mod:`tablesafe.mechanisms._additivity`): aggregate, independent, or
    IPF with controlled rounding. All arrays of a table (counts, weighted
    figures, replicates) are added up into their margins in one pass.
 6. Weighted figures, standard errors and intervals are rounded as the site
@@ -30,11 +30,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._additivity import aggregate_margins, controlled_rounding, fit_to_margins
-from tablesafe._aggregates import CellAggregates
-from tablesafe._catalog import Catalog
-from tablesafe._custom import check_grouping_limits
-from tablesafe._dataset import Dataset
 from tablesafe._errors import InternalError
 from tablesafe._protection import CellwiseMechanism, Protection
 from tablesafe._request import MAX_DIMENSIONS, TableRequest, TabulationPlan
@@ -46,15 +41,20 @@ from tablesafe._seeds import (
     dynamic_streams,
     keyed_words,
 )
-from tablesafe._table import ProtectedTable
-from tablesafe._tabulation import Tabulation
-from tablesafe._weighted import (
+from tablesafe.catalog._catalog import Catalog
+from tablesafe.catalog._custom import check_grouping_limits
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.mechanisms._additivity import aggregate_margins, controlled_rounding, fit_to_margins
+from tablesafe.mechanisms._records import DropAddRecords
+from tablesafe.mechanisms._weighted import (
     enclosing_means,
     protected_weighted,
     replicate_figures,
     weight_uniforms,
 )
-from tablesafe.mechanisms._records import DropAddRecords
+from tablesafe.output._table import ProtectedTable
+from tablesafe.output._tabulation import Tabulation
 
 if TYPE_CHECKING:
     # The rules are a pydantic model: a table without a site's rules imports no pydantic.
@@ -130,7 +130,7 @@ class TableBuilder:
         engine: An engine (a new DuckDB engine by default).
         max_dimensions: The largest number of dimensions allowed.
         magnitudes: The protection of sums and means of continuous variables
-            (:class:`~tablesafe._magnitudes.MagnitudeProtection`); by default
+            (:class:`~tablesafe.mechanisms._magnitudes.MagnitudeProtection`); by default
             the cell-key method for magnitudes, or exact sums when
             ``protection`` has no mechanism.
         rules: A site's disclosure rules (:class:`~tablesafe._settings.RuleSettings`):
@@ -159,7 +159,7 @@ class TableBuilder:
         self.rules = rules
         self.max_dimensions = min(max_dimensions, rules.max_dimensions) if rules else max_dimensions
         if magnitudes is None:
-            from tablesafe._magnitudes import MagnitudeProtection
+            from tablesafe.mechanisms._magnitudes import MagnitudeProtection
 
             magnitudes = MagnitudeProtection(
                 method="none" if protection.mechanism is None else "ckm"
@@ -258,7 +258,7 @@ class TableBuilder:
         """
         catalog = self.dataset.catalog
         if self.rules is not None:
-            from tablesafe._rules import check_request_limits
+            from tablesafe.rules._rules import check_request_limits
 
             check_grouping_limits(
                 request.groupings,
@@ -285,7 +285,7 @@ class TableBuilder:
         agg = self.engine.tabulate(self.dataset, full)
         rules = self.rules
         if rules is not None:
-            from tablesafe._rules import apply_small_cell_rule, check_universe_size
+            from tablesafe.rules._rules import apply_small_cell_rule, check_universe_size
 
             # On the universe's protected count, one figure per record set: the
             # refusal reveals no more than publishing that count would.
@@ -309,7 +309,7 @@ class TableBuilder:
         )
         full_plan = replace(plan, grouping_sets=replace(request, margins="all").grouping_sets())
         if full_plan.magnitudes:
-            from tablesafe._magnitude_sums import with_top
+            from tablesafe.cells._magnitude_sums import with_top
 
             top = self.magnitude_protection.top_needed()
             full_plan = replace(full_plan, magnitudes=with_top(full_plan.magnitudes, top))
@@ -348,7 +348,7 @@ class TableBuilder:
             meta["weighted"] = self._weighted_statement()
             design = self.dataset.catalog.replicates
             if reps is not None and design is not None:
-                from tablesafe._variance import confidence_interval, replicate_se
+                from tablesafe.mechanisms._variance import confidence_interval, replicate_se
 
                 raw_se = replicate_se(weighted, reps, design)
                 # A weighted count is never negative: so is no end of its interval.
@@ -370,7 +370,7 @@ class TableBuilder:
             )
         mags = None
         if request.magnitudes:
-            from tablesafe._magnitudes import protect_magnitudes
+            from tablesafe.mechanisms._magnitudes import protect_magnitudes
 
             mags = protect_magnitudes(
                 request.magnitudes,

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._additivity import ADDITIVITY_OPTIONS, Additivity
 from tablesafe._errors import ParameterError
 from tablesafe._rounding import Rounding
 from tablesafe._seeds import SEED_SCHEMES, SeedScheme
+from tablesafe.mechanisms._additivity import ADDITIVITY_OPTIONS, Additivity
 from tablesafe.mechanisms._records import DropAddRecords
 
 if TYPE_CHECKING:
@@ -238,11 +238,11 @@ def mechanism_from_settings(
     elif m == "pram":
         mech = mechanisms.pram_shlomo_young()
     elif m == "ckm":
-        from tablesafe._ptable_cache import cached_destatis
+        from tablesafe.mechanisms._ptable_cache import cached_destatis
 
         mech = cached_destatis(settings.max_deviation, settings.variance, settings.js)
     else:
-        from tablesafe._ptable_io import read_ptable
+        from tablesafe.ptable._io import read_ptable
 
         assert settings.ptable_file is not None
         mech = read_ptable(resolve(settings.ptable_file))

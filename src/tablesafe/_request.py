@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeGuard, get_args
 
-from tablesafe._catalog import Catalog, Code, Variable
-from tablesafe._custom import CustomGrouping, extend_catalog, parse_groupings
 from tablesafe._errors import RequestError
-from tablesafe._magnitude_sums import MagnitudePlan
+from tablesafe.catalog._catalog import Catalog, Code, Variable
+from tablesafe.catalog._custom import CustomGrouping, extend_catalog, parse_groupings
+from tablesafe.cells._magnitude_sums import MagnitudePlan
 
 __all__ = [
     "MAX_DIMENSIONS",
@@ -318,7 +318,7 @@ class TableRequest:
                 "none; use statistic 'count'"
             )
         if self.replicates and catalog.replicates is None:
-            from tablesafe._hints import missing_replicates_hint
+            from tablesafe.catalog._hints import missing_replicates_hint
 
             raise RequestError(
                 "this dataset has no replicate weights, so standard errors and intervals "

@@ -369,8 +369,8 @@ class MagnitudeSettings(BaseModel):
     )
 
     def protection(self) -> Any:
-        """The :class:`~tablesafe._magnitudes.MagnitudeProtection` these settings describe."""
-        from tablesafe._magnitudes import MagnitudeProtection
+        """The magnitudes' protection these settings describe (a ``MagnitudeProtection``)."""
+        from tablesafe.mechanisms._magnitudes import MagnitudeProtection
 
         return MagnitudeProtection(
             method=self.method,

@@ -12,7 +12,7 @@ from tablesafe._cli import PATH, app
 from tablesafe._cli._methods import protection_options
 
 if TYPE_CHECKING:
-    from tablesafe._dataset import Dataset
+    from tablesafe.catalog._dataset import Dataset
 
 
 @app.group("attack", help="Attack simulations against the protection.", no_args_is_help=True)
@@ -55,9 +55,9 @@ def sliver(
 
     from tablesafe._cli._methods import protection_from_options
     from tablesafe._cli._table import parse_where
-    from tablesafe._dataset import Dataset
     from tablesafe._errors import RequestError
     from tablesafe.attacks import sliver_attack
+    from tablesafe.catalog._dataset import Dataset
 
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
@@ -159,11 +159,11 @@ def weighted(
     from tablesafe._builder import TableBuilder
     from tablesafe._cli._methods import protection_from_options
     from tablesafe._cli._table import parse_where
-    from tablesafe._dataset import Dataset
     from tablesafe._errors import RequestError
     from tablesafe._request import TableRequest
     from tablesafe.attacks import mechanism_support, weighted_attack
     from tablesafe.attacks._weighted import seed000_figures
+    from tablesafe.catalog._dataset import Dataset
 
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
@@ -239,7 +239,7 @@ def _with_integer_weights(dataset: Dataset, folder: Path) -> Dataset:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from tablesafe._dataset import Dataset
+    from tablesafe.catalog._dataset import Dataset
 
     cat = dataset.catalog
     names = [cat.weight] if cat.weight else []
@@ -341,7 +341,6 @@ def guard(
     """Try to publish slivers past the sliver guard of a site (docs/attacks.md)."""
     import tempfile
 
-    from tablesafe._dataset import Dataset
     from tablesafe._errors import RequestError
     from tablesafe.attacks._guard import (
         children_attack,
@@ -349,6 +348,7 @@ def guard(
         names_attack,
         slices_attack,
     )
+    from tablesafe.catalog._dataset import Dataset
     from tablesafe.server._service import TableService
 
     if fmt not in ("text", "json"):
@@ -416,9 +416,9 @@ def refusals(
     """Tell cells published as 0 from empty ones by the guard's refusals (docs/attacks.md)."""
     import tempfile
 
-    from tablesafe._dataset import Dataset
     from tablesafe._errors import RequestError
     from tablesafe.attacks._guard import refusal_zeros
+    from tablesafe.catalog._dataset import Dataset
     from tablesafe.server._service import TableService
 
     if fmt not in ("text", "json"):

@@ -13,8 +13,8 @@ from tablesafe._cli._attack import attack_app
 from tablesafe._cli._methods import protection_options
 
 if TYPE_CHECKING:
-    from tablesafe._dataset import Dataset
     from tablesafe._protection import Protection
+    from tablesafe.catalog._dataset import Dataset
 
 _METHODS_HELP = "Comma-separated: ckm, dp, pram, q, q-records, ptable:FILE."
 
@@ -119,9 +119,9 @@ def averaging(
     import numpy as np
 
     from tablesafe._cli._table import parse_where
-    from tablesafe._dataset import Dataset
     from tablesafe._errors import RequestError
     from tablesafe.attacks import averaging_attack
+    from tablesafe.catalog._dataset import Dataset
 
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
@@ -204,10 +204,10 @@ def zeros(
     import itertools
 
     from tablesafe._cli._table import parse_where
-    from tablesafe._dataset import Dataset
     from tablesafe._errors import RequestError
     from tablesafe._request import TableRequest
     from tablesafe.attacks import definition_attack, zero_attack
+    from tablesafe.catalog._dataset import Dataset
 
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")

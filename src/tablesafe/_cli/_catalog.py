@@ -53,7 +53,7 @@ def catalog_init(
     overwrite: bool,
 ) -> None:
     """Write DIR/microdata.parquet and a draft DIR/catalog.toml that validates at once."""
-    from tablesafe._catalog_init import init_catalog
+    from tablesafe.prepare._catalog_init import init_catalog
 
     names = [v.strip() for v in variables.split(",") if v.strip()] if variables else None
     report = init_catalog(

@@ -43,7 +43,7 @@ def demo_data(out_dir: Path, records: int, seed: int, replicates: int, fmt: str)
     """Write a realistic synthetic survey and its catalog."""
     from rich.console import Console
 
-    from tablesafe._demo import write_demo_data
+    from tablesafe.prepare._demo import write_demo_data
 
     with Console(stderr=True).status(f"generating {records:,} records"):
         out = write_demo_data(out_dir, records, seed=seed, replicates=replicates, fmt=fmt)

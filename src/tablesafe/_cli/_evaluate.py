@@ -40,8 +40,8 @@ def evaluate_cmd(
     """Risk and utility of each mechanism and parameter on a dataset's tables."""
     from rich.console import Console
 
-    from tablesafe._dataset import Dataset
     from tablesafe._errors import ParameterError, RequestError
+    from tablesafe.catalog._dataset import Dataset
     from tablesafe.experiments._evaluate import evaluate, mechanism_grid
     from tablesafe.experiments._report import evaluation_text, write_evaluation_report
 

@@ -55,7 +55,7 @@ def fit(
     import pandas as pd
 
     from tablesafe._errors import FormatError, ParameterError
-    from tablesafe._render import TOTAL_CODE, to_csv
+    from tablesafe.output._render import TOTAL_CODE, to_csv
     from tablesafe.postprocess import (
         design_matrix,
         least_absolute_deviation,

@@ -10,7 +10,7 @@ import click
 from tablesafe._cli import PATH, app
 
 if TYPE_CHECKING:
-    from tablesafe._ptable import PTable
+    from tablesafe.ptable._ptable import PTable
 
 
 @app.group(
@@ -38,7 +38,7 @@ _keys = click.option(
 
 def _write(table: PTable, out: Path, layout: str, keys: int) -> None:
     from tablesafe._errors import ParameterError
-    from tablesafe._ptable_io import write_ptable
+    from tablesafe.ptable._io import write_ptable
 
     if layout not in ("destatis", "abs"):
         raise ParameterError(f"unknown layout {layout!r}; allowed: destatis, abs")
@@ -132,7 +132,7 @@ def show(file: Path, rows: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from tablesafe._ptable_io import read_ptable
+    from tablesafe.ptable._io import read_ptable
 
     table = read_ptable(file)
     fig = table.privacy()

@@ -146,10 +146,10 @@ def reconstruct(
     import secrets
 
     from tablesafe._cli._methods import protection_from_options
-    from tablesafe._dataset import Dataset
     from tablesafe._errors import FormatError, ParameterError, RequestError
     from tablesafe._protection import Protection
     from tablesafe.attacks._reconstruct import all_k_way_requests, reconstruction_attack
+    from tablesafe.catalog._dataset import Dataset
     from tablesafe.server._cumulative import requests_from_bodies
 
     _check_options(fmt, time_limit)

@@ -49,7 +49,7 @@ def replicates_add(
     replace: bool,
 ) -> None:
     """Write replicate weights to the microdata and declare them in the catalog."""
-    from tablesafe._replicates import add_replicates
+    from tablesafe.prepare._replicates import add_replicates
 
     report = add_replicates(
         directory,

@@ -187,10 +187,10 @@ def table(
     """Build a protected table: rows by columns (by layers) inside a universe."""
     from tablesafe._builder import TableBuilder
     from tablesafe._cli._methods import protection_from_options
-    from tablesafe._custom import parse_groupings
-    from tablesafe._dataset import Dataset
-    from tablesafe._formats import output_format
     from tablesafe._request import TableRequest
+    from tablesafe.catalog._custom import parse_groupings
+    from tablesafe.catalog._dataset import Dataset
+    from tablesafe.output._formats import output_format
 
     # The registry's formats that print on a terminal (xlsx is bytes).
     output = output_format(fmt, binary=False)
@@ -222,7 +222,7 @@ def table(
         magnitudes = match[0].magnitudes.protection() if protection.mechanism else None
         rules = match[0].rules
     elif method == "none":
-        from tablesafe._tabulation import tabulate
+        from tablesafe.output._tabulation import tabulate
 
         if footnotes:
             raise RequestError(
@@ -252,7 +252,7 @@ def table(
     builder = TableBuilder(dataset, protection, engine=eng, magnitudes=magnitudes, rules=rules)
     result = builder.build(request)
     if owner_flags and fmt in ("csv", "json"):
-        from tablesafe._render import to_csv, to_json
+        from tablesafe.output._render import to_csv, to_json
 
         frame = result.to_frame(owner=True)
         text = to_csv(frame) if fmt == "csv" else to_json(frame, result.public_metadata()) + "\n"

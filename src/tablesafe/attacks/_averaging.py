@@ -26,11 +26,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tablesafe._catalog import Code
-from tablesafe._custom import CustomGroup, CustomGrouping
 from tablesafe._errors import ParameterError, RefusedError
 from tablesafe._request import TableRequest
-from tablesafe._table import ProtectedTable
+from tablesafe.catalog._catalog import Code
+from tablesafe.catalog._custom import CustomGroup, CustomGrouping
+from tablesafe.output._table import ProtectedTable
 
 __all__ = ["AveragingCell", "AveragingResult", "averaging_attack", "likelihoods"]
 

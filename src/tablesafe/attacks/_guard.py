@@ -35,12 +35,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tablesafe._catalog import Catalog, Code
-from tablesafe._dataset import Dataset
 from tablesafe._errors import RefusedError, RequestError
-from tablesafe._guard import publicly_empty, zero_boxes
 from tablesafe._request import TableRequest
-from tablesafe._table import ProtectedTable
+from tablesafe.catalog._catalog import Catalog, Code
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.output._table import ProtectedTable
+from tablesafe.rules._guard import publicly_empty, zero_boxes
 
 __all__ = [
     "Ask",

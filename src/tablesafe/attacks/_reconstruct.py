@@ -62,13 +62,13 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._builder import TableBuilder
-from tablesafe._catalog import Catalog, Code
-from tablesafe._dataset import Dataset
 from tablesafe._errors import ParameterError, RequestError
 from tablesafe._protection import Protection
 from tablesafe._request import TableRequest, TabulationPlan
-from tablesafe._table import ProtectedTable
 from tablesafe.attacks._highs import silent_highs
+from tablesafe.catalog._catalog import Catalog, Code
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.output._table import ProtectedTable
 
 __all__ = [
     "ReconstructionResult",
@@ -1253,8 +1253,8 @@ def reconstruction_attack(
     tables: list[ProtectedTable] = []
     intervals = []
     if min_cell_size > 0:
-        from tablesafe._rules import apply_small_cell_rule
         from tablesafe._settings import RuleSettings
+        from tablesafe.rules._rules import apply_small_cell_rule
 
         rules = RuleSettings.model_validate(
             {"min_cell_size": min_cell_size, "small_cell_action": small_cell_action}

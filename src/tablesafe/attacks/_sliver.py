@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from tablesafe._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe._builder import Protection, TableBuilder
-from tablesafe._catalog import Code
-from tablesafe._dataset import Dataset
 from tablesafe._errors import ParameterError, RequestError
 from tablesafe._request import TableRequest
+from tablesafe.catalog._catalog import Code
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe.engines import MemoryEngine
 
 __all__ = ["SliverResult", "sliver_attack"]

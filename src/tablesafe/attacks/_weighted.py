@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import RequestError
-from tablesafe._table import ProtectedTable
+from tablesafe.output._table import ProtectedTable
 
 __all__ = [
     "WeightedAttackResult",
@@ -199,7 +199,7 @@ def seed000_figures(
     Eq. 4 moves the true weighted count by ``v`` overall mean weights, eq. 5
     by ``v`` cell mean weights: ``W + v * w_mean`` or ``W * n' / n``; 0 where
     the protected count is 0. The attack recovers true counts from these;
-    tablesafe publishes :mod:`tablesafe._weighted`'s figures instead.
+    tablesafe publishes :mod:`tablesafe.mechanisms._weighted`'s figures instead.
     """
     if equation not in (4, 5):
         raise RequestError(f"seed 000 gives weighted counts by eq. 4 or eq. 5, not {equation}")

@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from tablesafe._catalog import Code
 from tablesafe._errors import ParameterError
 from tablesafe._request import TableRequest
-from tablesafe._table import ProtectedTable
+from tablesafe.catalog._catalog import Code
+from tablesafe.output._table import ProtectedTable
 
 __all__ = ["DefinitionResult", "ZeroResult", "definition_attack", "zero_attack"]
 

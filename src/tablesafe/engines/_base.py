@@ -5,7 +5,7 @@ microdata match its catalog (:meth:`Engine.validate`), and what are the
 exact per-cell aggregates of this plan (:meth:`Engine.tabulate`)? Everything
 after it works on the small :class:`~tablesafe.CellAggregates`. Engines must
 agree exactly, bit for bit: counts and cell keys are integers, and weights
-are summed as fixed-point integers (:mod:`tablesafe._fixed`).
+are summed as fixed-point integers (:mod:`tablesafe.cells._fixed`).
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._aggregates import KEY_MODULUS, CellAggregates
-from tablesafe._dataset import Dataset
 from tablesafe._errors import DataError
-from tablesafe._fixed import from_fixed
-from tablesafe._magnitude_catalog import from_magnitude_fixed
-from tablesafe._magnitude_sums import MagnitudeSums, merge_top, top_of_margins
 from tablesafe._request import TabulationPlan
-from tablesafe._selection import SelectedSums
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._magnitudes import from_magnitude_fixed
+from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
+from tablesafe.cells._fixed import from_fixed
+from tablesafe.cells._magnitude_sums import MagnitudeSums, merge_top, top_of_margins
+from tablesafe.cells._selection import SelectedSums
 
 __all__ = [
     "VALIDATION_FILE",
@@ -131,7 +131,7 @@ class Engine(ABC):
         """Sum the weights of the first ``k`` records of each inner cell in mix order.
 
         Records of each inner cell are ordered by the integer mix of their key
-        with the cell's ``seed`` (:mod:`tablesafe._selection`; ties by key,
+        with the cell's ``seed`` (:mod:`tablesafe.cells._selection`; ties by key,
         then weights), the same in every engine.
 
         Args:
@@ -236,7 +236,7 @@ def assemble_grouped(
         codes: Per dimension, the raw code of each row (ignored where aggregated).
         n: Per-row counts.
         key_sum: Per-row sums of record keys (any representation congruent mod 2**32).
-        weight_sum: Per-row weight sums in fixed point (:mod:`tablesafe._fixed`), or ``None``.
+        weight_sum: Per-row weight sums in fixed point (:mod:`tablesafe.cells._fixed`), or ``None``.
         replicate_sums: Per-row fixed-point replicate sums, shape ``(R, rows)``, or ``None``.
         magnitudes: Per magnitude of ``plan.magnitudes``, the per-row fixed-point
             sums and the largest absolute contributions, shape ``(top, rows)``

@@ -11,8 +11,8 @@ subset or margins) is derived from the cube in memory.
 
 The derivation is exact, bit for bit: every aggregate of a cell is an
 integer sum (counts, record-key sums modulo 2**32, fixed-point weight,
-replicate and magnitude sums; :mod:`tablesafe._fixed`,
-:mod:`tablesafe._magnitude_catalog`), and the cube's cells partition the
+replicate and magnitude sums; :mod:`tablesafe.cells._fixed`,
+:mod:`tablesafe.catalog._magnitudes`), and the cube's cells partition the
 records, so adding the cube cells of a table cell gives the same integers
 as adding its records. For magnitudes the cube also holds each row's
 ``K`` largest absolute contributions: the largest contributions of a union
@@ -41,14 +41,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._aggregates import KEY_MODULUS, CellAggregates
-from tablesafe._dataset import Dataset
 from tablesafe._errors import ComputationError, ConfigError
-from tablesafe._fixed import FIXED_SCALE
-from tablesafe._magnitude_catalog import MAGNITUDE_SCALE
-from tablesafe._magnitude_sums import MagnitudePlan, merge_top
 from tablesafe._request import DimensionPlan, TabulationPlan
-from tablesafe._selection import SelectedSums
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE
+from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
+from tablesafe.cells._fixed import FIXED_SCALE
+from tablesafe.cells._magnitude_sums import MagnitudePlan, merge_top
+from tablesafe.cells._selection import SelectedSums
 from tablesafe.engines._base import DatasetSummary, Engine, assemble_grouped
 
 __all__ = ["CubeCache"]

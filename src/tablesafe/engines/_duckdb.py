@@ -19,14 +19,14 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from tablesafe._aggregates import KEY_MODULUS, CellAggregates
-from tablesafe._catalog import Catalog
-from tablesafe._dataset import Dataset
 from tablesafe._errors import ComputationError, DataError, FormatError
-from tablesafe._fixed import range_error
-from tablesafe._hints import missing_key_hint
 from tablesafe._request import TabulationPlan
-from tablesafe._selection import (
+from tablesafe.catalog._catalog import Catalog
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._hints import missing_key_hint
+from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
+from tablesafe.cells._fixed import range_error
+from tablesafe.cells._selection import (
     SelectedSums,
     mix32_staged_sql,
     ranked_sums,
@@ -274,7 +274,7 @@ class DuckDBEngine(Engine):
 
     def _check_magnitudes(self, cat: Catalog, src: str, types: dict[str, str]) -> None:
         """Continuous variables: numeric, finite, inside the bounds, summable exactly."""
-        from tablesafe._magnitude_catalog import (
+        from tablesafe.catalog._magnitudes import (
             magnitude_check_result,
             magnitude_check_sql,
             require_numeric,
@@ -333,7 +333,7 @@ class DuckDBEngine(Engine):
         with the cell's ``seed`` (ties by key, then weights), inside the
         database; only per-cell sums come back. With ``counts``, only the
         records under each cell's mix threshold are ranked
-        (:func:`~tablesafe._selection.mix_thresholds`), so memory does not
+        (:func:`~tablesafe.cells._selection.mix_thresholds`), so memory does not
         grow with the number of records; the choice is the same.
 
         Args:

@@ -15,14 +15,14 @@ import pandas as pd
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from tablesafe._aggregates import CellAggregates
-from tablesafe._dataset import Dataset
 from tablesafe._errors import DataError, FormatError
-from tablesafe._fixed import from_fixed, range_error, to_fixed
-from tablesafe._hints import missing_key_hint
 from tablesafe._keys import KEY_MODULUS
 from tablesafe._request import TabulationPlan
-from tablesafe._selection import SelectedSums, mix32
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._hints import missing_key_hint
+from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.cells._fixed import from_fixed, range_error, to_fixed
+from tablesafe.cells._selection import SelectedSums, mix32
 from tablesafe.engines._base import DatasetSummary, Engine
 
 __all__ = ["MemoryEngine"]
@@ -100,7 +100,7 @@ class MemoryEngine(Engine):
                     f"for {var.name}"
                 )
         if cat.magnitudes:
-            from tablesafe._magnitude_catalog import check_magnitude_values, require_numeric
+            from tablesafe.catalog._magnitudes import check_magnitude_values, require_numeric
 
             mags = list(cat.magnitudes.values())
             require_numeric(
@@ -193,7 +193,7 @@ class MemoryEngine(Engine):
 
         n = np.bincount(flat, minlength=size).astype(np.int64).reshape(shape)
         keys = _sum(flat, sub[plan.record_key].to_numpy().astype(np.uint64), size, np.uint64)
-        # Weights in fixed point (tablesafe._fixed): exact sums in any row order.
+        # Weights in fixed point (tablesafe.cells._fixed): exact sums in any row order.
         w = reps = None
         if plan.weight:
             wv = to_fixed(sub[plan.weight].to_numpy(dtype=np.float64))
@@ -219,8 +219,12 @@ class MemoryEngine(Engine):
             return agg
         from dataclasses import replace
 
-        from tablesafe._magnitude_catalog import from_magnitude_fixed, magnitude_fixed
-        from tablesafe._magnitude_sums import MagnitudeSums, sums_from_records, top_from_records
+        from tablesafe.catalog._magnitudes import from_magnitude_fixed, magnitude_fixed
+        from tablesafe.cells._magnitude_sums import (
+            MagnitudeSums,
+            sums_from_records,
+            top_from_records,
+        )
 
         mags = {}
         for mag in plan.magnitudes:

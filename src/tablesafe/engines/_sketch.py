@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._aggregates import CellAggregates
-from tablesafe._dataset import Dataset
 from tablesafe._request import DimensionPlan, TabulationPlan
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.cells._aggregates import CellAggregates
 
 __all__ = ["BUCKET_COLUMN", "key_buckets"]
 

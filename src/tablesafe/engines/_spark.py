@@ -9,7 +9,7 @@ expression aggregates from the records; category codes are bound as named
 parameters. Record keys are summed as 64-bit integers and reduced modulo
 2**32 (exact below 2**31 records per cell), so integer aggregates and cell
 keys equal DuckDB's bit for bit; record selection for drop/add-up-to-q uses
-the same integer mix (:mod:`tablesafe._selection`) in a window function.
+the same integer mix (:mod:`tablesafe.cells._selection`) in a window function.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from tablesafe._aggregates import KEY_MODULUS, CellAggregates
-from tablesafe._catalog import Catalog
-from tablesafe._dataset import Dataset
 from tablesafe._errors import ConfigError, DataError
-from tablesafe._fixed import range_error
-from tablesafe._hints import missing_key_hint
 from tablesafe._request import TabulationPlan
-from tablesafe._selection import (
+from tablesafe.catalog._catalog import Catalog
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._hints import missing_key_hint
+from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
+from tablesafe.cells._fixed import range_error
+from tablesafe.cells._selection import (
     MIX_MULTIPLIER,
     SelectedSums,
     ranked_sums,
@@ -61,7 +61,7 @@ _DIALECT = Dialect(
 
 
 def mix32_spark(key: str, seed: str) -> str:
-    """The keyed integer mix of :func:`tablesafe._selection.mix32` in Spark SQL."""
+    """The keyed integer mix of :func:`tablesafe.cells._selection.mix32` in Spark SQL."""
     x0 = f"(CAST({key} AS BIGINT) ^ CAST({seed} AS BIGINT))"
     x1 = f"pmod((shiftright({x0}, 16) ^ {x0}) * {MIX_MULTIPLIER}, {_M32})"
     x2 = f"pmod((shiftright({x1}, 16) ^ {x1}) * {MIX_MULTIPLIER}, {_M32})"
@@ -260,7 +260,7 @@ class SparkEngine(Engine):
                     "which the catalog declares impossible"
                 )
         if cat.magnitudes:
-            from tablesafe._magnitude_catalog import (
+            from tablesafe.catalog._magnitudes import (
                 magnitude_check_result,
                 magnitude_check_sql,
                 require_numeric,
@@ -330,7 +330,7 @@ class SparkEngine(Engine):
 
         As the DuckDB engine: ties of mix and key broken by the fixed-point
         weights; with ``counts``, only the records under each cell's mix
-        threshold are ranked (:func:`~tablesafe._selection.mix_thresholds`)
+        threshold are ranked (:func:`~tablesafe.cells._selection.mix_thresholds`)
         and short cells are ranked again in full, so the choice is the same.
         """
         self.ensure_valid(dataset)

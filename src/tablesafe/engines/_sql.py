@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tablesafe._aggregates import KEY_MODULUS
-from tablesafe._fixed import fixed_sql
-from tablesafe._magnitude_sums import magnitude_sql
 from tablesafe._request import TabulationPlan
+from tablesafe.cells._aggregates import KEY_MODULUS
+from tablesafe.cells._fixed import fixed_sql
+from tablesafe.cells._magnitude_sums import magnitude_sql
 
 __all__ = ["Dialect", "ranking_sql", "tabulation_sql", "universe_sql"]
 
@@ -81,7 +81,7 @@ def tabulation_sql(plan: TabulationPlan, source: str, dialect: Dialect) -> tuple
         "SUM(ts_n) AS ts_n",
         f"{dialect.modulo('SUM(ts_key)', KEY_MODULUS)} AS ts_key",
     ]
-    # Weights are summed as fixed-point integers (tablesafe._fixed): exact, so the
+    # Weights are summed as fixed-point integers (tablesafe.cells._fixed): exact, so the
     # same in every engine, thread count and row order.
     if plan.weight is not None:
         inner.append(f"SUM({fixed_sql(q(plan.weight))}) AS ts_w")
@@ -89,7 +89,8 @@ def tabulation_sql(plan: TabulationPlan, source: str, dialect: Dialect) -> tuple
     for i, r in enumerate(plan.replicates):
         inner.append(f"SUM({fixed_sql(q(r))}) AS ts_r{i}")
         outer.append(f"CAST(SUM(ts_r{i}) AS BIGINT) AS ts_r{i}")
-    # Magnitudes: exact fixed-point sums and the largest contributions (tablesafe._magnitude_sums).
+    # Magnitudes: exact fixed-point sums and the largest contributions
+    # (tablesafe.cells._magnitude_sums).
     for i, mag in enumerate(plan.magnitudes):
         m_inner, m_outer = magnitude_sql(mag, i, q, dialect.top_inner, dialect.top_item)
         inner += m_inner
@@ -118,7 +119,7 @@ def ranking_sql(
     """The record choice of drop/add-up-to-q for some cells, and its parameters.
 
     The records of the universe are joined to ``selection`` (the table of
-    :func:`tablesafe._selection.selection_rows`: raw codes ``c0 ..``, ``cell``,
+    :func:`tablesafe.cells._selection.selection_rows`: raw codes ``c0 ..``, ``cell``,
     ``seed``, ``k``, ``thr``); those whose mix lies under their cell's
     threshold are ranked by mix, key and fixed-point weights, and the first
     ``k`` of each cell are counted and summed. Result columns: ``cell``,
@@ -130,7 +131,7 @@ def ranking_sql(
         selection: The name of the selection table.
         dialect: The engine's dialect.
         mix: Wraps a query with columns ``ts_key`` and ``ts_seed`` into one
-            that adds ``ts_mix`` (:func:`tablesafe._selection.mix32`).
+            that adds ``ts_mix`` (:func:`tablesafe.cells._selection.mix32`).
     """
     params: Any = {} if dialect.named else []
     weights = ([plan.weight] if plan.weight else []) + list(plan.replicates)

@@ -44,9 +44,9 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._builder import Protection, TableBuilder
-from tablesafe._dataset import Dataset
 from tablesafe._errors import ParameterError
 from tablesafe._request import TableRequest
+from tablesafe.catalog._dataset import Dataset
 from tablesafe.mechanisms import destatis, dp_geometric, drop_add_q, pram_shlomo_young
 from tablesafe.metrics import (
     chi_square_independence,

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import ComputationError, ParameterError
-from tablesafe._ptable import PTable
+from tablesafe.ptable._ptable import PTable
 
 __all__ = [
     "PRAM_LARGE",

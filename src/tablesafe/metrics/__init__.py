@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tablesafe._variance import ci_overlap
+from tablesafe.mechanisms._variance import ci_overlap
 from tablesafe.metrics._measures import (
     chi_square_independence,
     entropy_risk,

@@ -4,7 +4,7 @@ Sources: Shlomo, Krenzke & Li (2019), seed 000, Section 3.5 (percent
 perturbed; RM of Antal, Shlomo & Elliot 2014; Hellinger distance; relative
 absolute difference); Langsrud (2019), seed 003, eqs. 4-5 (modified
 Hellinger distance and utility; mean absolute deviation); Li & Krenzke
-(2016), seed 004 (CI overlap, in :mod:`tablesafe._variance`).
+(2016), seed 004 (CI overlap, in :mod:`tablesafe.mechanisms._variance`).
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def exact_disclosure_probability(
         prior: Prior probabilities of original counts 0..len-1 (default:
             uniform over 0..k+20, i.e. no knowledge).
     """
-    from tablesafe._ptable import PTable
+    from tablesafe.ptable._ptable import PTable
 
     if not isinstance(ptable, PTable):
         raise ParameterError("exact-disclosure probabilities need a PTable")

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._additivity import classic_ipf
 from tablesafe._errors import ComputationError, ParameterError
 from tablesafe._random import resolve_generator
+from tablesafe.mechanisms._additivity import classic_ipf
 
 __all__ = ["laplace_margins", "loglinear_refit"]
 

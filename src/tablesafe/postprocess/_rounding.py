@@ -19,9 +19,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from tablesafe._catalog import Code
 from tablesafe._errors import ParameterError
 from tablesafe._random import resolve_generator
+from tablesafe.catalog._catalog import Code
 
 __all__ = ["multinomial_round", "multinomial_sample", "stochastic_round", "synthetic_microdata"]
 

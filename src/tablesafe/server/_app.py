@@ -40,8 +40,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
 from tablesafe._errors import TablesafeError, UserError
-from tablesafe._formats import format_names, output_format
 from tablesafe._settings import SiteConfig
+from tablesafe.output._formats import format_names, output_format
 from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Authenticator, AuthError, Principal
 from tablesafe.server._bodies import TableBody

@@ -12,9 +12,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from tablesafe._custom import parse_groupings
 from tablesafe._errors import RequestError
 from tablesafe._request import TableRequest
+from tablesafe.catalog._custom import parse_groupings
 
 __all__ = ["GroupBody", "GroupingBody", "TableBody"]
 

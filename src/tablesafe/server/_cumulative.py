@@ -98,7 +98,7 @@ def audit_reconstruction(
         RequestError: for a dataset the site does not serve or the audit log
             holds no answered table for, or a time limit that is not positive.
     """
-    from tablesafe._dataset import Dataset
+    from tablesafe.catalog._dataset import Dataset
     from tablesafe.server._service import site_protection
 
     settings = {d.name: d for d in site.datasets}

@@ -5,13 +5,13 @@ so the guard's check and the write it depends on happen in one transaction.
 :meth:`GuardStore.transaction` serialises the requests of one microdata: an
 in-process lock per microdata identity (threads of one server), then SQLite
 ``BEGIN IMMEDIATE`` (other processes on the same file: replicas, workers).
-Inside it, the in-memory :class:`~tablesafe._guard.SetIndex` first reads the
+Inside it, the in-memory :class:`~tablesafe.rules._guard.SetIndex` first reads the
 rows other processes committed since it last looked, then the check runs, then
 the new record sets are written, and the transaction commits; a refusal rolls
 back and writes nothing.
 
 The store is keyed by the microdata's identity
-(:func:`~tablesafe._guard.dataset_identity`), not by a dataset's name, so every
+(:func:`~tablesafe.rules._guard.dataset_identity`), not by a dataset's name, so every
 name that serves the same records shares one memory. Table ``guard_sets``: per
 row, the identity, time, API key id, the set's fingerprint, size, key sketch,
 breakdown columns, canonical definition (microdata columns and codes) and the
@@ -35,7 +35,7 @@ from typing import Protocol
 
 import numpy as np
 
-from tablesafe._guard import BUCKETS, RecordSet, SetIndex, parse_definition
+from tablesafe.rules._guard import BUCKETS, RecordSet, SetIndex, parse_definition
 
 __all__ = ["GuardStore", "GuardTransaction", "SQLiteGuardStore"]
 

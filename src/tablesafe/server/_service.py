@@ -15,11 +15,17 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tablesafe._aggregates import CellAggregates
 from tablesafe._builder import TableBuilder
-from tablesafe._dataset import Dataset
 from tablesafe._errors import ConfigError, TablesafeError
-from tablesafe._guard import (
+from tablesafe._protection import Protection
+from tablesafe._protection import protection_from_settings as core_protection
+from tablesafe._request import TableRequest, TabulationPlan
+from tablesafe._settings import DatasetSettings, SiteConfig
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.engines._sketch import key_buckets
+from tablesafe.output._table import ProtectedTable
+from tablesafe.rules._guard import (
     BUCKETS,
     GuardCounts,
     RecordSet,
@@ -28,12 +34,6 @@ from tablesafe._guard import (
     record_sets,
     zero_boxes,
 )
-from tablesafe._protection import Protection
-from tablesafe._protection import protection_from_settings as core_protection
-from tablesafe._request import TableRequest, TabulationPlan
-from tablesafe._settings import DatasetSettings, SiteConfig
-from tablesafe._table import ProtectedTable
-from tablesafe.engines._sketch import key_buckets
 from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Principal
 from tablesafe.server._guard_store import GuardStore, SQLiteGuardStore

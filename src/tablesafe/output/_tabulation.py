@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tablesafe._aggregates import CellAggregates
-from tablesafe._dataset import Dataset
 from tablesafe._errors import RequestError
-from tablesafe._render import long_columns, long_frame, render_text, to_csv, to_json
 from tablesafe._request import TableRequest
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.output._render import long_columns, long_frame, render_text, to_csv, to_json
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -10,8 +10,9 @@ every engine (see docs/magnitudes.md for the equations):
 
       X' = X + sign(X) * s * sum_j  m * eps_j * x_(j) * (mu + |v_j|)
 
-  where ``v_j`` is drawn from a numeric ptable (:func:`tablesafe._num_ptable.num_ptable`, the
-  construction of ``ptable::create_num_ptable``) by a uniform from the cell
+  where ``v_j`` is drawn from a numeric ptable
+  (:func:`tablesafe.mechanisms._num_ptable.num_ptable`, the construction of
+  ``ptable::create_num_ptable``) by a uniform from the cell
   key (a separate stream per variable and per ``j``), ``s`` is the sign of
   ``v_1`` (of a second draw where ``v_1 = 0``): away from 0 or towards it,
   relative to the sign of ``X`` as in ``cellKey``, and away from 0 when
@@ -44,8 +45,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import InternalError, ParameterError, RequestError
-from tablesafe._magnitude_catalog import Magnitude
-from tablesafe._num_ptable import NumPTable
+from tablesafe.catalog._magnitudes import Magnitude
+from tablesafe.mechanisms._num_ptable import NumPTable
 
 __all__ = [
     "MagnitudeProtection",
@@ -231,7 +232,7 @@ class MagnitudeProtection:
 
 @functools.lru_cache(maxsize=16)
 def _cached_ptable(D: int, V: float, step: int, icat: tuple[int, ...] | None) -> NumPTable:
-    from tablesafe._num_ptable_cache import cached_num_ptable
+    from tablesafe.mechanisms._num_ptable_cache import cached_num_ptable
 
     return cached_num_ptable(D, V, step, icat)
 
@@ -289,7 +290,7 @@ def magnitude_uniforms(
     if seeds == "dynamic":
         assert secret is not None
         return dynamic_magnitude_words(cell_key, name, secret)[_WORDS[(what, j)]]
-    from tablesafe._selection import mix32
+    from tablesafe.cells._selection import mix32
 
     mixed = mix32(cell_key.astype(np.int64), _stream(name, j, what))
     return (mixed.astype(np.float64) + 0.5) / 2.0**32
@@ -442,7 +443,7 @@ def protect_magnitudes(
             denominator is zero (nothing to average over).
     """
     from tablesafe._rounding import Rounding
-    from tablesafe._weighted import enclosing_means
+    from tablesafe.mechanisms._weighted import enclosing_means
 
     columns: dict[str, npt.NDArray[np.float64]] = {}
     sensitive: dict[str, npt.NDArray[np.bool_]] = {}

@@ -3,8 +3,8 @@
 :class:`NumPTable` holds, per row value ``i``, the fractional deviations
 and their probabilities; :func:`num_ptable` builds it with the solver of
 the count ptables (:func:`tablesafe.mechanisms.destatis`) on a finer grid.
-The magnitudes' protection (:mod:`tablesafe._magnitudes`) draws from it;
-:mod:`tablesafe._num_ptable_cache` keeps it on disk.
+The magnitudes' protection (:mod:`tablesafe.mechanisms._magnitudes`) draws from it;
+:mod:`tablesafe.mechanisms._num_ptable_cache` keeps it on disk.
 """
 
 from __future__ import annotations

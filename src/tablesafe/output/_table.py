@@ -18,7 +18,9 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import FormatError
-from tablesafe._render import (
+from tablesafe._request import DimensionPlan, TableRequest
+from tablesafe._rounding import Rounding
+from tablesafe.output._render import (
     iter_json,
     long_columns,
     render_text,
@@ -26,8 +28,6 @@ from tablesafe._render import (
     to_json,
     to_json_bytes,
 )
-from tablesafe._request import DimensionPlan, TableRequest
-from tablesafe._rounding import Rounding
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -194,9 +194,9 @@ class ProtectedTable:
     def footnotes(self) -> dict[str, Any]:
         """The plain-language statement of the protection, the flag legend and the citation.
 
-        Built from public facts only (see :mod:`tablesafe._footnotes`).
+        Built from public facts only (see :mod:`tablesafe.output._footnotes`).
         """
-        from tablesafe._footnotes import footnotes
+        from tablesafe.output._footnotes import footnotes
 
         return footnotes(
             self.mechanism,
@@ -245,34 +245,34 @@ class ProtectedTable:
     def to_xlsx_bytes(self) -> bytes:
         """The Excel workbook as bytes, identical for identical tables.
 
-        Written column by column (:mod:`tablesafe._xlsx`), with no document
+        Written column by column (:mod:`tablesafe.output._xlsx`), with no document
         properties and a fixed date on the zip entries, so the same table
         always gives the same bytes (the API promises byte-identical answers).
         """
         import pandas as pd
 
-        from tablesafe._footnotes import footnote_lines
+        from tablesafe.output._footnotes import footnote_lines
 
         meta = self.public_metadata()
         notes = meta.pop("footnotes")
         rows = [("note", line) for line in footnote_lines(notes)]
         rows += [(k, _flat(v)) for k, v in meta.items()]
         about = pd.DataFrame(rows, columns=["key", "value"])
-        from tablesafe._xlsx import workbook_bytes
+        from tablesafe.output._xlsx import workbook_bytes
 
         return workbook_bytes([("cells", self.to_frame(labels=True)), ("about", about)])
 
     def render(self, fmt: str = "text") -> str:
         """Render in a text format of the registry: ``"text"``, ``"csv"`` or ``"json"``.
 
-        The formats are :mod:`tablesafe._formats`'; the footnotes are in JSON's
+        The formats are :mod:`tablesafe.output._formats`'; the footnotes are in JSON's
         meta, and not appended to text or CSV.
 
         Raises:
             RequestError: for an unknown format, or a binary one (``xlsx``: use
                 :meth:`to_xlsx_bytes`).
         """
-        from tablesafe._formats import output_format
+        from tablesafe.output._formats import output_format
 
         out = output_format(fmt, binary=False).write(self, False)
         assert isinstance(out, str)
@@ -302,7 +302,7 @@ class ProtectedTable:
 
     def footnote_comments(self) -> str:
         """The footnotes as ``#`` lines, one per sentence (the CSV's and the text's layout)."""
-        from tablesafe._footnotes import footnote_lines
+        from tablesafe.output._footnotes import footnote_lines
 
         lines = footnote_lines(self.footnotes())
         return "".join(f"# {line.replace(chr(10), ' ')}\n" for line in lines)

@@ -49,11 +49,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._aggregates import CellAggregates
-from tablesafe._catalog import Catalog, Code
 from tablesafe._errors import RefusedError
 from tablesafe._request import DimensionPlan, TabulationPlan
 from tablesafe._settings import RuleSettings
+from tablesafe.catalog._catalog import Catalog, Code
+from tablesafe.cells._aggregates import CellAggregates
 
 __all__ = [
     "BUCKETS",

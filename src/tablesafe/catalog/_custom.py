@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tablesafe._catalog import Catalog, Category, Code, Variable, reserved_name
 from tablesafe._errors import RequestError
+from tablesafe.catalog._catalog import Catalog, Category, Code, Variable, reserved_name
 
 __all__ = [
     "CustomGroup",

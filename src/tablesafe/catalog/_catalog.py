@@ -47,7 +47,7 @@ The TOML layout::
     name = "AGE_TREE"
     levels = ["AGEGRP", "AGE5", "AGE"]
 
-    [[magnitudes]]                     # continuous variables (tablesafe._magnitude_catalog)
+    [[magnitudes]]                     # continuous variables (tablesafe.catalog._magnitudes)
     name = "INCOME"
     label = "Annual income"
     unit = "EUR"
@@ -66,9 +66,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tablesafe._errors import CatalogError, FormatError, RequestError
-from tablesafe._hierarchy import Hierarchy, parse_hierarchies, resolve_grouping_levels
-from tablesafe._magnitude_catalog import Magnitude, parse_magnitudes
-from tablesafe._variables import Category, Code, Variable, _show_codes
+from tablesafe.catalog._hierarchy import Hierarchy, parse_hierarchies, resolve_grouping_levels
+from tablesafe.catalog._magnitudes import Magnitude, parse_magnitudes
+from tablesafe.catalog._variables import Category, Code, Variable, _show_codes
 
 __all__ = [
     "NAME_PATTERN",

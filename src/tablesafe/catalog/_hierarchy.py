@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from tablesafe._errors import CatalogError
 
 if TYPE_CHECKING:
-    from tablesafe._variables import Code, Variable
+    from tablesafe.catalog._variables import Code, Variable
 
 __all__ = ["Hierarchy", "parse_hierarchies", "resolve_grouping_levels"]
 

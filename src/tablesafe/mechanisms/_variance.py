@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._catalog import ReplicateDesign
 from tablesafe._errors import ParameterError
+from tablesafe.catalog._catalog import ReplicateDesign
 
 __all__ = ["ci_overlap", "confidence_interval", "replicate_se"]
 

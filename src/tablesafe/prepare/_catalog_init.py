@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tablesafe._catalog import NAME_PATTERN, Catalog, Code, reserved_name, toml_value
 from tablesafe._errors import DataError, FormatError, ParameterError, TablesafeError
+from tablesafe.catalog._catalog import NAME_PATTERN, Catalog, Code, reserved_name, toml_value
 
 __all__ = ["READABLE_SUFFIXES", "InitReport", "init_catalog"]
 
@@ -606,7 +606,7 @@ def _write_validated(directory: Path, table: Any, text: str) -> None:
     """Write the dataset to a temporary folder, validate it there, then move it in."""
     import pyarrow.parquet as pq
 
-    from tablesafe._dataset import Dataset
+    from tablesafe.catalog._dataset import Dataset
     from tablesafe.engines._duckdb import DuckDBEngine
 
     directory.parent.mkdir(parents=True, exist_ok=True)

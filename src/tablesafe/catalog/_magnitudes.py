@@ -20,7 +20,7 @@ microdata is validated (a value outside them, a missing, NaN or infinite
 value is a :class:`~tablesafe.DataError`, in every engine).
 
 Sums are exact (:data:`MAGNITUDE_BITS` fractional bits of binary fixed
-point, as :mod:`tablesafe._fixed` does for weights), so the total of
+point, as :mod:`tablesafe.cells._fixed` does for weights), so the total of
 ``|x|`` (or ``|w x|`` for weighted tables) over the file must stay below
 :data:`MAX_MAGNITUDE_TOTAL` (2**48, 2.8e14).
 """

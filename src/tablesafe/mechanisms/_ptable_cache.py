@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tablesafe._ptable import PTable
+from tablesafe.ptable._ptable import PTable
 
 __all__ = ["cache_dir", "cached_destatis", "write_npz"]
 

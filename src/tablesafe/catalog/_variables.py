@@ -2,8 +2,8 @@
 
 A :class:`Variable` is a classification of records by one microdata column
 (or a grouping of another variable's categories); its :class:`Category`
-values have codes (:data:`Code`). The catalog (:mod:`tablesafe._catalog`)
-parses them and the hierarchies (:mod:`tablesafe._hierarchy`) relate them;
+values have codes (:data:`Code`). The catalog (:mod:`tablesafe.catalog._catalog`)
+parses them and the hierarchies (:mod:`tablesafe.catalog._hierarchy`) relate them;
 both import this module, which imports neither.
 """
 

@@ -1,12 +1,12 @@
 """The numeric ptables of magnitudes, cached on disk like the count ptables.
 
-:func:`tablesafe._num_ptable.num_ptable` solves one maximum-entropy problem
+:func:`tablesafe.mechanisms._num_ptable.num_ptable` solves one maximum-entropy problem
 per row value on a grid of ``2 D step + 1`` deviations (R's
 ``create_num_ptable`` example, ``D = 5, V = 2, step = 4, icat = (1, 3, 5)``,
 takes seconds), and every process that protects magnitudes needs it. Its
 arrays are a pure function of ``(D, V, step, icat)`` and of the code that
 computes them, so they are kept as a NumPy ``.npz`` (no pickle) in the
-directory of :func:`tablesafe._ptable_cache.cache_dir` (``TABLESAFE_CACHE_DIR``
+directory of :func:`tablesafe.mechanisms._ptable_cache.cache_dir` (``TABLESAFE_CACHE_DIR``
 overrides it), named by the parameters and a SHA-256 of the modules that
 compute them (the construction and its solver): a change of the code is a
 new entry. An unreadable entry is rebuilt and replaced; an unwritable cache
@@ -22,16 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
-from tablesafe._num_ptable import NumPTable, num_ptable
-from tablesafe._ptable_cache import cache_dir, write_npz
+from tablesafe.mechanisms._num_ptable import NumPTable, num_ptable
+from tablesafe.mechanisms._ptable_cache import cache_dir, write_npz
 
 __all__ = ["cached_num_ptable"]
 
 
 @functools.cache
 def _code_hash() -> str:
-    from tablesafe import _num_ptable
     from tablesafe.mechanisms import _cellwise
+    from tablesafe.mechanisms import _num_ptable as _num_ptable
 
     digest = hashlib.sha256()
     for module in (_num_ptable, _cellwise):

@@ -13,7 +13,7 @@ and are enforced before anything is returned:
 * protected counts below ``min_cell_size`` (but not zero) are suppressed or
   shown as ``"<k"``; the rule looks at protected counts only, so applying it
   reveals nothing beyond the protected table itself;
-* the **sliver guard** (:mod:`tablesafe._guard`, applied by the server,
+* the **sliver guard** (:mod:`tablesafe.rules._guard`, applied by the server,
   whose state it needs): no record set a table publishes (its universe, every
   slice) may differ from published ones by 1 .. m-1 records, pairwise or as
   a parent minus its children. See docs/attacks.md for what a refusal reveals.
@@ -24,11 +24,11 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from tablesafe._catalog import Catalog
 from tablesafe._errors import RefusedError
 from tablesafe._request import TableRequest
 from tablesafe._settings import RuleSettings
-from tablesafe._table import ProtectedTable
+from tablesafe.catalog._catalog import Catalog
+from tablesafe.output._table import ProtectedTable
 
 __all__ = ["apply_small_cell_rule", "check_request_limits", "check_universe_size"]
 

@@ -14,7 +14,7 @@ inner cells and margins relate:
    round them to integers that add up (controlled rounding).
 
 This module implements option 3's two steps on extended arrays (see
-:mod:`tablesafe._aggregates`): :func:`fit_to_margins` and
+:mod:`tablesafe.cells._aggregates`): :func:`fit_to_margins` and
 :func:`controlled_rounding`.
 
 Perturbed margins of different orders are generally inconsistent (the row

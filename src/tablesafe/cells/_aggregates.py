@@ -19,9 +19,9 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import InternalError
-from tablesafe._fixed import from_fixed
-from tablesafe._magnitude_sums import MagnitudeSums
 from tablesafe._request import DimensionPlan
+from tablesafe.cells._fixed import from_fixed
+from tablesafe.cells._magnitude_sums import MagnitudeSums
 
 __all__ = ["CellAggregates", "cell_mask"]
 
@@ -114,7 +114,7 @@ class CellAggregates:
             key_sum: Inner-cell sums of record keys (any representation
                 congruent mod 2**32, e.g. wrapped uint64).
             weight_sum: Inner-cell weight sums, or ``None``: integers are fixed-point
-                sums (:mod:`tablesafe._fixed`), added up exactly and converted at the end.
+                sums (:mod:`tablesafe.cells._fixed`), added up exactly and converted at the end.
             weight_sq_sum: Inner-cell squared-weight sums, or ``None``.
             replicate_sums: Inner-cell replicate sums ``(R, s_1, ..., s_k)`` (integers
                 in fixed point, as ``weight_sum``), or ``None``.

@@ -4,7 +4,7 @@ For each continuous variable a table asks for, an engine computes per cell
 (inner cells and margins):
 
 * the exact sum of the contributions, in fixed point
-  (:func:`~tablesafe._magnitude_catalog.magnitude_fixed`): a contribution
+  (:func:`~tablesafe.catalog._magnitudes.magnitude_fixed`): a contribution
   is the value ``x`` or, in a weighted table, ``w x`` (the double product,
   which IEEE arithmetic gives the same in DuckDB, Spark and numpy);
 * the ``K`` largest absolute contributions (``|x|`` or ``|w x|``), which the
@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._magnitude_catalog import magnitude_fixed_sql
+from tablesafe.catalog._magnitudes import magnitude_fixed_sql
 
 __all__ = [
     "TOP_K",

@@ -185,7 +185,7 @@ def select_records(
         counts: Per inner cell, its number of records (``None``: no thresholds).
         rank: The engine's query for some cells and their thresholds.
     """
-    from tablesafe._fixed import from_fixed
+    from tablesafe.cells._fixed import from_fixed
 
     shape = tuple(d.size for d in plan.dimensions)
     flat_seed = np.asarray(seed, dtype=np.int64).reshape(-1)

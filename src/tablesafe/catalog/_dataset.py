@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from tablesafe._catalog import Catalog
 from tablesafe._errors import CatalogError, DataError
+from tablesafe.catalog._catalog import Catalog
 
 __all__ = ["CATALOG_FILE", "Dataset"]
 

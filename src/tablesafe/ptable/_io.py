@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from tablesafe._errors import FormatError, ParameterError
-from tablesafe._ptable import ONS_LAST_ROW, ONS_LOOP_START, Layout, PTable
+from tablesafe.ptable._ptable import ONS_LAST_ROW, ONS_LOOP_START, Layout, PTable
 
 __all__ = ["parse_ptable", "ptable_csv", "read_ptable", "write_ptable"]
 

@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._seeds import SeedScheme, dynamic_uniforms
-from tablesafe._selection import mix32
+from tablesafe.cells._selection import mix32
 
 __all__ = ["enclosing_means", "protected_weighted", "replicate_figures", "weight_uniforms"]
 

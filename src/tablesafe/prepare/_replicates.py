@@ -55,8 +55,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._catalog import REPLICATE_METHODS, Catalog, check_name, toml_value
 from tablesafe._errors import CatalogError, DataError, ParameterError
+from tablesafe.catalog._catalog import REPLICATE_METHODS, Catalog, check_name, toml_value
 
 __all__ = [
     "DesignReplicates",
@@ -393,7 +393,7 @@ def add_replicates(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from tablesafe._dataset import Dataset
+    from tablesafe.catalog._dataset import Dataset
 
     dataset = Dataset.open(directory)
     catalog = dataset.catalog

@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tablesafe._catalog import Catalog
 from tablesafe._errors import ParameterError
+from tablesafe.catalog._catalog import Catalog
 
 __all__ = ["write_demo_data"]
 

@@ -1,0 +1,1 @@
+"""The catalog: variables, categories, groupings, hierarchies, magnitudes, the dataset."""

@@ -1,0 +1,1 @@
+"""Per-cell aggregates, exact fixed-point sums and the record choice."""

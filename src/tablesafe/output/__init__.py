@@ -1,0 +1,1 @@
+"""The protected table and its outputs: footnotes, text, XLSX."""

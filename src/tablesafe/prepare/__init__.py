@@ -1,0 +1,1 @@
+"""The data owner's offline tools: catalog drafts, replicate weights, demo data."""

@@ -1,0 +1,1 @@
+"""Disclosure rules: request limits, small cells, the sliver guard."""
