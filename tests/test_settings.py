@@ -107,3 +107,15 @@ def test_a_site_cannot_serve_dynamic_seeds(tmp_path):
                 ],
             }
         )
+
+
+def test_the_dataset_a_site_serves_from_a_folder(tmp_path):
+    site = SiteConfig.model_validate(
+        {"base": str(tmp_path), "datasets": [{"name": "d", "path": "data/d"}]}
+    )
+    assert site.dataset_at(tmp_path / "data" / "d").name == "d"
+    assert site.dataset_at(str(tmp_path / "data" / "x" / ".." / "d")).name == "d"
+    with pytest.raises(
+        ConfigError, match=r"serves no dataset at .*elsewhere; it serves d at data/d"
+    ):
+        site.dataset_at(tmp_path / "elsewhere")

@@ -504,6 +504,21 @@ class SiteConfig(BaseModel):
         p = Path(path)
         return p if p.is_absolute() else Path(self.base) / p
 
+    def dataset_at(self, folder: str | Path) -> DatasetSettings:
+        """The settings of the dataset this site serves from ``folder``.
+
+        Raises:
+            ConfigError: if the site serves no dataset there.
+        """
+        target = Path(folder).resolve()
+        for d in self.datasets:
+            if self.resolve(d.path).resolve() == target:
+                return d
+        raise ConfigError(
+            f"the site configuration (in {self.base}) serves no dataset at {folder}; it serves "
+            + ", ".join(f"{d.name} at {d.path}" for d in self.datasets)
+        )
+
     def dataset(self, name: str) -> DatasetSettings:
         """The settings of dataset ``name``."""
         for d in self.datasets:

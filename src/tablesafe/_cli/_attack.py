@@ -272,18 +272,13 @@ def _guarded_site(data_dir: Path, config: Path | None, m: int | None, method: st
     import os
     import secrets
 
-    from tablesafe._errors import ConfigError
     from tablesafe._settings import load_site_config
 
     base: dict[str, Any] = {"base": str(Path.cwd())}
     if config is not None:
         site = load_site_config(config)
-        target = Path(data_dir).resolve()
-        match = [d for d in site.datasets if site.resolve(d.path).resolve() == target]
-        if not match:
-            raise ConfigError(f"the site configuration {config} serves no dataset at {data_dir}")
-        settings = match[0].model_dump()
-        settings["path"] = str(target)
+        settings = site.dataset_at(data_dir).model_dump()
+        settings["path"] = str(Path(data_dir).resolve())
         base = {"base": site.base, "engine": site.engine.model_dump()}
     else:
         os.environ.setdefault("TABLESAFE_SECRET", secrets.token_hex(32))

@@ -50,19 +50,14 @@ def _protections(
     import secrets
 
     from tablesafe._cli._methods import protection_from_options
-    from tablesafe._errors import ConfigError
 
     if config is not None:
         from tablesafe._settings import load_site_config
         from tablesafe.server._service import site_protection
 
         site = load_site_config(config)
-        target = Path(data_dir).resolve()
-        match = [d for d in site.datasets if site.resolve(d.path).resolve() == target]
-        if not match:
-            raise ConfigError(f"the site configuration {config} serves no dataset at {data_dir}")
-        prot = site_protection(match[0], site)
-        return [(f"site {match[0].name}", prot)]
+        served = site.dataset_at(data_dir)
+        return [(f"site {served.name}", site_protection(served, site))]
     # The attack is the data owner's experiment: without a configured secret a
     # fresh random one stands in (keyed seeds behave the same for any secret).
     os.environ.setdefault("TABLESAFE_SECRET", secrets.token_hex(32))

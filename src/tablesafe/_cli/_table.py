@@ -214,13 +214,10 @@ def table(
         from tablesafe.server._service import site_protection
 
         site = load_site_config(config)
-        target = Path(data_dir).resolve()
-        match = [d for d in site.datasets if site.resolve(d.path).resolve() == target]
-        if not match:
-            raise ConfigError(f"the site configuration {config} serves no dataset at {data_dir}")
-        protection = site_protection(match[0], site)
-        magnitudes = match[0].magnitudes.protection() if protection.mechanism else None
-        rules = match[0].rules
+        served = site.dataset_at(data_dir)
+        protection = site_protection(served, site)
+        magnitudes = served.magnitudes.protection() if protection.mechanism else None
+        rules = served.rules
     elif method == "none":
         from tablesafe.output._tabulation import tabulate
 
