@@ -641,8 +641,10 @@ def test_an_answered_request_is_answered_again_with_the_same_bytes(demo_dir, tmp
 
 @pytest.mark.system
 def test_after_many_answered_tables_every_one_is_answered_again(demo_dir, tmp_path):
-    answered, _ = _repeats(demo_dir, tmp_path, 1_000)
-    assert answered >= 500
+    # 1,000 tables took over 15 minutes on a loaded 2-core machine; the
+    # benchmark (benchmarks/bench_guard.py) runs 10,000.
+    answered, _ = _repeats(demo_dir, tmp_path, 200)
+    assert answered >= 100
 
 
 def test_definitions_that_differ_only_by_structural_zeros_are_the_same_records(demo_dir):
