@@ -317,7 +317,7 @@ class SetIndex:
     _sorted: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _published: dict[tuple[bytes, str], set[str]] = field(default_factory=dict)
     _published_by_key: dict[tuple[bytes, str, str], set[str]] = field(default_factory=dict)
-    _contexts: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    _contexts: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     _definitions: dict[str, list[int]] = field(default_factory=dict)
     _codes: dict[tuple[Code, ...], tuple[Code, ...]] = field(default_factory=dict)
     _keys: dict[str, str] = field(default_factory=dict)
@@ -352,7 +352,7 @@ class SetIndex:
             self._definitions.setdefault(text, []).append(row)
             for column, _codes in s.definition:
                 ctx = definition_text(tuple(p for p in s.definition if p[0] != column))
-                self._contexts.setdefault(ctx, []).append((column, row))
+                self._contexts.setdefault(ctx, {}).setdefault(column, []).append(row)
         self._grow(start + len(new))
         sizes = np.array([s.size for _, _, s in new], dtype=np.int64)
         # (the sketches come from the new rows, the stored sets no longer have them)
@@ -412,7 +412,7 @@ class SetIndex:
     def family(self, context: str, column: str) -> list[int]:
         """Rows whose definition is ``context`` plus a condition on ``column``."""
         self._flush()
-        return [row for c, row in self._contexts.get(context, []) if c == column]
+        return self._contexts.get(context, {}).get(column, [])
 
     def defined_as(self, text: str) -> list[int]:
         """Rows whose definition is ``text``."""
@@ -422,7 +422,7 @@ class SetIndex:
     def children_columns(self, text: str) -> set[str]:
         """Columns along which rows refine definition ``text`` (its children)."""
         self._flush()
-        return {c for c, _ in self._contexts.get(text, [])}
+        return set(self._contexts.get(text, {}))
 
 
 # -- counts --------------------------------------------------------------------------------
@@ -708,11 +708,12 @@ def _families(
         context = tuple(p for p in x.definition if p[0] != column)
         context_box = {c: frozenset(v) for c, v in context}
         ctx_text = definition_text(context)
+        ws = [w for w in sorted(compare) if (ctx_text, column, w) not in seen]
+        if not ws:
+            continue  # this family was checked for this table already
         old_all = _members(check, check.index, ctx_text, column, full, own=False)
         new_all = _members(check, check.table, ctx_text, column, full, own=True)
-        for w in sorted(compare):
-            if (ctx_text, column, w) in seen:
-                continue
+        for w in ws:
             seen.add((ctx_text, column, w))
             old = [codes for codes, cols in old_all if w in cols]
             new = [codes for codes, cols in new_all if w in cols]
@@ -743,34 +744,50 @@ def derivable_atoms(
 
     The atoms are the classes of codes that belong to the same sets; an atom
     is derivable when its indicator is a linear combination of the sets'
-    indicators. Atoms that are one of the sets are published as they are.
+    indicators (it lies in their row space: one SVD per family, a projection
+    per atom). Atoms that are one of the sets are published as they are.
 
     Args:
         full: Every code of the column.
         old: Code sets already published (in one context).
         new: Code sets the new table publishes in that context.
     """
-    codes = list(full)
-    sets = [*old, *new]
-    matrix = np.array([[c in s for c in codes] for s in sets], dtype=np.float64)
-    old_matrix = matrix[: len(old)]
-    rank_all = int(np.linalg.matrix_rank(matrix))
-    rank_old = int(np.linalg.matrix_rank(old_matrix)) if len(old) else 0
-    classes: dict[tuple[bool, ...], list[Code]] = {}
-    for j, c in enumerate(codes):
-        signature = tuple(bool(v) for v in matrix[:, j])
-        if any(signature):
-            classes.setdefault(signature, []).append(c)
-    published = set(sets)
-    out = []
-    for members in classes.values():
-        atom = frozenset(members)
-        if atom in published:
-            continue
-        e = np.array([[c in atom for c in codes]], dtype=np.float64)
-        if int(np.linalg.matrix_rank(np.vstack([matrix, e]))) != rank_all:
-            continue  # not a combination of the sets
-        if len(old) and int(np.linalg.matrix_rank(np.vstack([old_matrix, e]))) == rank_old:
-            continue  # derivable before this table
-        out.append(atom)
+    old_sets = list(dict.fromkeys(old))
+    known = set(old_sets)
+    new_sets = [s for s in dict.fromkeys(new) if s not in known]
+    if not new_sets:
+        return []  # nothing new in this family: nothing newly derivable
+    sets = old_sets + new_sets
+    codes = [c for c in full if any(c in s for s in sets)]
+    pos = {c: j for j, c in enumerate(codes)}
+    matrix = np.zeros((len(sets), len(codes)), dtype=np.float64)
+    for i, s in enumerate(sets):
+        matrix[i, [pos[c] for c in s if c in pos]] = 1.0
+    # Codes in the same sets form one atom.
+    _, inverse = np.unique(matrix.T, axis=0, return_inverse=True)
+    atoms: dict[int, list[Code]] = {}
+    for j, a in enumerate(inverse.reshape(-1).tolist()):
+        atoms.setdefault(a, []).append(codes[j])
+    candidates = [frozenset(a) for a in atoms.values()]
+    candidates = [a for a in candidates if a not in known and a not in new_sets]
+    if not candidates:
+        return []
+    indicators = np.array([[c in a for c in codes] for a in candidates], dtype=np.float64)
+    derivable = _in_row_space(indicators, matrix)
+    before = _in_row_space(indicators, matrix[: len(old_sets)])
+    return [
+        a for a, now, then in zip(candidates, derivable, before, strict=True) if now and not then
+    ]
+
+
+def _in_row_space(
+    vectors: npt.NDArray[np.float64], matrix: npt.NDArray[np.float64]
+) -> npt.NDArray[np.bool_]:
+    """Which rows of ``vectors`` are linear combinations of the rows of ``matrix``."""
+    if matrix.shape[0] == 0:
+        return np.zeros(len(vectors), dtype=bool)
+    _, sv, vt = np.linalg.svd(matrix, full_matrices=False)
+    basis = vt[: int((sv > 1e-9 * max(1.0, float(sv[0]))).sum())]
+    residual = vectors - (vectors @ basis.T) @ basis
+    out: npt.NDArray[np.bool_] = np.linalg.norm(residual, axis=1) < 1e-6
     return out
