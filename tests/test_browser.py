@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import shutil
 import socket
 import threading
@@ -142,7 +143,9 @@ def test_errors_are_shown_to_the_user(served, browser):
     page.select_option("#rows", "SEX")
     page.select_option("#cols", "SEX")
     page.click("#build")
-    page.wait_for_function("document.querySelector('#message').textContent.length > 0")
+    # A locator wait, not wait_for_function: the page's Content-Security-Policy
+    # forbids evaluating strings (unsafe-eval), as it should.
+    page.locator("#message").filter(has_text=re.compile(r"\S")).wait_for()
     assert "given twice" in page.inner_text("#message")
     page.close()
 
@@ -321,7 +324,9 @@ def test_a_long_request_shows_progress_and_can_be_cancelled(served, browser):
     assert "Building the table" in page.inner_text("#progress-text")
     assert page.is_enabled("#cancel")
     page.click("#cancel")
-    page.wait_for_function("document.querySelector('#message').textContent.length > 0")
+    # A locator wait, not wait_for_function: the page's Content-Security-Policy
+    # forbids evaluating strings (unsafe-eval), as it should.
+    page.locator("#message").filter(has_text=re.compile(r"\S")).wait_for()
     assert "Cancelled" in page.inner_text("#message")
     assert page.is_hidden("#progress-box") and page.is_disabled("#cancel")
     assert page.inner_text("#result") == ""
