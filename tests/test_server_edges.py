@@ -492,13 +492,18 @@ def test_serve_on_a_busy_port_fails_before_saying_serving(demo_dir, tmp_path):
 
 
 def _make_dry_run(target):
+    import os
     import subprocess
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
+    # Under `make test` the environment carries MAKELEVEL/MAKEFLAGS, and a
+    # nested make then prints "Entering/Leaving directory" lines: drop both.
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKELEVEL", "MAKEFLAGS", "MFLAGS"}}
     out = subprocess.run(
-        ["make", "-n", "-B", target],
+        ["make", "--no-print-directory", "-n", "-B", target],
         cwd=root,
+        env=env,
         capture_output=True,
         text=True,
         check=True,
