@@ -320,6 +320,7 @@ class SetIndex:
     _contexts: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     _definitions: dict[str, list[int]] = field(default_factory=dict)
     _codes: dict[tuple[Code, ...], tuple[Code, ...]] = field(default_factory=dict)
+    _families: dict[tuple[str, str, str, str | None], Family] = field(default_factory=dict)
     _keys: dict[str, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -418,6 +419,35 @@ class SetIndex:
         """Rows whose definition is ``text``."""
         self._flush()
         return self._definitions.get(text, [])
+
+    def family_state(
+        self, context: str, column: str, breakdown: str, only: str | None, codes: Sequence[Code]
+    ) -> Family:
+        """One published family, brought up to date with the rows read since.
+
+        Its members: sets defined as ``context`` plus a condition on ``column``
+        (or none), broken down by ``breakdown``, of key ``only`` (or any).
+        """
+        self._flush()
+        key = (context, column, breakdown, only)
+        family = self._families.get(key)
+        if family is None:
+            family = self._families[key] = Family(tuple(codes))
+        rows = self.family(context, column)
+        defined = self.defined_as(context)
+        done_rows, done_defined = family.seen
+        full = frozenset(codes)
+        for row in rows[done_rows:]:
+            if self._member(row, breakdown, only):
+                family.add(_codes_on(self.sets[row], column, codes))
+        for row in defined[done_defined:]:
+            if self._member(row, breakdown, only):
+                family.add(full)
+        family.seen = (len(rows), len(defined))
+        return family
+
+    def _member(self, row: int, breakdown: str, only: str | None) -> bool:
+        return breakdown in self.sets[row].columns and (only is None or self.keys[row] == only)
 
     def children_columns(self, text: str) -> set[str]:
         """Columns along which rows refine definition ``text`` (its children)."""
@@ -711,15 +741,16 @@ def _families(
         ws = [w for w in sorted(compare) if (ctx_text, column, w) not in seen]
         if not ws:
             continue  # this family was checked for this table already
-        old_all = _members(check, check.index, ctx_text, column, full, own=False)
         new_all = _members(check, check.table, ctx_text, column, full, own=True)
         for w in ws:
             seen.add((ctx_text, column, w))
-            old = [codes for codes, cols in old_all if w in cols]
             new = [codes for codes, cols in new_all if w in cols]
-            if len(old) + len(new) < 3 or not old:
+            if not new:
                 continue
-            atoms = derivable_atoms(full, old, new)
+            family = check.index.family_state(ctx_text, column, w, check.only, full)
+            if family.members + len(new) < 3:
+                continue
+            atoms = family.newly_derivable(new)
             if not atoms:
                 continue
             per_code = check.counts.by_code(context, column)
@@ -737,6 +768,109 @@ def _families(
                     )
 
 
+@dataclass
+class Family:
+    """The published code sets of one family (one context, one column, one breakdown).
+
+    Kept up to date as sets are published: an orthonormal basis of the span of
+    their indicators, the partition of the codes by membership (atoms), the
+    codes some set holds, and the distinct code sets.
+
+    Args:
+        codes: Every code of the column, the coordinates of the indicators.
+    """
+
+    codes: tuple[Code, ...]
+    basis: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros((0, 0)))
+    labels: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    covered: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    published: set[frozenset[Code]] = field(default_factory=set)
+    members: int = 0
+    seen: tuple[int, int] = (0, 0)  # rows of the index read: (family, defined as)
+
+    def __post_init__(self) -> None:
+        n = len(self.codes)
+        self.basis = np.zeros((0, n))
+        self.labels = np.zeros(n, dtype=np.int64)
+        self.covered = np.zeros(n, dtype=bool)
+        self._pos = {c: j for j, c in enumerate(self.codes)}
+
+    def indicator(self, codes: frozenset[Code]) -> npt.NDArray[np.float64]:
+        """The indicator vector of a code set."""
+        v = np.zeros(len(self.codes))
+        v[[self._pos[c] for c in codes if c in self._pos]] = 1.0
+        return v
+
+    def add(self, codes: frozenset[Code]) -> None:
+        """Publish one more code set in the family."""
+        self.members += 1
+        if codes in self.published:
+            return
+        self.published.add(codes)
+        v = self.indicator(codes)
+        self.basis = _extend_basis(self.basis, v[None, :])
+        self.labels = _refine(self.labels, v[None, :])
+        self.covered |= v > 0
+
+    def newly_derivable(self, new: Sequence[frozenset[Code]]) -> list[frozenset[Code]]:
+        """Atoms that ``new`` code sets make derivable, not published themselves."""
+        new_sets = [s for s in dict.fromkeys(new) if s not in self.published]
+        if not new_sets or not self.members:
+            return []
+        vectors = np.array([self.indicator(s) for s in new_sets])
+        labels = _refine(self.labels, vectors)
+        covered = self.covered | (vectors > 0).any(axis=0)
+        atoms: dict[int, list[Code]] = {}
+        for j, label in enumerate(labels.tolist()):
+            if covered[j]:
+                atoms.setdefault(label, []).append(self.codes[j])
+        published = self.published | set(new_sets)
+        candidates = [a for a in map(frozenset, atoms.values()) if a not in published]
+        if not candidates:
+            return []
+        e = np.array([self.indicator(a) for a in candidates])
+        before = _in_span(e, self.basis)
+        now = _in_span(e, _extend_basis(self.basis, vectors))
+        return [a for a, b, n in zip(candidates, before, now, strict=True) if n and not b]
+
+
+def _extend_basis(
+    basis: npt.NDArray[np.float64], vectors: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """An orthonormal basis of the span of ``basis`` and ``vectors`` (Gram-Schmidt, twice)."""
+    rows = list(basis)
+    for v in vectors:
+        r = v.astype(np.float64)
+        for _ in range(2):  # twice: orthogonal to working precision
+            if rows:
+                b = np.array(rows)
+                r = r - (b @ r) @ b
+        norm = float(np.linalg.norm(r))
+        if norm > 1e-9:
+            rows.append(r / norm)
+    return np.array(rows) if rows else np.zeros((0, basis.shape[1]))
+
+
+def _in_span(
+    vectors: npt.NDArray[np.float64], basis: npt.NDArray[np.float64]
+) -> npt.NDArray[np.bool_]:
+    if basis.shape[0] == 0:
+        return np.zeros(len(vectors), dtype=bool)
+    residual = vectors - (vectors @ basis.T) @ basis
+    out: npt.NDArray[np.bool_] = np.linalg.norm(residual, axis=1) < 1e-6
+    return out
+
+
+def _refine(
+    labels: npt.NDArray[np.int64], vectors: npt.NDArray[np.float64]
+) -> npt.NDArray[np.int64]:
+    """The partition ``labels`` refined by membership in each of ``vectors``."""
+    keys = np.vstack([labels[None, :], (vectors > 0).astype(np.int64)]).T
+    _, out = np.unique(keys, axis=0, return_inverse=True)
+    refined: npt.NDArray[np.int64] = out.reshape(-1).astype(np.int64)
+    return refined
+
+
 def derivable_atoms(
     full: Sequence[Code], old: Sequence[frozenset[Code]], new: Sequence[frozenset[Code]]
 ) -> list[frozenset[Code]]:
@@ -744,50 +878,14 @@ def derivable_atoms(
 
     The atoms are the classes of codes that belong to the same sets; an atom
     is derivable when its indicator is a linear combination of the sets'
-    indicators (it lies in their row space: one SVD per family, a projection
-    per atom). Atoms that are one of the sets are published as they are.
+    indicators. Atoms that are one of the sets are published as they are.
 
     Args:
         full: Every code of the column.
         old: Code sets already published (in one context).
         new: Code sets the new table publishes in that context.
     """
-    old_sets = list(dict.fromkeys(old))
-    known = set(old_sets)
-    new_sets = [s for s in dict.fromkeys(new) if s not in known]
-    if not new_sets:
-        return []  # nothing new in this family: nothing newly derivable
-    sets = old_sets + new_sets
-    codes = [c for c in full if any(c in s for s in sets)]
-    pos = {c: j for j, c in enumerate(codes)}
-    matrix = np.zeros((len(sets), len(codes)), dtype=np.float64)
-    for i, s in enumerate(sets):
-        matrix[i, [pos[c] for c in s if c in pos]] = 1.0
-    # Codes in the same sets form one atom.
-    _, inverse = np.unique(matrix.T, axis=0, return_inverse=True)
-    atoms: dict[int, list[Code]] = {}
-    for j, a in enumerate(inverse.reshape(-1).tolist()):
-        atoms.setdefault(a, []).append(codes[j])
-    candidates = [frozenset(a) for a in atoms.values()]
-    candidates = [a for a in candidates if a not in known and a not in new_sets]
-    if not candidates:
-        return []
-    indicators = np.array([[c in a for c in codes] for a in candidates], dtype=np.float64)
-    derivable = _in_row_space(indicators, matrix)
-    before = _in_row_space(indicators, matrix[: len(old_sets)])
-    return [
-        a for a, now, then in zip(candidates, derivable, before, strict=True) if now and not then
-    ]
-
-
-def _in_row_space(
-    vectors: npt.NDArray[np.float64], matrix: npt.NDArray[np.float64]
-) -> npt.NDArray[np.bool_]:
-    """Which rows of ``vectors`` are linear combinations of the rows of ``matrix``."""
-    if matrix.shape[0] == 0:
-        return np.zeros(len(vectors), dtype=bool)
-    _, sv, vt = np.linalg.svd(matrix, full_matrices=False)
-    basis = vt[: int((sv > 1e-9 * max(1.0, float(sv[0]))).sum())]
-    residual = vectors - (vectors @ basis.T) @ basis
-    out: npt.NDArray[np.bool_] = np.linalg.norm(residual, axis=1) < 1e-6
-    return out
+    family = Family(tuple(full))
+    for codes in old:
+        family.add(codes)
+    return family.newly_derivable(new)

@@ -1,0 +1,217 @@
+"""The sliver guard at scale: its check with 100,000 stored record sets, and repeats.
+
+Part 1 answers random tables (1 to 3 dimensions, universes of 0 to 3
+conditions, some custom groupings) on the demo survey (``--records``,
+200,000 by default) through the table service until the guard's store holds
+``--stored`` record sets (100,000), then times the guard's transaction
+(reading new rows, the check, the write) for ``--probe`` more requests:
+p50 and p99, and the ratio to the baseline measured in this process, the
+same requests' tables built without the guard (tabulation, protection,
+record sets and their key sketches).
+
+Part 2 answers ``--tables`` random tables (10,000) on ``--small-records``
+(20,000), then asks every answered one again, in another order, after a
+restart of the service, and counts the answers refused or changed.
+
+Targets (issue 25): p99 under 50 ms with 100,000 stored sets; after 10,000
+answered tables, every one answered again with the same bytes.
+
+Usage: python benchmarks/bench_guard.py [--records 200000] [--stored 100000] [--probe 300]
+       [--tables 10000] [--small-records 20000] [--part 1|2|both]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tablesafe._errors import RefusedError, RequestError
+from tablesafe._settings import load_site_config
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.prepare._demo import write_demo_data
+from tablesafe.server._app import TableBody
+from tablesafe.server._auth import Principal
+from tablesafe.server._service import TableService
+
+DATA = Path(__file__).parent / "_data"
+NAMES = ["REGION", "SEX", "AGEGRP", "MARSTAT", "EDUC", "EMPSTAT", "TENURE", "HHSIZE", "OCC"]
+
+
+def demo(records: int) -> Path:
+    folder = DATA / f"demo_guard_{records}"
+    if not (folder / "catalog.toml").exists():
+        write_demo_data(folder, records, seed=2026)
+    return folder
+
+
+def requests(rng: np.random.Generator, count: int, codes: dict[str, list[Any]]) -> list[dict]:
+    """Random tables a busy site gets; many are near each other."""
+    out = []
+    for _ in range(count):
+        dims = [str(d) for d in rng.choice(NAMES, size=int(rng.integers(1, 4)), replace=False)]
+        universe: dict[str, list[Any]] = {}
+        for var in rng.choice(NAMES, size=int(rng.integers(0, 3)), replace=False):
+            all_codes = codes[str(var)]
+            keep = rng.choice(
+                len(all_codes), size=int(rng.integers(1, len(all_codes) + 1)), replace=False
+            )
+            universe[str(var)] = [all_codes[int(i)] for i in sorted(keep)]
+        if rng.random() < 0.5:
+            a = int(rng.integers(0, 80))
+            universe["AGE"] = list(range(a, min(91, a + int(rng.integers(3, 40)))))
+        body: dict[str, Any] = {"dimensions": dims, "statistic": "count", "universe": universe}
+        if rng.random() < 0.15 and "EDUC" not in dims:
+            body["groupings"] = [
+                {"name": "G", "variable": "EDUC", "other": "other", "groups": [
+                    {"code": "low", "label": "low", "members": [1, 2]},
+                    {"code": "high", "label": "high", "members": [5, 6]}]}
+            ]  # fmt: skip
+            body["dimensions"] = [*dims[:2], "G"]
+        out.append(body)
+    return out
+
+
+def service(folder: Path, data_dir: Path) -> TableService:
+    site = load_site_config(
+        data={
+            "base": str(folder),
+            "server": {"title": "bench", "audit_db": "audit.sqlite", "cache_tables": 0},
+            "datasets": [
+                {
+                    "name": "demo",
+                    "path": str(data_dir),
+                    "protection": {"method": "ckm"},
+                    "rules": {"sliver_min_difference": 10, "max_cells": 20_000},
+                }
+            ],
+        }
+    )
+    return TableService(site)
+
+
+def ask(svc: TableService, body: dict, key: str) -> bytes | None:
+    try:
+        table = svc.table(Principal(key, "user", 10**9), "demo", TableBody(**body).to_request())
+    except (RefusedError, RequestError):
+        return None
+    return table.render("csv").encode()
+
+
+def stored(folder: Path) -> int:
+    with sqlite3.connect(folder / "audit.sqlite") as con:
+        if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'guard_sets'").fetchone():
+            return 0  # no table answered yet
+        return int(con.execute("SELECT COUNT(*) FROM guard_sets").fetchone()[0])
+
+
+def part1(records: int, target: int, probe: int) -> None:
+    data_dir = demo(records)
+    codes = {v.name: list(v.codes) for v in Dataset.open(data_dir).catalog.variables.values()}
+    rng = np.random.default_rng(25)
+    with tempfile.TemporaryDirectory() as tmp:
+        svc = service(Path(tmp), data_dir)
+        times: list[float] = []
+        inner = svc._guard
+
+        def timed(*args: Any) -> None:
+            t = time.perf_counter()
+            try:
+                inner(*args)
+            finally:
+                times.append(time.perf_counter() - t)
+
+        svc._guard = timed  # type: ignore[method-assign]
+        asked = 0
+        start = time.perf_counter()
+        while stored(Path(tmp)) < target:
+            for body in requests(rng, 50, codes):
+                ask(svc, body, f"k{asked % 7}")
+                asked += 1
+        fill = time.perf_counter() - start
+        have = stored(Path(tmp))
+        print(f"store filled: {have:,} record sets from {asked:,} requests in {fill:.0f} s")
+        probes = requests(rng, probe, codes)
+        # Baseline: the same tables built without the guard (tabulation, protection,
+        # record sets with their sketches), in this process.
+        s = svc.served("demo")
+        base = []
+        for body in probes:
+            try:
+                req = s.builder.check(TableBody(**body).to_request())
+                t = time.perf_counter()
+                built = s.builder.run(req, checked=True)
+                svc._record_sets(s, req, built.plan, built.aggregates)
+                base.append(time.perf_counter() - t)
+            except (RefusedError, RequestError):
+                pass
+        times.clear()
+        refused = sum(ask(svc, body, "probe") is None for body in probes)
+        svc.close()
+    q = statistics.quantiles(times, n=100)
+    b50 = statistics.median(base)
+    print(
+        f"guard check, {len(times)} requests with {have:,} stored sets: p50 {1000 * q[49]:.1f} ms, "
+        f"p99 {1000 * q[98]:.1f} ms, max {1000 * max(times):.1f} ms ({refused} refused)"
+    )
+    print(
+        f"baseline (building the table and its record sets, no guard): p50 {1000 * b50:.1f} ms; "
+        f"guard p50 / baseline p50 = {q[49] / b50:.2f}, "
+        f"guard p99 / baseline p50 = {q[98] / b50:.2f}"
+    )
+
+
+def part2(records: int, tables: int) -> None:
+    data_dir = demo(records)
+    codes = {v.name: list(v.codes) for v in Dataset.open(data_dir).catalog.variables.values()}
+    rng = np.random.default_rng(26)
+    bodies = requests(rng, tables, codes)
+    with tempfile.TemporaryDirectory() as tmp:
+        svc = service(Path(tmp), data_dir)
+        t = time.perf_counter()
+        first = [ask(svc, body, f"k{i % 7}") for i, body in enumerate(bodies)]
+        took = time.perf_counter() - t
+        svc.close()
+        answered = [i for i, a in enumerate(first) if a is not None]
+        print(f"{len(answered):,} of {tables:,} tables answered in {took:.0f} s; asking them again")
+        svc = service(Path(tmp), data_dir)  # a restart: the store is read back
+        t = time.perf_counter()
+        again = {
+            i: ask(svc, bodies[i], f"k{(i + 3) % 7}") for i in rng.permutation(answered).tolist()
+        }
+        took = time.perf_counter() - t
+        sets = stored(Path(tmp))
+        svc.close()
+    refused = sum(a is None for a in again.values())
+    changed = sum(a is not None and a != first[i] for i, a in again.items())
+    digest = hashlib.sha256(b"".join(a or b"" for a in first)).hexdigest()[:12]
+    print(
+        f"again after a restart, another order and key: {refused} refused, {changed} changed "
+        f"({len(again):,} in {took:.0f} s; {sets:,} record sets stored; answers {digest})"
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--records", type=int, default=200_000)
+    p.add_argument("--stored", type=int, default=100_000)
+    p.add_argument("--probe", type=int, default=300)
+    p.add_argument("--tables", type=int, default=10_000)
+    p.add_argument("--small-records", type=int, default=20_000)
+    p.add_argument("--part", choices=["1", "2", "both"], default="both")
+    args = p.parse_args()
+    if args.part in ("1", "both"):
+        part1(args.records, args.stored, args.probe)
+    if args.part in ("2", "both"):
+        part2(args.small_records, args.tables)
+
+
+if __name__ == "__main__":
+    main()
