@@ -68,7 +68,11 @@ def site(data: Path, base: Path) -> Any:
     return load_site_config(
         data={
             "base": str(base),
-            "server": {"audit_db": "audit.sqlite", "cache_tables": 0},
+            "server": {
+                "audit_db": "audit.sqlite",
+                "cache_tables": 0,
+                "rate_limit_per_minute": 1_000_000,
+            },
             "engine": {"kind": "duckdb", "cube_cache": True},
             "datasets": [
                 {
