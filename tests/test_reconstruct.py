@@ -191,17 +191,17 @@ def test_all_three_way_tables_pin_most_cells_and_protection_pins_fewer(census, t
 
 def test_intervals_hold_every_true_count_the_mechanism_can_publish():
     """Soundness: for every i and every j it can publish, lo[j] <= i <= hi[j]."""
-    from tablesafe.attacks._reconstruct import _ptable_hull, _records_hull
+    from tablesafe.attacks._reconstruct._intervals import ptable_hull, records_hull
 
     for method in ("ckm", "dp", "pram", "q"):
         mech = protection_from_options(method).mechanism
-        lo, hi = _ptable_hull(mech, 200)
+        lo, hi = ptable_hull(mech, 200)
         for i in range(150):
             for j, p in mech.distribution(i).items():
                 if p > 0:
                     assert lo[j] <= i <= hi[j], (method, i, j)
     mech = protection_from_options("q-records").mechanism
-    lo, hi = _records_hull(mech, 400)
+    lo, hi = records_hull(mech, 400)
     for i in range(300):
         q = int(mech.q(np.array([i]))[0])
         for j in range(max(i - q, 0), i + q + 1):

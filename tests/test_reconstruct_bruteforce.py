@@ -16,7 +16,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tablesafe.attacks._reconstruct import _System, reconstruct
+from tablesafe.attacks._reconstruct import reconstruct
+from tablesafe.attacks._reconstruct._constraints import System
 
 
 def _published(
@@ -41,8 +42,8 @@ def _published(
 
 def _system(
     a: npt.NDArray[np.int64], lo: npt.NDArray[np.float64], hi: npt.NDArray[np.float64]
-) -> tuple[_System, npt.NDArray[np.float64]]:
-    """The attack's constraint system, built as ``_reconstruct._system`` builds it."""
+) -> tuple[System, npt.NDArray[np.float64]]:
+    """The attack's constraint system, built as ``constraint_system`` builds it."""
     ub0 = np.full(a.shape[1], np.inf)
     for r in range(a.shape[0]):
         on = a[r] == 1
@@ -51,7 +52,7 @@ def _system(
     sub = a[:, alive]
     keep = sub.sum(axis=1) > 0
     rr, cc = np.nonzero(sub[keep])
-    return _System(alive, rr.astype(np.int64), cc.astype(np.int64), lo[keep], hi[keep]), ub0
+    return System(alive, rr.astype(np.int64), cc.astype(np.int64), lo[keep], hi[keep]), ub0
 
 
 def _brute_force(
