@@ -99,12 +99,15 @@ def structural_zero_mask(catalog: Catalog, plan: TabulationPlan) -> npt.NDArray[
             else:
                 cond[...] = False
         inner |= cond
-    full = np.zeros(shape, dtype=np.int64)
-    full[tuple(slice(0, s) for s in inner_shape)] = (~inner).astype(np.int64)
-    sets = tuple(
-        s for r in range(len(shape), -1, -1) for s in itertools.combinations(range(len(shape)), r)
-    )
-    return np.asarray(aggregate_margins(full, sets) == 0)
+    # A margin is a structural zero when every inner cell it spans is (a
+    # logical "all" over the axes it totals; read from the plan, no stage).
+    mask = np.zeros(shape, dtype=bool)
+    n = len(shape)
+    for r in range(n + 1):
+        for axes in itertools.combinations(range(n), r):
+            at = tuple(-1 if i in axes else slice(0, inner_shape[i]) for i in range(n))
+            mask[at] = inner.all(axis=axes) if axes else inner
+    return mask
 
 
 @dataclass(frozen=True)
@@ -309,10 +312,7 @@ class TableBuilder:
         )
         full_plan = replace(plan, grouping_sets=replace(request, margins="all").grouping_sets())
         if full_plan.magnitudes:
-            from tablesafe.cells._magnitude_sums import with_top
-
-            top = self.magnitude_protection.top_needed()
-            full_plan = replace(full_plan, magnitudes=with_top(full_plan.magnitudes, top))
+            full_plan = full_plan.with_top(self.magnitude_protection.top_needed())
         return plan, full_plan
 
     def protect(

@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeGuard, get_args
 from tablesafe._errors import RequestError
 from tablesafe.catalog._catalog import Catalog, Code, Variable
 from tablesafe.catalog._custom import CustomGrouping, extend_catalog, parse_groupings
-from tablesafe.cells._magnitude_sums import MagnitudePlan
+from tablesafe.cells._magnitude_sums import MagnitudePlan, with_top
 
 __all__ = [
     "MAX_DIMENSIONS",
@@ -429,6 +429,10 @@ class TabulationPlan:
     def shape(self) -> tuple[int, ...]:
         """Shape of the extended cell arrays: one more slot per dimension for its total."""
         return tuple(d.size + 1 for d in self.dimensions)
+
+    def with_top(self, top: int) -> TabulationPlan:
+        """This plan asking for the ``top`` largest contributions of each magnitude."""
+        return replace(self, magnitudes=with_top(self.magnitudes, top))
 
 
 class _FrozenDict(dict[str, tuple[Code, ...]]):

@@ -10,6 +10,7 @@ written to the audit log.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -21,6 +22,7 @@ from tablesafe._protection import Protection
 from tablesafe._protection import protection_from_settings as core_protection
 from tablesafe._request import TableRequest, TabulationPlan
 from tablesafe._settings import DatasetSettings, SiteConfig
+from tablesafe.catalog._catalog import Code
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.engines._sketch import key_buckets
@@ -67,6 +69,16 @@ class _Served:
     title: str
     # The microdata's identity (the guard's memory), computed when first needed.
     identity: str | None = None
+
+    @functools.cached_property
+    def all_codes(self) -> dict[str, tuple[Code, ...]]:
+        """Every code of each source column: the guard's families (read once)."""
+        return {v.column: v.codes for v in self.dataset.catalog.source_variables}
+
+    @functools.cached_property
+    def zeros(self) -> list[dict[str, frozenset[Code]]]:
+        """The catalog's structural zeros as boxes: the guard's (read once)."""
+        return zero_boxes(self.dataset.catalog)
 
 
 class TableService:
@@ -259,7 +271,6 @@ class TableService:
         """
         if s.identity is None:
             s.identity = dataset_identity(s.builder.engine, s.dataset)
-        all_codes = {v.column: v.codes for v in s.dataset.catalog.source_variables}
         with self.guard.transaction(s.identity) as tx:
             fresh = guard_check(
                 tx.index,
@@ -267,8 +278,8 @@ class TableService:
                 key_id=who.id,
                 rules=s.settings.rules,
                 counts=GuardCounts(s.builder.engine, s.dataset),
-                all_codes=all_codes,
-                zeros=zero_boxes(s.dataset.catalog),
+                all_codes=s.all_codes,
+                zeros=s.zeros,
             )
             tx.remember(who.id, fresh)
 
