@@ -8,9 +8,9 @@ field by field, and both paths on a grid of good and bad values.
 
 from __future__ import annotations
 
+import enum
 import itertools
 import math
-import typing
 
 import annotated_types
 import pytest
@@ -69,8 +69,12 @@ def test_bounds_are_the_models():
 
 
 def test_choices_are_the_models():
+    # Each choice is the option's StrEnum, defined once, that the model's field holds.
     for name, allowed in _CHOICES.items():
-        assert typing.get_args(ProtectionSettings.model_fields[name].annotation) == allowed, name
+        options = ProtectionSettings.model_fields[name].annotation
+        assert isinstance(options, type) and issubclass(options, enum.StrEnum), name
+        assert tuple(options) == allowed, name
+        assert allowed and all(isinstance(a, str) for a in allowed), name
 
 
 def _cases():

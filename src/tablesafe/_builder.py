@@ -32,9 +32,11 @@ import numpy.typing as npt
 
 from tablesafe._errors import InternalError
 from tablesafe._protection import CellwiseMechanism, Protection
+from tablesafe._protection_limits import Additivity
 from tablesafe._request import MAX_DIMENSIONS, TableRequest, TabulationPlan
 from tablesafe._rounding import Rounding
 from tablesafe._seeds import (
+    SeedScheme,
     canonical_definitions,
     cell_key_uniforms,
     definition_words,
@@ -59,6 +61,8 @@ from tablesafe.output._tabulation import Tabulation
 if TYPE_CHECKING:
     # The rules are a pydantic model: a table without a site's rules imports no pydantic.
     from tablesafe._settings import RuleSettings
+    from tablesafe.engines._base import Engine
+    from tablesafe.mechanisms._magnitudes import MagnitudeProtection
 
 __all__ = [
     "Built",
@@ -147,9 +151,9 @@ class TableBuilder:
         dataset: Dataset,
         protection: Protection,
         *,
-        engine: Any = None,
+        engine: Engine | None = None,
         max_dimensions: int = MAX_DIMENSIONS,
-        magnitudes: Any = None,
+        magnitudes: MagnitudeProtection | None = None,
         rules: RuleSettings | None = None,
     ) -> None:
         if engine is None:
@@ -162,10 +166,10 @@ class TableBuilder:
         self.rules = rules
         self.max_dimensions = min(max_dimensions, rules.max_dimensions) if rules else max_dimensions
         if magnitudes is None:
-            from tablesafe.mechanisms._magnitudes import MagnitudeProtection
+            from tablesafe.mechanisms._magnitudes import MagnitudeMethod, MagnitudeProtection
 
             magnitudes = MagnitudeProtection(
-                method="none" if protection.mechanism is None else "ckm"
+                method=MagnitudeMethod.NONE if protection.mechanism is None else MagnitudeMethod.CKM
             )
         self.magnitude_protection = magnitudes
         self._overall: tuple[float, np.ndarray | None] | None = None
@@ -228,9 +232,9 @@ class TableBuilder:
             return n
         total = (-1,) * agg.n.ndim
         key = np.array([agg.cell_key[total]], dtype=np.uint32)
-        if prot.seeds == "dynamic":
+        if prot.seeds == SeedScheme.DYNAMIC:
             u = float(self._streams(agg, plan, (b"count",), inner_only=False)[0][total])
-        elif prot.seeds == "keyed":
+        elif prot.seeds == SeedScheme.KEYED:
             assert prot.secret is not None
             u = float(keyed_words(key, np.array([n]), prot.secret, b"count")[0][0])
         else:
@@ -241,7 +245,7 @@ class TableBuilder:
             return max(n + int(np.floor(u * (2 * q + 1))) - q, 0)
         assert isinstance(mech, CellwiseMechanism)
         v = mech.perturbation(
-            np.array([n]), np.array([u]), key if prot.seeds == "cellkey" else None
+            np.array([n]), np.array([u]), key if prot.seeds == SeedScheme.CELLKEY else None
         )
         return max(n + int(v[0]), 0)
 
@@ -328,7 +332,7 @@ class TableBuilder:
         is_inner = agg.is_inner()
         sz = structural_zero_mask(self.dataset.catalog, plan)
         want_w = request.statistic != "count" and agg.weight_sum is not None
-        meta: dict[str, Any] = {"dataset": self.dataset.name, "additivity": prot.additivity}
+        meta: dict[str, Any] = {"dataset": self.dataset.name, "additivity": str(prot.additivity)}
         if self.dataset.catalog.citation:
             meta["citation"] = self.dataset.catalog.citation
         if prot.record_level:
@@ -364,7 +368,7 @@ class TableBuilder:
                 meta["replicate_coefficient"] = design.coefficient
                 meta["se_min_count"] = prot.se_threshold()
                 meta["ci_lower_bound"] = 0.0
-            additive = prot.record_level or prot.additivity != "independent"
+            additive = prot.record_level or prot.additivity != Additivity.INDEPENDENT
             weighted = np.where(
                 computed, self._round(weighted, request, computed, additive=additive), 0.0
             )
@@ -423,17 +427,18 @@ class TableBuilder:
         prot = self.protection
         sets = plan.grouping_sets
         shape = agg.shape
-        target = is_inner & ~sz if prot.additivity == "aggregate" else computed & ~sz
+        target = is_inner & ~sz if prot.additivity == Additivity.AGGREGATE else computed & ~sz
         v = np.zeros(shape, dtype=np.int64)
         mech = prot.mechanism
         draw = mech is not None and not isinstance(mech, DropAddRecords) and bool(target.any())
         want_w = mech is not None and agg.weight_sum is not None
         # Margins of an additive table are sums of inner cells: no draws needed there.
-        u, u_w = self._draws(agg, plan, draw, want_w, inner_only=prot.additivity == "aggregate")
+        inner_only = prot.additivity == Additivity.AGGREGATE
+        u, u_w = self._draws(agg, plan, draw, want_w, inner_only=inner_only)
         if draw:
             assert isinstance(mech, CellwiseMechanism) and u is not None
             keys = None
-            if prot.seeds == "cellkey":
+            if prot.seeds == SeedScheme.CELLKEY:
                 # Sampled ptables look cells up by key; an empty cell's stands in
                 # from its definition's draw (all empty cells have key 0).
                 keys = np.where(agg.n == 0, np.floor(u * 2.0**32).astype(np.uint32), agg.cell_key)[
@@ -447,7 +452,7 @@ class TableBuilder:
                 v[agg.n == 0] = 0
         counts = np.maximum(agg.n + v, 0)
         adjusted = np.zeros(shape, dtype=bool)
-        if prot.additivity == "ipf":
+        if prot.additivity == Additivity.IPF:
             fit = fit_to_margins(counts.astype(np.float64), sets, structural_zero=sz)
             rounded = controlled_rounding(fit.values, sets)
             adjusted = rounded != counts
@@ -477,11 +482,11 @@ class TableBuilder:
                 weighted = protected_weighted(counts, mean, u_w, prot.weight_noise)
                 if agg.replicate_sums is not None:
                     reps = replicate_figures(weighted, counts, agg.n, mean, agg.replicate_sums)
-        if prot.additivity == "independent":
+        if prot.additivity == Additivity.INDEPENDENT:
             return counts, weighted, reps, adjusted
         # Aggregate and IPF tables are additive: every margin is the sum of its
         # inner cells, for all arrays of the table at once.
-        if prot.additivity == "ipf":
+        if prot.additivity == Additivity.IPF:
             _, weighted, reps = _add_up(None, weighted, reps, sets)
             return counts, weighted, reps, adjusted
         counts_sum, weighted, reps = _add_up(counts, weighted, reps, sets)
@@ -520,19 +525,19 @@ class TableBuilder:
         if not salts:
             return []
         inner = agg.is_inner() if inner_only else None
-        if prot.seeds == "dynamic":
+        if prot.seeds == SeedScheme.DYNAMIC:
             assert prot.secret is not None
             # Li & Krenzke's salts: b"" for a count (b"count" for drop/add-up-to-q).
             named = tuple(b"" if s == b"count" and not prot.record_level else s for s in salts)
             return dynamic_streams(agg.cell_key, prot.secret, named, inner_only=inner_only)
-        if prot.seeds == "keyed":
+        if prot.seeds == SeedScheme.KEYED:
             assert prot.secret is not None
             out = [keyed_words(agg.cell_key, agg.n, prot.secret, s, where=inner)[0] for s in salts]
         else:
             out = [
                 cell_key_uniforms(agg.cell_key)
                 if s == b"count"
-                else weight_uniforms(agg.cell_key, "cellkey", None)
+                else weight_uniforms(agg.cell_key, SeedScheme.CELLKEY, None)
                 for s in salts
             ]
         if prot.secret is not None:

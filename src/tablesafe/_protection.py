@@ -25,9 +25,9 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import ParameterError
+from tablesafe._protection_limits import Additivity, ProtectionMethod
 from tablesafe._rounding import Rounding
-from tablesafe._seeds import SEED_SCHEMES, SeedScheme
-from tablesafe.mechanisms._additivity import ADDITIVITY_OPTIONS, Additivity
+from tablesafe._seeds import SeedScheme
 from tablesafe.mechanisms._records import DropAddRecords
 
 if TYPE_CHECKING:
@@ -107,25 +107,26 @@ class Protection:
     """
 
     mechanism: CellwiseMechanism | DropAddRecords | None
-    seeds: SeedScheme = "cellkey"
+    seeds: SeedScheme = SeedScheme.CELLKEY
     secret: bytes | None = None
-    additivity: Additivity = "aggregate"
+    additivity: Additivity = Additivity.AGGREGATE
     weight_noise: float = DEFAULT_WEIGHT_NOISE
     rounding: Rounding | str = "1"
     se_min_count: int = DEFAULT_SE_MIN_COUNT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rounding", Rounding.parse(self.rounding))
-        if self.seeds not in SEED_SCHEMES:
-            raise ParameterError(
-                f"unknown seeds {self.seeds!r}; allowed: {', '.join(SEED_SCHEMES)}"
-            )
-        if self.seeds != "cellkey" and not self.secret:
+        # Texts are accepted for both options and held as members from here on.
+        if self.seeds not in tuple(SeedScheme):
+            raise ParameterError(f"unknown seeds {self.seeds!r}; allowed: {', '.join(SeedScheme)}")
+        object.__setattr__(self, "seeds", SeedScheme(self.seeds))
+        if self.seeds != SeedScheme.CELLKEY and not self.secret:
             raise ParameterError(f"{self.seeds} seeds need the data owner's secret")
-        if self.additivity not in ADDITIVITY_OPTIONS:
+        if self.additivity not in tuple(Additivity):
             raise ParameterError(
-                f"unknown additivity {self.additivity!r}; allowed: {', '.join(ADDITIVITY_OPTIONS)}"
+                f"unknown additivity {self.additivity!r}; allowed: {', '.join(Additivity)}"
             )
+        object.__setattr__(self, "additivity", Additivity(self.additivity))
         if not (
             isinstance(self.weight_noise, int | float)
             and math.isfinite(self.weight_noise)
@@ -140,7 +141,7 @@ class Protection:
                 f"se_min_count must be a whole number >= 1, not {self.se_min_count!r}"
             )
         if self.record_level:
-            if self.seeds == "cellkey":
+            if self.seeds == SeedScheme.CELLKEY:
                 raise ParameterError(
                     "record-level drop/add-up-to-q draws its two seeds from keyed hashes: use "
                     "seeds='keyed' with a secret"
@@ -194,9 +195,11 @@ class Protection:
 
     def __repr__(self) -> str:
         # The secret never appears in a repr, a log line or an error message.
+        # Options as their texts (a member's repr would name its class).
         return (
-            f"Protection(mechanism={self.mechanism!r}, seeds={self.seeds!r}, "
-            f"secret={'<hidden>' if self.secret else None}, additivity={self.additivity!r}, "
+            f"Protection(mechanism={self.mechanism!r}, seeds={str(self.seeds)!r}, "
+            f"secret={'<hidden>' if self.secret else None}, "
+            f"additivity={str(self.additivity)!r}, "
             f"weight_noise={self.weight_noise!r}, rounding={str(self.rounding)!r}, "
             f"se_min_count={self.se_min_count!r})"
         )
@@ -205,7 +208,7 @@ class Protection:
         """The public description of the protection."""
         mech = self.effective_mechanism()
         out = dict(mech.describe()) if mech is not None else {"name": "none"}
-        out["seeds"] = self.seeds
+        out["seeds"] = str(self.seeds)
         return out
 
 
@@ -226,18 +229,18 @@ def mechanism_from_settings(
     from tablesafe import mechanisms
 
     m = settings.method
-    if m == "none":
+    if m == ProtectionMethod.NONE:
         return None
-    if m == "q-records":
+    if m == ProtectionMethod.Q_RECORDS:
         return mechanisms.drop_add_records(rate=settings.rate)
     mech: Any
-    if m == "dp":
+    if m == ProtectionMethod.DP:
         mech = mechanisms.dp_geometric(settings.epsilon, cap=settings.cap)
-    elif m == "q":
+    elif m == ProtectionMethod.Q:
         mech = mechanisms.drop_add_q(rate=settings.rate, cap=settings.cap)
-    elif m == "pram":
+    elif m == ProtectionMethod.PRAM:
         mech = mechanisms.pram_shlomo_young()
-    elif m == "ckm":
+    elif m == ProtectionMethod.CKM:
         from tablesafe.mechanisms._ptable_cache import cached_destatis
 
         mech = cached_destatis(settings.max_deviation, settings.variance, settings.js)

@@ -4,25 +4,54 @@
 choices from these tables, and the command line checks its protection
 options against the same tables to decide whether it can skip importing
 pydantic (``tablesafe._cli._methods``): one definition of what is allowed.
+
+The protection's options are defined here, once: the cell-wise method
+(:class:`ProtectionMethod`) and the additivity (:class:`Additivity`, which
+:mod:`tablesafe.mechanisms._additivity` carries out); the seed scheme is
+:class:`tablesafe._seeds.SeedScheme`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from enum import StrEnum
+from typing import Any
+
+from tablesafe._seeds import SeedScheme
 
 __all__ = [
     "BOUNDS",
     "CHOICES",
     "INTEGERS",
-    "AdditivityName",
-    "MethodName",
-    "SeedsName",
+    "Additivity",
+    "ProtectionMethod",
     "field_bounds",
 ]
 
-MethodName = Literal["ckm", "dp", "pram", "q", "q-records", "ptable", "none"]
-SeedsName = Literal["cellkey", "keyed", "dynamic"]
-AdditivityName = Literal["aggregate", "independent", "ipf"]
+
+class ProtectionMethod(StrEnum):
+    """The protection of counts a dataset is served with (a member equals its text)."""
+
+    CKM = "ckm"
+    DP = "dp"
+    PRAM = "pram"
+    Q = "q"
+    Q_RECORDS = "q-records"
+    PTABLE = "ptable"
+    NONE = "none"
+
+
+class Additivity(StrEnum):
+    """The data owner's additivity option (DESIGN decision 6; a member equals its text).
+
+    ``aggregate``: margins are sums of the perturbed inner cells;
+    ``independent``: every cell perturbed on its own; ``ipf``: independent,
+    then IPF to the perturbed margins and controlled rounding.
+    """
+
+    AGGREGATE = "aggregate"
+    INDEPENDENT = "independent"
+    IPF = "ipf"
+
 
 #: The numeric settings' bounds: name -> (lower bound, whether the bound itself
 #: is allowed, upper bound (allowed) or ``None``).
@@ -42,9 +71,9 @@ INTEGERS = frozenset({"cap", "max_deviation", "js", "se_min_count"})
 
 #: The text settings' allowed values.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "method": get_args(MethodName),
-    "seeds": get_args(SeedsName),
-    "additivity": get_args(AdditivityName),
+    "method": tuple(ProtectionMethod),
+    "seeds": tuple(SeedScheme),
+    "additivity": tuple(Additivity),
 }
 
 

@@ -37,7 +37,7 @@ import itertools
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
@@ -46,7 +46,6 @@ from tablesafe._errors import ParameterError
 from tablesafe._keys import KEY_MODULUS
 
 __all__ = [
-    "SEED_SCHEMES",
     "SeedScheme",
     "canonical_definitions",
     "cell_key_uniforms",
@@ -57,10 +56,18 @@ __all__ = [
     "keyed_words",
 ]
 
-#: The three schemes.
-SeedScheme = Literal["cellkey", "keyed", "dynamic"]
-#: The schemes, in the order the docs list them.
-SEED_SCHEMES: tuple[str, ...] = ("cellkey", "keyed", "dynamic")
+
+class SeedScheme(StrEnum):
+    """The three schemes, in the order the docs list them.
+
+    A member equals its text (``SeedScheme.KEYED == "keyed"``), so settings and
+    callers may give either.
+    """
+
+    CELLKEY = "cellkey"
+    KEYED = "keyed"
+    DYNAMIC = "dynamic"
+
 
 _TWO_64 = float(2**64)
 

@@ -39,7 +39,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tablesafe._errors import ConfigError
-from tablesafe._protection_limits import AdditivityName, MethodName, SeedsName, field_bounds
+from tablesafe._protection_limits import Additivity, ProtectionMethod, field_bounds
+from tablesafe._seeds import SeedScheme
+from tablesafe.mechanisms._magnitudes import MagnitudeMethod, MagnitudeProtection, SensitiveAction
 
 __all__ = [
     "ApiKeySettings",
@@ -185,8 +187,8 @@ class ProtectionSettings(BaseModel):
 
     model_config = _STRICT
 
-    method: MethodName = Field(
-        "ckm",
+    method: ProtectionMethod = Field(
+        ProtectionMethod.CKM,
         description="Cell-wise mechanism: ckm (Destatis maximum-entropy ptable with "
         "max_deviation and variance), dp (discretised Laplace with epsilon and cap), "
         "pram (Shlomo & Young matrices), q (drop/add-up-to-q with rate and cap), "
@@ -210,8 +212,8 @@ class ProtectionSettings(BaseModel):
     ptable_file: str | None = Field(
         None, description="ptable: path of a ptable CSV (Destatis or ABS layout)."
     )
-    seeds: SeedsName = Field(
-        "cellkey",
+    seeds: SeedScheme = Field(
+        SeedScheme.CELLKEY,
         description="cellkey (ABS uniforms from cell keys), keyed (keyed hashes of each "
         "cell's record set; needs a secret; recommended) or dynamic (Li & Krenzke keyed hashes "
         "of cell, margin and universe key sums; the command line's workbench only: a site "
@@ -243,8 +245,8 @@ class ProtectionSettings(BaseModel):
         "protected count is at least this (and above the largest count the mechanism can "
         "make of an empty cell).",
     )
-    additivity: AdditivityName = Field(
-        "aggregate",
+    additivity: Additivity = Field(
+        Additivity.AGGREGATE,
         description="aggregate (margins are sums of perturbed inner cells), independent "
         "(every cell perturbed on its own), ipf (independent, then IPF and controlled "
         "rounding).",
@@ -259,11 +261,11 @@ class ProtectionSettings(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ProtectionSettings:
-        if self.method == "ptable" and not self.ptable_file:
+        if self.method == ProtectionMethod.PTABLE and not self.ptable_file:
             raise ValueError("method 'ptable' needs ptable_file")
-        if self.method == "q-records" and self.seeds == "cellkey":
+        if self.method == ProtectionMethod.Q_RECORDS and self.seeds == SeedScheme.CELLKEY:
             raise ValueError("method 'q-records' needs seeds = 'keyed' (and a secret)")
-        if self.seeds != "cellkey" and not (self.secret_env or self.secret_file):
+        if self.seeds != SeedScheme.CELLKEY and not (self.secret_env or self.secret_file):
             raise ValueError(f"{self.seeds} seeds need secret_env or secret_file")
         if self.secret_env and self.secret_file:
             raise ValueError("give secret_env or secret_file, not both")
@@ -335,8 +337,8 @@ class MagnitudeSettings(BaseModel):
 
     model_config = _STRICT
 
-    method: Literal["ckm", "dp", "none"] = Field(
-        "ckm",
+    method: MagnitudeMethod = Field(
+        MagnitudeMethod.CKM,
         description="ckm (cell-key method for magnitudes: noise proportional to the "
         "largest contributions, from a numeric ptable), dp (Laplace noise of scale "
         "max(|lower|, |upper|) / epsilon on unweighted sums) or none (exact sums, never "
@@ -362,16 +364,14 @@ class MagnitudeSettings(BaseModel):
     dominance_n: int = Field(1, ge=0, le=3, description="Dominance rule n (0 turns it off).")
     dominance_k: float = Field(85.0, gt=0, le=100, description="Dominance rule k, in percent.")
     p_percent: float = Field(10.0, ge=0, le=100, description="p% rule p (0 turns it off).")
-    sensitive_action: Literal["flag", "suppress"] = Field(
-        "flag",
+    sensitive_action: SensitiveAction = Field(
+        SensitiveAction.FLAG,
         description="What a cell the rules find sensitive gets: flag (a public "
         "sensitive_VAR column, values still published) or suppress (sum and mean blank).",
     )
 
-    def protection(self) -> Any:
-        """The magnitudes' protection these settings describe (a ``MagnitudeProtection``)."""
-        from tablesafe.mechanisms._magnitudes import MagnitudeProtection
-
+    def protection(self) -> MagnitudeProtection:
+        """The magnitudes' protection these settings describe."""
         return MagnitudeProtection(
             method=self.method,
             D=self.max_deviation,
@@ -414,7 +414,7 @@ class DatasetSettings(BaseModel):
         # only. Li & Krenzke's dynamic seeds give the same records a fresh draw in
         # every table with another universe or margin, and averaging those tables
         # recovers small counts exactly (docs/attacks.md, "Averaging tables").
-        if self.protection.seeds == "dynamic":
+        if self.protection.seeds == SeedScheme.DYNAMIC:
             raise ValueError(
                 "seeds = 'dynamic' cannot be served: it gives the same records a fresh draw in "
                 "every other table, and averaging tables recovers small counts; use seeds = "

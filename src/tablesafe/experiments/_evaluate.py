@@ -46,6 +46,7 @@ import numpy.typing as npt
 from tablesafe._builder import Protection, TableBuilder
 from tablesafe._errors import ParameterError
 from tablesafe._request import TableRequest
+from tablesafe._seeds import SeedScheme
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.mechanisms import destatis, dp_geometric, drop_add_q, pram_shlomo_young
 from tablesafe.metrics import (
@@ -147,7 +148,7 @@ def evaluate(
         wa = truth.weight_sum[inner] if truth.weight_sum is not None else None
         chi_a = chi_square_independence(a) if a.ndim == 2 else (None, None)
         for name, mech in configurations:
-            prot = Protection(mech, seeds="keyed", secret=secret)
+            prot = Protection(mech, seeds=SeedScheme.KEYED, secret=secret)
             table = TableBuilder(dataset, prot, engine=base.engine).build(request)
             assert table.counts is not None
             b = table.counts[inner].astype(float)

@@ -15,7 +15,8 @@ inner cells and margins relate:
 
 This module implements option 3's two steps on extended arrays (see
 :mod:`tablesafe.cells._aggregates`): :func:`fit_to_margins` and
-:func:`controlled_rounding`.
+:func:`controlled_rounding`. The options themselves are
+:class:`tablesafe._protection_limits.Additivity`.
 
 Perturbed margins of different orders are generally inconsistent (the row
 totals do not sum to the perturbed grand total). :func:`fit_to_margins`
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -46,18 +46,12 @@ import numpy.typing as npt
 from tablesafe._errors import ComputationError, ParameterError
 
 __all__ = [
-    "ADDITIVITY_OPTIONS",
-    "Additivity",
     "FitResult",
     "aggregate_margins",
     "classic_ipf",
     "controlled_rounding",
     "fit_to_margins",
 ]
-
-#: The data owner's choices.
-Additivity = Literal["aggregate", "independent", "ipf"]
-ADDITIVITY_OPTIONS: tuple[str, ...] = ("aggregate", "independent", "ipf")
 
 
 def _sets_by_order(grouping_sets: tuple[tuple[int, ...], ...], k: int) -> list[tuple[int, ...]]:

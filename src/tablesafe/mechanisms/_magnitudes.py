@@ -37,19 +37,32 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import InternalError, ParameterError, RequestError
+from tablesafe._seeds import SeedScheme
 from tablesafe.catalog._magnitudes import Magnitude
 from tablesafe.mechanisms._num_ptable import NumPTable
 
+if TYPE_CHECKING:
+    from tablesafe.cells._aggregates import CellAggregates
+
+#: ``uniforms(j, what)``: the uniforms of every cell for draw ``what`` (``"v"``,
+#: ``"sign"``, ``"laplace"``) of contribution ``j``.
+Uniforms = Callable[[int, str], npt.NDArray[np.float64]]
+#: ``definitions(mask)``: the canonical definitions of the cells of ``mask``.
+Definitions = Callable[[npt.NDArray[np.bool_]], list[bytes]]
+
 __all__ = [
+    "MagnitudeMethod",
     "MagnitudeProtection",
+    "SensitiveAction",
     "dominance_rule",
     "p_percent_rule",
     "protect_magnitudes",
@@ -87,6 +100,21 @@ def p_percent_rule(total: npt.ArrayLike, top: npt.ArrayLike, p: float) -> npt.ND
 # -- the site's choice ------------------------------------------------------------------
 
 
+class MagnitudeMethod(StrEnum):
+    """The protection of sums and means (a member equals its text)."""
+
+    CKM = "ckm"
+    DP = "dp"
+    NONE = "none"
+
+
+class SensitiveAction(StrEnum):
+    """What a cell the sensitivity rules find gets (a member equals its text)."""
+
+    FLAG = "flag"
+    SUPPRESS = "suppress"
+
+
 @dataclass(frozen=True)
 class MagnitudeProtection:
     """The data owner's protection of magnitudes (never the user's choice).
@@ -115,7 +143,7 @@ class MagnitudeProtection:
         ParameterError: for an unknown option or an impossible value.
     """
 
-    method: Literal["ckm", "dp", "none"] = "ckm"
+    method: MagnitudeMethod = MagnitudeMethod.CKM
     D: int = 3
     V: float = 1.0
     step: int = 4
@@ -129,17 +157,22 @@ class MagnitudeProtection:
     mean_rounding: str = "0.01"
     dominance: tuple[int, float] | None = (1, 85.0)
     p_percent: float | None = 10.0
-    action: Literal["flag", "suppress"] = "flag"
+    action: SensitiveAction = SensitiveAction.FLAG
 
     def __post_init__(self) -> None:
         from tablesafe._rounding import Rounding
 
-        if self.method not in ("ckm", "dp", "none"):
+        # Texts are accepted for both options and held as members from here on.
+        if self.method not in tuple(MagnitudeMethod):
             raise ParameterError(
-                f"unknown magnitude method {self.method!r}; allowed: ckm, dp, none"
+                f"unknown magnitude method {self.method!r}; allowed: {', '.join(MagnitudeMethod)}"
             )
-        if self.action not in ("flag", "suppress"):
-            raise ParameterError(f"unknown action {self.action!r}; allowed: flag, suppress")
+        object.__setattr__(self, "method", MagnitudeMethod(self.method))
+        if self.action not in tuple(SensitiveAction):
+            raise ParameterError(
+                f"unknown action {self.action!r}; allowed: {', '.join(SensitiveAction)}"
+            )
+        object.__setattr__(self, "action", SensitiveAction(self.action))
         checks = [
             ("share", self.share, 0.0, 1.0),
             ("mu", self.mu, 0.0, 10.0),
@@ -177,7 +210,7 @@ class MagnitudeProtection:
         least one (the largest, for cells without records). Engines compute
         no more than this (each further one costs a top-k aggregate per record).
         """
-        k = self.top_k if self.method == "ckm" else 1
+        k = self.top_k if self.method == MagnitudeMethod.CKM else 1
         if self.dominance is not None:
             k = max(k, self.dominance[0])
         if self.p_percent is not None:
@@ -190,8 +223,8 @@ class MagnitudeProtection:
 
     def describe(self, bounds: Mapping[str, float] | None = None) -> dict[str, Any]:
         """The public statement of the protection of magnitudes."""
-        out: dict[str, Any] = {"method": self.method}
-        if self.method == "ckm":
+        out: dict[str, Any] = {"method": str(self.method)}
+        if self.method == MagnitudeMethod.CKM:
             out.update(
                 ptable=self.ptable().describe(),
                 share=self.share,
@@ -207,7 +240,7 @@ class MagnitudeProtection:
                     "its sign (a move towards 0 that would reach it goes away from 0 instead)"
                 ),
             )
-        elif self.method == "dp":
+        elif self.method == MagnitudeMethod.DP:
             out.update(
                 epsilon=self.epsilon,
                 statement=(
@@ -225,7 +258,7 @@ class MagnitudeProtection:
         if self.p_percent is not None:
             rules.append(f"p% with p = {self.p_percent:g}")
         out["rules"] = rules
-        out["sensitive_cells"] = self.action
+        out["sensitive_cells"] = str(self.action)
         out["rounding"] = {"sum": self.rounding, "mean": self.mean_rounding}
         return out
 
@@ -278,7 +311,7 @@ def magnitude_uniforms(
     name: str,
     j: int,
     what: str,
-    seeds: str,
+    seeds: SeedScheme,
     secret: bytes | None,
 ) -> npt.NDArray[np.float64]:
     """Uniforms in (0, 1) for draw ``what`` of contribution ``j`` of magnitude ``name``.
@@ -287,7 +320,7 @@ def magnitude_uniforms(
     stream (a bijection, independent of the count's draw); dynamic seeds: the
     word of the draw in the cell's keyed digest (:func:`dynamic_magnitude_words`).
     """
-    if seeds == "dynamic":
+    if seeds == SeedScheme.DYNAMIC:
         assert secret is not None
         return dynamic_magnitude_words(cell_key, name, secret)[_WORDS[(what, j)]]
     from tablesafe.cells._selection import mix32
@@ -297,8 +330,12 @@ def magnitude_uniforms(
 
 
 def _magnitude_draws(
-    agg: Any, name: str, seeds: str, secret: bytes | None, definitions: Any
-) -> Any:
+    agg: CellAggregates,
+    name: str,
+    seeds: SeedScheme,
+    secret: bytes | None,
+    definitions: Definitions | None,
+) -> Uniforms:
     """``uniforms(j, what)`` for magnitude ``name``: each draw of every cell, computed once.
 
     Cell-key seeds mix the cell key per draw (:func:`magnitude_uniforms`);
@@ -311,23 +348,23 @@ def _magnitude_draws(
     salt = f"magnitude:{name}".encode()
     words: list[npt.NDArray[np.float64]] = []
     empty = agg.n == 0
-    override = secret is not None and definitions is not None and seeds != "dynamic"
+    override = secret is not None and definitions is not None and seeds != SeedScheme.DYNAMIC
     empty_words: list[npt.NDArray[np.float64]] = []
 
     def uniforms(j: int, what: str) -> npt.NDArray[np.float64]:
-        if seeds == "cellkey":
+        if seeds == SeedScheme.CELLKEY:
             u = magnitude_uniforms(agg.cell_key, name, j, what, seeds, secret)
         else:
             if not words:  # one keyed hash per cell gives every draw of the variable
                 assert secret is not None
-                if seeds == "keyed":
+                if seeds == SeedScheme.KEYED:
                     words.extend(keyed_words(agg.cell_key, agg.n, secret, salt, len(_WORDS)))
                 else:
                     words.extend(dynamic_magnitude_words(agg.cell_key, name, secret))
             u = words[_WORDS[(what, j)]].copy()
         if override and empty.any():
             if not empty_words:
-                assert secret is not None
+                assert secret is not None and definitions is not None
                 table = definition_words(definitions(empty), secret, salt, len(_WORDS))
                 empty_words.extend(table[:, i] for i in range(len(_WORDS)))
             u[empty] = empty_words[_WORDS[(what, j)]]
@@ -358,7 +395,7 @@ def ckm_noise(
     total: npt.NDArray[np.float64],
     top: npt.NDArray[np.float64],
     prot: MagnitudeProtection,
-    uniforms: Any,
+    uniforms: Uniforms,
 ) -> npt.NDArray[np.float64]:
     """The cell-key perturbation of magnitude sums (see the module docstring).
 
@@ -405,16 +442,16 @@ def laplace(u: npt.NDArray[np.float64], scale: float) -> npt.NDArray[np.float64]
 
 def protect_magnitudes(
     magnitudes: Sequence[str],
-    agg: Any,
+    agg: CellAggregates,
     counts: npt.NDArray[np.int64],
     weighted: npt.NDArray[np.float64] | None,
     computed: npt.NDArray[np.bool_],
     variables: Mapping[str, Magnitude],
     prot: MagnitudeProtection,
-    seeds: str,
+    seeds: SeedScheme,
     secret: bytes | None,
-    definitions: Any = None,
-    empty_mean: Any = None,
+    definitions: Definitions | None = None,
+    empty_mean: Callable[[str], float] | None = None,
 ) -> ProtectedMagnitudes:
     """Protected sums, means and rule flags of one table.
 
@@ -466,7 +503,7 @@ def protect_magnitudes(
         if prot.p_percent is not None:
             flags |= p_percent_rule(total, top, prot.p_percent)
         flags &= computed
-        if prot.method == "none":
+        if prot.method == MagnitudeMethod.NONE:
             value = total.copy()
         else:
             # A cell without records that the count mechanism publishes as non-zero
@@ -483,7 +520,7 @@ def protect_magnitudes(
             top_eff[0] = np.where(empty, np.abs(per), top[0])
 
             uniforms = _magnitude_draws(agg, name, seeds, secret, definitions)
-            if prot.method == "ckm":
+            if prot.method == MagnitudeMethod.CKM:
                 value = base + ckm_noise(base, top_eff, prot, uniforms)
             else:
                 if weighted is not None:
@@ -501,7 +538,7 @@ def protect_magnitudes(
     for item in magnitudes:
         kind, name = item.split(":", 1)
         value = protected[name]
-        hide = ~computed | (sensitive[name] if prot.action == "suppress" else False)
+        hide = ~computed | (sensitive[name] if prot.action == SensitiveAction.SUPPRESS else False)
         if kind == "sum":
             columns[f"sum_{name}"] = np.where(hide, np.nan, r_sum.apply(value))
         else:

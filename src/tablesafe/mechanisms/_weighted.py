@@ -56,7 +56,7 @@ def weight_uniforms(
     bijection that scatters any interval of cell keys (all a published
     count can tell about the key) over the whole range.
     """
-    if seeds == "dynamic":
+    if seeds == SeedScheme.DYNAMIC:
         assert secret is not None
         return dynamic_uniforms(cell_key, secret, salt=b"weight")
     mixed = mix32(cell_key.astype(np.int64), _WEIGHT_STREAM)

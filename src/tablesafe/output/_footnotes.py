@@ -22,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tablesafe._protection_limits import Additivity
 from tablesafe._rounding import Rounding
+from tablesafe._seeds import SeedScheme
 
 __all__ = ["FLAG_COLUMNS", "footnote_lines", "footnotes"]
 
@@ -89,13 +91,20 @@ def _method(mechanism: Mapping[str, Any]) -> tuple[str, bool]:
     )
 
 
-_ADDITIVITY = {
-    "aggregate": "Totals of counts are the sums of the protected cells, so they add up within "
-    "this table, but may differ from the same total in another table.",
-    "independent": "Each count, totals included, was protected on its own, so totals may not "
-    "equal the sum of their cells.",
-    "ipf": "Totals of counts were protected on their own and the cells then fitted to them and "
-    "rounded, so cells add up to their totals within this table.",
+#: What each additivity option means for a table's totals (keyed by the option's text).
+_ADDITIVITY: dict[str, str] = {
+    Additivity.AGGREGATE: (
+        "Totals of counts are the sums of the protected cells, so they add up within "
+        "this table, but may differ from the same total in another table."
+    ),
+    Additivity.INDEPENDENT: (
+        "Each count, totals included, was protected on its own, so totals may not "
+        "equal the sum of their cells."
+    ),
+    Additivity.IPF: (
+        "Totals of counts were protected on their own and the cells then fitted to them and "
+        "rounded, so cells add up to their totals within this table."
+    ),
 }
 
 
@@ -139,11 +148,11 @@ def footnotes(
     method, changes = _method(mechanism)
     statement = [f"Protection: {method}."]
     additivity = str(metadata.get("additivity", "")).split(" ")[0]
-    additive = additivity in ("aggregate", "ipf")
+    additive = additivity in (Additivity.AGGREGATE, Additivity.IPF)
     if changes:
         # Cells fitted to their totals (ipf) and dynamic seeds depend on the table
         # around a cell: then only the same table is the same for every user.
-        consistent = additivity != "ipf" and mechanism.get("seeds") != "dynamic"
+        consistent = additivity != Additivity.IPF and mechanism.get("seeds") != SeedScheme.DYNAMIC
         statement.append(
             "Values have been changed slightly to protect the confidentiality of respondents; "
             "small differences between this table and others are deliberate, and "
