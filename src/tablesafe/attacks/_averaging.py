@@ -275,6 +275,23 @@ def averaging_attack(
     keep = (variable, second)
     first_truth = _cells(truth(requests[0]), keep)
     wanted = {k for k in first_truth if k[0] in set(targets)}
+    seen, refused = _published(build, requests, keep, wanted)
+    cells = _estimates(mechanism, keep, sorted(wanted, key=str), seen, first_truth)
+    return AveragingResult(method, tables, refused, tuple(cells))
+
+
+def _published(
+    build: Callable[[TableRequest], ProtectedTable],
+    requests: Sequence[TableRequest],
+    keep: tuple[str, str],
+    wanted: set[tuple[Any, ...]],
+) -> tuple[dict[tuple[Any, ...], list[tuple[int, float]]], int]:
+    """Ask every request: the values published for each wanted cell, and the refusals.
+
+    Returns:
+        Per wanted cell, its (count, sum or NaN) in each table that was
+        answered, in the order asked; and the number of tables refused.
+    """
     seen: dict[tuple[Any, ...], list[tuple[int, float]]] = {k: [] for k in wanted}
     refused = 0
     for request in requests:
@@ -286,9 +303,20 @@ def averaging_attack(
         for key, value in _cells(table, keep).items():
             if key in seen:
                 seen[key].append(value)
+    return seen, refused
+
+
+def _estimates(
+    mechanism: Any,
+    keep: tuple[str, str],
+    wanted: Sequence[tuple[Any, ...]],
+    seen: Mapping[tuple[Any, ...], list[tuple[int, float]]],
+    first_truth: Mapping[tuple[Any, ...], tuple[int, float]],
+) -> list[AveragingCell]:
+    """The intruder's estimates of each wanted cell published at least once, in order."""
     cells = []
     cache: dict[int, np.ndarray] = {}
-    for key in sorted(wanted, key=str):
+    for key in wanted:
         values = seen[key]
         true_n, true_s = first_truth[key]
         if not values:
@@ -312,4 +340,4 @@ def averaging_attack(
                 sum_error_mean=abs(float(np.mean(sums)) - true_s) if sums else 0.0,
             )
         )
-    return AveragingResult(method, tables, refused, tuple(cells))
+    return cells

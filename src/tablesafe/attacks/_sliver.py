@@ -35,11 +35,12 @@ import numpy as np
 
 from tablesafe._builder import Protection, TableBuilder
 from tablesafe._errors import ParameterError, RequestError
-from tablesafe._request import TableRequest
+from tablesafe._request import TableRequest, TabulationPlan
 from tablesafe.catalog._catalog import Code
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe.engines import MemoryEngine
+from tablesafe.output._table import ProtectedTable
 
 __all__ = ["SliverResult", "sliver_attack"]
 
@@ -110,6 +111,151 @@ def _without(
     )
 
 
+@dataclass
+class _Universe:
+    """Subgroup ``A`` as the harness holds it: its records, their cells, its protected table."""
+
+    request: TableRequest
+    plan: TabulationPlan
+    aggregates: CellAggregates
+    records: Any  # the records of A (a pandas DataFrame)
+    cells: tuple[np.ndarray, ...]  # per dimension, each record's inner index
+    shape: tuple[int, ...]
+    table: ProtectedTable
+    builder: TableBuilder  # on the memory engine holding the dataset
+    weights: np.ndarray | None
+    replicates: np.ndarray | None
+    keys: np.ndarray
+
+
+def _universe(
+    dataset: Dataset,
+    universe: Mapping[str, Sequence[Code]],
+    dimensions: Sequence[str],
+    protection: Protection,
+) -> _Universe:
+    """Tabulate and protect the table in ``A``, and read A's records (weights, keys, cells).
+
+    Raises:
+        RequestError: for an invalid table or a universe of fewer than two records.
+    """
+    catalog = dataset.catalog
+    request = TableRequest(tuple(dimensions), universe=universe, statistic="both")
+    if catalog.weight is None:
+        request = replace(request, statistic="count")
+    plan = request.bind(catalog)
+    full = replace(plan, grouping_sets=replace(request, margins="all").grouping_sets())
+    memory = MemoryEngine()
+    agg_a = memory.tabulate(dataset, full)
+    records, flat, shape = memory._cells(dataset, full)
+    if len(records) < 2:
+        raise RequestError("the universe of the attack must hold at least two records")
+    base = TableBuilder(dataset, protection, engine=memory)
+    table_a = base.protect(request, plan, agg_a)
+    weights = records[catalog.weight].to_numpy(dtype=float) if catalog.weight else None
+    reps = (
+        records[list(catalog.replicates.columns)].to_numpy(dtype=float)
+        if catalog.replicates and plan.replicates
+        else None
+    )
+    return _Universe(
+        request=request,
+        plan=plan,
+        aggregates=agg_a,
+        records=records,
+        cells=np.unravel_index(flat, shape),
+        shape=shape,
+        table=table_a,
+        builder=base,
+        weights=weights,
+        replicates=reps,
+        keys=records[catalog.record_key].to_numpy().astype(np.int64),
+    )
+
+
+def _table_without(
+    dataset: Dataset, protection: Protection, a: _Universe, i: int
+) -> tuple[ProtectedTable, tuple[int, ...], float]:
+    """The protected table of ``B_i``: ``A`` without record ``i``.
+
+    Returns:
+        The table, record ``i``'s inner cell and its weight (0 unweighted).
+    """
+    cell = tuple(int(c[i]) for c in a.cells)
+    w_i = float(a.weights[i]) if a.weights is not None else 0.0
+    reps = None if a.replicates is None else a.replicates[i]
+    agg_b = _without(a.aggregates, cell, int(a.keys[i]), w_i, reps)
+    if protection.record_level:
+        # Record-level methods choose records inside cells: B_i's own records.
+        frame_b = a.records.drop(index=a.records.index[int(i)])
+        engine_b = MemoryEngine(frames={str(dataset.path): frame_b})
+        builder = TableBuilder(dataset, protection, engine=engine_b)
+        return builder.protect(a.request, a.plan, agg_b), cell, w_i
+    return a.builder.protect(a.request, a.plan, agg_b), cell, w_i
+
+
+@dataclass
+class _Tally:
+    """The paper's success counts, summed over the pairs."""
+
+    zeros: int = 0
+    zeros_right: int = 0
+    ones_right: int = 0
+    tables_right: int = 0
+    wz: int = 0
+    wz_right: int = 0
+    wo_right: int = 0
+    wt_right: int = 0
+    s1: int = 0
+    s2: int = 0
+
+    def count(
+        self, a: _Universe, table_b: ProtectedTable, cell: tuple[int, ...], w_i: float, p10: float
+    ) -> None:
+        """Add one pair: the sliver table ``A - B_i`` against the truth (1 in ``cell``)."""
+        table_a, shape = a.table, a.shape
+        inner = tuple(slice(0, s) for s in shape)
+        truth = np.zeros(shape)
+        truth[cell] = 1.0
+        assert table_a.counts is not None and table_b.counts is not None
+        diff = (table_a.counts - table_b.counts)[inner]
+        is_zero = truth == 0
+        self.zeros += int(is_zero.sum())
+        self.zeros_right += int((diff[is_zero] == 0).sum())
+        self.ones_right += int(diff[cell] == 1)
+        self.tables_right += int(np.array_equal(diff, truth))
+        if a.weights is None or table_a.weighted is None or table_b.weighted is None:
+            return
+        wdiff = (table_a.weighted - table_b.weighted)[inner]
+        ok_zero = np.abs(wdiff) < p10
+        ok_one = abs(wdiff[cell] - w_i) < 0.1 * w_i
+        self.wz += int(is_zero.sum())
+        self.wz_right += int(ok_zero[is_zero].sum())
+        self.wo_right += int(ok_one)
+        self.wt_right += int(ok_one and bool(ok_zero[is_zero].all()))
+        self.s1 += int(np.unravel_index(int(np.argmax(wdiff)), shape) == cell)
+        self.s2 += int(np.unravel_index(int(np.argmin(np.abs(wdiff - w_i))), shape) == cell)
+
+    def result(self, method: str, pairs: int, weighted: bool) -> SliverResult:
+        """The percentages of the report."""
+
+        def pct(a: int, b: int) -> float:
+            return round(100.0 * a / b, 2) if b else 0.0
+
+        return SliverResult(
+            method=method,
+            pairs=pairs,
+            correct_zeros=pct(self.zeros_right, self.zeros),
+            correct_ones=pct(self.ones_right, pairs),
+            correct_tables=pct(self.tables_right, pairs),
+            weighted_correct_zeros=pct(self.wz_right, self.wz) if weighted else None,
+            weighted_correct_ones=pct(self.wo_right, pairs) if weighted else None,
+            weighted_correct_tables=pct(self.wt_right, pairs) if weighted else None,
+            strategy1=pct(self.s1, pairs) if weighted else None,
+            strategy2=pct(self.s2, pairs) if weighted else None,
+        )
+
+
 def sliver_attack(
     dataset: Dataset,
     universe: Mapping[str, Sequence[Code]],
@@ -138,86 +284,18 @@ def sliver_attack(
     """
     from tablesafe._random import resolve_generator
 
-    catalog = dataset.catalog
-    request = TableRequest(tuple(dimensions), universe=universe, statistic="both")
-    if catalog.weight is None:
-        request = replace(request, statistic="count")
-    plan = request.bind(catalog)
-    full = replace(plan, grouping_sets=replace(request, margins="all").grouping_sets())
-    memory = MemoryEngine()
-    agg_a = memory.tabulate(dataset, full)
-    records, flat, shape = memory._cells(dataset, full)
-    if len(records) < 2:
-        raise RequestError("the universe of the attack must hold at least two records")
-    record_level = protection.record_level
-    base = TableBuilder(dataset, protection, engine=memory)
-    table_a = base.protect(request, plan, agg_a)
-    inner = tuple(slice(0, s) for s in shape)
-    weights = records[catalog.weight].to_numpy(dtype=float) if catalog.weight else None
-    reps = (
-        records[list(catalog.replicates.columns)].to_numpy(dtype=float)
-        if catalog.replicates and plan.replicates
-        else None
-    )
-    p10 = float(np.percentile(weights, 10)) if weights is not None else 0.0
-    order = np.arange(len(records))
+    a = _universe(dataset, universe, dimensions, protection)
+    p10 = float(np.percentile(a.weights, 10)) if a.weights is not None else 0.0
+    order = np.arange(len(a.records))
     if limit is not None:
         if limit < 1:
             raise ParameterError("limit must be at least 1")
-        order = resolve_generator(rng).permutation(len(records))[:limit]
-    keys = records[catalog.record_key].to_numpy().astype(np.int64)
-    cells = np.unravel_index(flat, shape)
-
-    zeros = zeros_right = ones_right = tables_right = 0
-    wz = wz_right = wo_right = wt_right = s1 = s2 = 0
+        order = resolve_generator(rng).permutation(len(a.records))[:limit]
+    tally = _Tally()
     for step, i in enumerate(order):
-        cell = tuple(int(c[i]) for c in cells)
-        w_i = float(weights[i]) if weights is not None else 0.0
-        agg_b = _without(agg_a, cell, int(keys[i]), w_i, None if reps is None else reps[i])
-        if record_level:
-            frame_b = records.drop(index=records.index[int(i)])
-            engine_b = MemoryEngine(frames={str(dataset.path): frame_b})
-            table_b = TableBuilder(dataset, protection, engine=engine_b).protect(
-                request, plan, agg_b
-            )
-        else:
-            table_b = base.protect(request, plan, agg_b)
-        truth = np.zeros(shape)
-        truth[cell] = 1.0
-        assert table_a.counts is not None and table_b.counts is not None
-        diff = (table_a.counts - table_b.counts)[inner]
-        is_zero = truth == 0
-        zeros += int(is_zero.sum())
-        zeros_right += int((diff[is_zero] == 0).sum())
-        ones_right += int(diff[cell] == 1)
-        tables_right += int(np.array_equal(diff, truth))
-        if weights is not None and table_a.weighted is not None and table_b.weighted is not None:
-            wdiff = (table_a.weighted - table_b.weighted)[inner]
-            ok_zero = np.abs(wdiff) < p10
-            ok_one = abs(wdiff[cell] - w_i) < 0.1 * w_i
-            wz += int(is_zero.sum())
-            wz_right += int(ok_zero[is_zero].sum())
-            wo_right += int(ok_one)
-            wt_right += int(ok_one and bool(ok_zero[is_zero].all()))
-            s1 += int(np.unravel_index(int(np.argmax(wdiff)), shape) == cell)
-            s2 += int(np.unravel_index(int(np.argmin(np.abs(wdiff - w_i))), shape) == cell)
+        table_b, cell, w_i = _table_without(dataset, protection, a, int(i))
+        tally.count(a, table_b, cell, w_i, p10)
         if progress is not None:
             progress(step + 1, len(order))
-    pairs = len(order)
-
-    def pct(a: int, b: int) -> float:
-        return round(100.0 * a / b, 2) if b else 0.0
-
-    weighted = weights is not None
-    return SliverResult(
-        method=name or str(protection.describe().get("name")),
-        pairs=pairs,
-        correct_zeros=pct(zeros_right, zeros),
-        correct_ones=pct(ones_right, pairs),
-        correct_tables=pct(tables_right, pairs),
-        weighted_correct_zeros=pct(wz_right, wz) if weighted else None,
-        weighted_correct_ones=pct(wo_right, pairs) if weighted else None,
-        weighted_correct_tables=pct(wt_right, pairs) if weighted else None,
-        strategy1=pct(s1, pairs) if weighted else None,
-        strategy2=pct(s2, pairs) if weighted else None,
-    )
+    method = name or str(protection.describe().get("name"))
+    return tally.result(method, len(order), a.weights is not None)
