@@ -12,6 +12,8 @@ from tablesafe._cli import PATH, app
 from tablesafe._cli._methods import protection_options
 
 if TYPE_CHECKING:
+    from tablesafe._protection import Protection
+    from tablesafe._request import TableRequest
     from tablesafe.catalog._dataset import Dataset
 
 
@@ -151,18 +153,11 @@ def weighted(
     import os
     import secrets
     import tempfile
-    from dataclasses import replace
 
-    from rich.console import Console
-    from rich.table import Table
-
-    from tablesafe._builder import TableBuilder
     from tablesafe._cli._methods import protection_from_options
     from tablesafe._cli._table import parse_where
     from tablesafe._errors import RequestError
     from tablesafe._request import TableRequest
-    from tablesafe.attacks import mechanism_support, weighted_attack
-    from tablesafe.attacks._weighted import seed000_figures
     from tablesafe.catalog._dataset import Dataset
 
     if fmt not in ("text", "json"):
@@ -188,30 +183,49 @@ def weighted(
                 weight_noise=weight_noise,
                 rounding=rounding,
             )
-            builder = TableBuilder(dataset, prot)
-            published = builder.build(request)
-            truth = builder.tabulate(request).aggregates.n
-            assert published.counts is not None
-            support = mechanism_support(prot, int(published.counts.max()))
-            mean_weight = builder.overall_mean_weights()[0]
-            res = weighted_attack(published, truth, support=support, mean_weight=mean_weight)
-            row: dict[str, object] = {"method": m, **res.as_dict()}
-            # For comparison: the same attack on seed 000's eqs. 4 and 5 at full precision.
-            agg = builder.tabulate(request).aggregates
-            assert agg.weight_sum is not None
-            for eq in (4, 5):
-                figures = seed000_figures(agg.weight_sum, truth, published.counts, mean_weight, eq)
-                leaky = weighted_attack(
-                    replace(published, weighted=figures),
-                    truth,
-                    support=support,
-                    mean_weight=mean_weight,
-                )
-                row[f"eq{eq}_best"] = leaky.best
-            results.append(row)
+            results.append({"method": m, **_weighted_row(dataset, request, prot)})
     if fmt == "json":
         click.echo(json.dumps(results, indent=1))
         return
+    _print_weighted(results, dims)
+
+
+def _weighted_row(dataset: Dataset, request: TableRequest, prot: Protection) -> dict[str, object]:
+    """The weighted-figures attack on one protection, and on seed 000's eqs. 4 and 5."""
+    from dataclasses import replace
+
+    from tablesafe._builder import TableBuilder
+    from tablesafe.attacks import mechanism_support, weighted_attack
+    from tablesafe.attacks._weighted import seed000_figures
+
+    builder = TableBuilder(dataset, prot)
+    published = builder.build(request)
+    truth = builder.tabulate(request).aggregates.n
+    assert published.counts is not None
+    support = mechanism_support(prot, int(published.counts.max()))
+    mean_weight = builder.overall_mean_weights()[0]
+    res = weighted_attack(published, truth, support=support, mean_weight=mean_weight)
+    row: dict[str, object] = {**res.as_dict()}
+    # For comparison: the same attack on seed 000's eqs. 4 and 5 at full precision.
+    agg = builder.tabulate(request).aggregates
+    assert agg.weight_sum is not None
+    for eq in (4, 5):
+        figures = seed000_figures(agg.weight_sum, truth, published.counts, mean_weight, eq)
+        leaky = weighted_attack(
+            replace(published, weighted=figures),
+            truth,
+            support=support,
+            mean_weight=mean_weight,
+        )
+        row[f"eq{eq}_best"] = leaky.best
+    return row
+
+
+def _print_weighted(results: list[dict[str, object]], dims: tuple[str, ...]) -> None:
+    """The text report: one row per protection, the percent of cells each guess got right."""
+    from rich.console import Console
+    from rich.table import Table
+
     out = Table(title=f"Weighted-figures attack on {'*'.join(dims)} (percent of cells right)")
     cols = (
         "method",

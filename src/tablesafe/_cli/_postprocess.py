@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from tablesafe._cli import PATH, app
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from tablesafe.postprocess import DesignMatrix
 
 
 @app.group(
@@ -54,18 +61,72 @@ def fit(
     import numpy as np
     import pandas as pd
 
-    from tablesafe._errors import FormatError, ParameterError
-    from tablesafe.output._render import TOTAL_CODE, to_csv
-    from tablesafe.postprocess import (
-        design_matrix,
-        least_absolute_deviation,
-        loglinear_refit,
-        method_a,
-        method_b,
-        method_c,
-        multinomial_round,
-        stochastic_round,
-    )
+    from tablesafe.output._render import to_csv
+    from tablesafe.postprocess import design_matrix, loglinear_refit
+
+    long = _read_long(table, value)
+    design = design_matrix(long.shape, long.margins)
+    y = _estimate(method, design, long.margin_values(), long, exact, weight)
+    if loglinear:
+        y = loglinear_refit(np.maximum(y, 0), long.margins)
+    out_vals = _rounded(y, round_, seed)
+    idx = np.indices(long.shape).reshape(len(long.shape), -1)
+    result = pd.DataFrame({d: [long.codes[d][i] for i in idx[j]] for j, d in enumerate(long.dims)})
+    result[value] = out_vals.ravel()
+    click.echo(to_csv(result), nl=False)
+
+
+@dataclass
+class _LongTable:
+    """A table read from a long CSV: its dimensions, their codes, and its values by row."""
+
+    path: Path
+    dims: list[str]
+    codes: dict[str, list[str]]  # per dimension, its codes in file order (no total)
+    shape: tuple[int, ...]
+    records: list[list[str]]  # per row, its codes (TOTAL_CODE for a margin)
+    values: np.ndarray  # per row, its value (NaN if not a number)
+    margins: list[tuple[int, ...]]  # the margins present, as the dimensions they keep
+
+    def margin_values(self) -> np.ndarray:
+        """The value of every cell of every margin, in ``design_matrix``'s order.
+
+        Raises:
+            FormatError: for a margin cell missing from the file.
+        """
+        import numpy as np
+
+        from tablesafe._errors import FormatError
+        from tablesafe.output._render import TOTAL_CODE
+
+        lookup = {tuple(rec): v for rec, v in zip(self.records, self.values, strict=True)}
+        z = []
+        for m in self.margins:
+            for combo in np.ndindex(*[self.shape[j] for j in m]):
+                key = [TOTAL_CODE] * len(self.dims)
+                for j, c in zip(m, combo, strict=True):
+                    key[j] = self.codes[self.dims[j]][c]
+                if tuple(key) not in lookup:
+                    raise FormatError(
+                        f"{self.path} lacks the margin cell "
+                        f"{dict(zip(self.dims, key, strict=True))}"
+                    )
+                z.append(float(lookup[tuple(key)]))
+        return np.array(z)
+
+
+def _read_long(table: Path, value: str) -> _LongTable:
+    """Read the long CSV: dimensions, codes and the margins it holds.
+
+    Raises:
+        FormatError: for an unreadable file, no value column, no dimension
+            column or no margin.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from tablesafe._errors import FormatError
+    from tablesafe.output._render import TOTAL_CODE
 
     try:
         frame = pd.read_csv(table, dtype=str, comment="#")
@@ -90,48 +151,62 @@ def fit(
     margins = sorted(found, key=lambda m: (len(m), m))
     if not margins:
         raise FormatError(f"{table} has no margins (rows with {TOTAL_CODE}) to fit to")
-    design = design_matrix(shape, margins)
-    lookup = {tuple(rec): v for rec, v in zip(records, vals, strict=True)}
-    z = []
-    for m in margins:
-        for combo in np.ndindex(*[shape[j] for j in m]):
-            key = [TOTAL_CODE] * len(dims)
-            for j, c in zip(m, combo, strict=True):
-                key[j] = codes[dims[j]][c]
-            if tuple(key) not in lookup:
-                raise FormatError(
-                    f"{table} lacks the margin cell {dict(zip(dims, key, strict=True))}"
-                )
-            z.append(float(lookup[tuple(key)]))
-    zz = np.array(z)
+    return _LongTable(table, dims, codes, shape, records, vals, margins)
+
+
+def _estimate(
+    method: str,
+    design: DesignMatrix,
+    z: np.ndarray,
+    long: _LongTable,
+    exact: tuple[str, ...],
+    weight: float,
+) -> np.ndarray:
+    """The inner cells by method A, B, C or LAD.
+
+    Raises:
+        ParameterError: for an unknown method, or ``--exact`` naming an unknown variable.
+    """
+    import numpy as np
+
+    from tablesafe._errors import ParameterError
+    from tablesafe.postprocess import least_absolute_deviation, method_a, method_b, method_c
+
     m_up = method.upper()
     if m_up == "A":
-        y = method_a(design, zz)
-    elif m_up == "B":
-        y = method_b(design, zz)
-    elif m_up == "LAD":
-        y = least_absolute_deviation(design, zz)
-    elif m_up == "C":
-        exact_dims = {dims.index(e) for e in exact if e in dims}
-        if exact and len(exact_dims) != len(exact):
-            raise ParameterError(f"--exact names unknown variables; dimensions: {', '.join(dims)}")
-        w = []
-        for m in margins:
-            heavy = set(m) <= exact_dims or m == ()
-            w += [weight if heavy else 1.0] * int(np.prod([shape[j] for j in m]))
-        y = method_c(design, zz, np.array(w))
-    else:
+        return method_a(design, z)
+    if m_up == "B":
+        return method_b(design, z)
+    if m_up == "LAD":
+        return least_absolute_deviation(design, z)
+    if m_up != "C":
         raise ParameterError(f"unknown method {method!r}; allowed: A, B, C, LAD")
-    if loglinear:
-        y = loglinear_refit(np.maximum(y, 0), margins)
-    out_vals: np.ndarray = y
+    dims = long.dims
+    exact_dims = {dims.index(e) for e in exact if e in dims}
+    if exact and len(exact_dims) != len(exact):
+        raise ParameterError(f"--exact names unknown variables; dimensions: {', '.join(dims)}")
+    w = []
+    for m in long.margins:
+        heavy = set(m) <= exact_dims or m == ()
+        w += [weight if heavy else 1.0] * int(np.prod([long.shape[j] for j in m]))
+    return method_c(design, z, np.array(w))
+
+
+def _rounded(y: np.ndarray, round_: str, seed: int | None) -> np.ndarray:
+    """The estimates as released: unrounded, or rounded stochastically or multinomially.
+
+    Raises:
+        ParameterError: for an unknown rounding.
+    """
+    import numpy as np
+
+    from tablesafe._errors import ParameterError
+    from tablesafe.postprocess import multinomial_round, stochastic_round
+
     if round_ == "stochastic":
-        out_vals = stochastic_round(np.maximum(y, 0), seed)
-    elif round_ == "multinomial":
-        out_vals = multinomial_round(np.maximum(y, 0), seed)
-    elif round_ != "none":
+        return stochastic_round(np.maximum(y, 0), seed)
+    if round_ == "multinomial":
+        return multinomial_round(np.maximum(y, 0), seed)
+    if round_ != "none":
         raise ParameterError(f"unknown rounding {round_!r}; allowed: none, stochastic, multinomial")
-    idx = np.indices(shape).reshape(len(shape), -1)
-    result = pd.DataFrame({d: [codes[d][i] for i in idx[j]] for j, d in enumerate(dims)})
-    result[value] = out_vals.ravel()
-    click.echo(to_csv(result), nl=False)
+    return y

@@ -16,7 +16,9 @@ from tablesafe._cli._methods import protection_options
 from tablesafe._cli._server import audit_app
 
 if TYPE_CHECKING:
+    from tablesafe._request import TableRequest
     from tablesafe.attacks._reconstruct import Progress
+    from tablesafe.catalog._dataset import Dataset
 
 #: Rows of the text report: (label, key).
 _ROWS = (
@@ -146,11 +148,10 @@ def reconstruct(
     import secrets
 
     from tablesafe._cli._methods import protection_from_options
-    from tablesafe._errors import FormatError, ParameterError, RequestError
+    from tablesafe._errors import ParameterError, RequestError
     from tablesafe._protection import Protection
-    from tablesafe.attacks._reconstruct import all_k_way_requests, reconstruction_attack
+    from tablesafe.attacks._reconstruct import reconstruction_attack
     from tablesafe.catalog._dataset import Dataset
-    from tablesafe.server._cumulative import requests_from_bodies
 
     _check_options(fmt, time_limit)
     if min_cell_size < 0:
@@ -158,21 +159,7 @@ def reconstruct(
     if (tables is None) == (all_k_way is None):
         raise RequestError("give the published tables: either --tables FILE or --all-k-way K")
     dataset = Dataset.open(data_dir)
-    if tables is not None:
-        try:
-            bodies = json.loads(Path(tables).read_text())
-        except OSError as exc:
-            raise RequestError(f"cannot read --tables {tables}: {exc.strerror}") from None
-        except json.JSONDecodeError as exc:
-            raise FormatError(
-                f"--tables {tables} is not JSON: {exc.msg} at line {exc.lineno}"
-            ) from None
-        requests = requests_from_bodies(bodies, where=f"--tables {tables}")
-    else:
-        if not variables:
-            raise RequestError("--all-k-way needs --variables, e.g. --variables AGEGRP,SEX,REGION")
-        assert all_k_way is not None
-        requests = all_k_way_requests(dataset.catalog, variables.split(","), all_k_way)
+    requests = _published_requests(dataset, tables, all_k_way, variables)
     # The attack is the data owner's experiment: without a configured secret a
     # fresh random one stands in (dynamic seeds behave the same for any secret).
     if (seeds == "dynamic" or method == "q-records") and secret_env is None:
@@ -206,6 +193,35 @@ def reconstruct(
         click.echo(json.dumps(out, indent=1))
         return
     _report(out, f"Reconstruction of {' x '.join(result.variables)} from {len(requests)} tables")
+
+
+def _published_requests(
+    dataset: Dataset, tables: Path | None, all_k_way: int | None, variables: str | None
+) -> list[TableRequest]:
+    """The attacked tables' requests: read from ``--tables``, or every ``--all-k-way`` table.
+
+    Raises:
+        RequestError: for an unreadable file, or ``--all-k-way`` without ``--variables``.
+        FormatError: for a file that is not JSON.
+    """
+    from tablesafe._errors import FormatError, RequestError
+    from tablesafe.attacks._reconstruct import all_k_way_requests
+    from tablesafe.server._cumulative import requests_from_bodies
+
+    if tables is not None:
+        try:
+            bodies = json.loads(Path(tables).read_text())
+        except OSError as exc:
+            raise RequestError(f"cannot read --tables {tables}: {exc.strerror}") from None
+        except json.JSONDecodeError as exc:
+            raise FormatError(
+                f"--tables {tables} is not JSON: {exc.msg} at line {exc.lineno}"
+            ) from None
+        return requests_from_bodies(bodies, where=f"--tables {tables}")
+    if not variables:
+        raise RequestError("--all-k-way needs --variables, e.g. --variables AGEGRP,SEX,REGION")
+    assert all_k_way is not None
+    return all_k_way_requests(dataset.catalog, variables.split(","), all_k_way)
 
 
 @audit_app.command("reconstruct")

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from tablesafe._cli import PATH, app
 from tablesafe._cli._methods import protection_options
 from tablesafe._errors import ConfigError, RequestError
+
+if TYPE_CHECKING:
+    from tablesafe._protection import Protection
+    from tablesafe._request import TableRequest
+    from tablesafe.catalog._dataset import Dataset
+    from tablesafe.output._table import ProtectedTable
 
 
 def parse_where(items: list[str]) -> dict[str, tuple[str, ...]]:
@@ -187,22 +193,13 @@ def table(
     """Build a protected table: rows by columns (by layers) inside a universe."""
     from tablesafe._builder import TableBuilder
     from tablesafe._cli._methods import protection_from_options
-    from tablesafe._request import TableRequest
-    from tablesafe.catalog._custom import parse_groupings
     from tablesafe.catalog._dataset import Dataset
     from tablesafe.output._formats import output_format
 
     # The registry's formats that print on a terminal (xlsx is bytes).
     output = output_format(fmt, binary=False)
     dims = [rows, *([cols] if cols else []), *layers]
-    request = TableRequest(
-        tuple(dims),
-        universe=parse_where(list(where)),
-        statistic=statistic,  # type: ignore[arg-type]
-        margins=margins,  # type: ignore[arg-type]
-        replicates=replicates,
-        groupings=parse_groupings([parse_group(g) for g in group]),
-    )
+    request = _request(dims, where, group, statistic, margins, replicates)
     dataset = Dataset.open(data_dir)
     # Bad requests are refused before anything else happens.
     request.bind(dataset.catalog)
@@ -210,24 +207,9 @@ def table(
     magnitudes: Any = None  # the cell-key method for magnitudes unless a site says otherwise
     rules: Any = None
     if config is not None:
-        from tablesafe._settings import load_site_config
-        from tablesafe.server._service import site_protection
-
-        site = load_site_config(config)
-        served = site.dataset_at(data_dir)
-        protection = site_protection(served, site)
-        magnitudes = served.magnitudes.protection() if protection.mechanism else None
-        rules = served.rules
+        protection, magnitudes, rules = _site_protection(config, data_dir)
     elif method == "none":
-        from tablesafe.output._tabulation import tabulate
-
-        if footnotes:
-            raise RequestError(
-                "--footnotes describes the protection of a table; --method none gives an "
-                "unprotected table (owner only) with none: drop --footnotes or choose a method"
-            )
-
-        click.echo(tabulate(dataset, request, engine=eng).render(fmt), nl=False)
+        _echo_unprotected(dataset, request, eng, fmt, footnotes)
         return
     else:
         protection = protection_from_options(
@@ -249,11 +231,65 @@ def table(
     builder = TableBuilder(dataset, protection, engine=eng, magnitudes=magnitudes, rules=rules)
     result = builder.build(request)
     if owner_flags and fmt in ("csv", "json"):
-        from tablesafe.output._render import to_csv, to_json
-
-        frame = result.to_frame(owner=True)
-        text = to_csv(frame) if fmt == "csv" else to_json(frame, result.public_metadata()) + "\n"
-        notes = "\n" + result.footnote_comments() if footnotes and fmt == "csv" else ""
-        click.echo(text + notes, nl=False)
+        _echo_owner(result, fmt, footnotes)
         return
     click.echo(output.write(result, footnotes), nl=False)
+
+
+def _request(
+    dims: list[str],
+    where: tuple[str, ...],
+    group: tuple[str, ...],
+    statistic: str,
+    margins: str,
+    replicates: bool,
+) -> TableRequest:
+    """The table request of the command's options (not yet checked against a catalog)."""
+    from tablesafe._request import TableRequest
+    from tablesafe.catalog._custom import parse_groupings
+
+    return TableRequest(
+        tuple(dims),
+        universe=parse_where(list(where)),
+        statistic=statistic,  # type: ignore[arg-type]
+        margins=margins,  # type: ignore[arg-type]
+        replicates=replicates,
+        groupings=parse_groupings([parse_group(g) for g in group]),
+    )
+
+
+def _site_protection(config: Path, data_dir: Path) -> tuple[Protection, Any, Any]:
+    """``--config``: the protection, magnitude protection and rules the site fixes for the data."""
+    from tablesafe._settings import load_site_config
+    from tablesafe.server._service import site_protection
+
+    site = load_site_config(config)
+    served = site.dataset_at(data_dir)
+    protection = site_protection(served, site)
+    magnitudes = served.magnitudes.protection() if protection.mechanism else None
+    return protection, magnitudes, served.rules
+
+
+def _echo_unprotected(
+    dataset: Dataset, request: TableRequest, engine: Any, fmt: str, footnotes: bool
+) -> None:
+    """``--method none``: the unprotected table (the owner's), without footnotes."""
+    from tablesafe.output._tabulation import tabulate
+
+    if footnotes:
+        raise RequestError(
+            "--footnotes describes the protection of a table; --method none gives an "
+            "unprotected table (owner only) with none: drop --footnotes or choose a method"
+        )
+
+    click.echo(tabulate(dataset, request, engine=engine).render(fmt), nl=False)
+
+
+def _echo_owner(result: ProtectedTable, fmt: str, footnotes: bool) -> None:
+    """``--owner-flags`` in CSV or JSON: the table with the owner's perturbed/adjusted flags."""
+    from tablesafe.output._render import to_csv, to_json
+
+    frame = result.to_frame(owner=True)
+    text = to_csv(frame) if fmt == "csv" else to_json(frame, result.public_metadata()) + "\n"
+    notes = "\n" + result.footnote_comments() if footnotes and fmt == "csv" else ""
+    click.echo(text + notes, nl=False)
