@@ -209,6 +209,26 @@ def _is_letter_missing(value: Any) -> bool:
     return isinstance(value, str) and len(value) == 1 and "a" <= value <= "z"
 
 
+class _NotAVariable(Exception):
+    """A column is not a classification variable, for the reason given."""
+
+
+@dataclass
+class _Values:
+    """What one column's distinct values say about it."""
+
+    series: pd.Series  # the column (booleans as 0/1)
+    labels: Mapping[Any, str]  # its value labels (booleans: False/True)
+    numeric_dtype: bool
+    x: np.ndarray | None  # a numeric column as floats
+    isnull: np.ndarray
+    present: list[Any]  # the distinct values present
+    letters: set[str]  # Stata/SAS extended missing values present (.a .. .z)
+    text_kind: bool  # text codes (else integer codes)
+    data_codes: set[Code]
+    has_empty: bool  # empty text in the data (system missing)
+
+
 def _decide(
     series: pd.Series,
     labels: Mapping[Any, str],
@@ -226,8 +246,28 @@ def _decide(
         column and its categories (code, label, comment) for a
         classification variable; otherwise the reason it is not one.
     """
+    try:
+        values = _values(series, labels, measure, max_categories)
+        lab = _labels(values, measure, max_categories)
+    except _NotAVariable as exc:
+        return str(exc), None, [], ""
+    categories, letter_codes, sys_code = _categories(values, lab, ranges)
+    coded = _coded(values, letter_codes, sys_code)
+    note = "" if lab else "the file has no value labels: the labels are the codes"
+    return "", coded, categories, note
+
+
+def _values(
+    series: pd.Series, labels: Mapping[Any, str], measure: str, max_categories: int
+) -> _Values:
+    """The column's distinct values, and whether they are integer or text codes.
+
+    Raises:
+        _NotAVariable: for dates, non-integers, identifiers, too many values
+            without labels, or a mix of numbers and text.
+    """
     if pd.api.types.is_datetime64_any_dtype(series.dtype):
-        return "date or time values", None, [], ""
+        raise _NotAVariable("date or time values")
     if pd.api.types.is_bool_dtype(series.dtype):
         series = series.astype("Int64")
         labels = {0: "False", 1: "True", **labels}
@@ -235,20 +275,21 @@ def _decide(
     numeric_dtype = pd.api.types.is_numeric_dtype(series.dtype)
     letters: set[str] = set()
     present: list[Any]
+    x = None
     if numeric_dtype:
         x = series.to_numpy(dtype=np.float64, na_value=np.nan)
         isnull = np.isnan(x)
         vals = x[~isnull]
         integral = np.isfinite(vals) & (np.mod(vals, 1.0) == 0) & (np.abs(vals) < 2**53)
         if not integral.all():
-            return "continuous (values that are not integers)", None, [], ""
+            raise _NotAVariable("continuous (values that are not integers)")
         if not labels and measure == "scale":
-            return "continuous (measure 'scale' in the file, no value labels)", None, [], ""
+            raise _NotAVariable("continuous (measure 'scale' in the file, no value labels)")
         uniq = np.unique(vals)
         if not labels and n_rows > 1 and uniq.size == n_rows:
-            return "an identifier (every value distinct)", None, [], ""
+            raise _NotAVariable("an identifier (every value distinct)")
         if not labels and uniq.size > max_categories:
-            return _too_many(uniq.size, max_categories), None, [], ""
+            raise _NotAVariable(_too_many(uniq.size, max_categories))
         present = [int(v) for v in uniq]
     else:
         isnull = np.asarray(pd.isna(series), dtype=bool)
@@ -260,7 +301,7 @@ def _decide(
     numeric_labels = any(not isinstance(k, str) for k in labels)
     text_kind = bool(texts) or (not numeric and not numeric_labels and bool(present or labels))
     if text_kind and numeric:
-        return "a mix of numbers and text", None, [], ""
+        raise _NotAVariable("a mix of numbers and text")
     data_codes: set[Code]
     if text_kind:
         letters = set()  # single letters in a text column are ordinary codes
@@ -269,33 +310,54 @@ def _decide(
         data_codes.discard("")
     else:
         if any(not _is_integral(float(v)) for v in numeric):
-            return "continuous (values that are not integers)", None, [], ""
+            raise _NotAVariable("continuous (values that are not integers)")
         data_codes = {int(v) for v in numeric}
         has_empty = False
+    return _Values(
+        series, labels, numeric_dtype, x, isnull, present, letters, text_kind, data_codes, has_empty
+    )
+
+
+def _labels(v: _Values, measure: str, max_categories: int) -> dict[Code, str]:
+    """The value labels by code (extended missing values aside).
+
+    Raises:
+        _NotAVariable: for labels on non-integers, a scale measure without
+            labels, an identifier, or too many values without a label.
+    """
     lab: dict[Code, str] = {}
-    for k, v in labels.items():
-        if _is_letter_missing(k) and not text_kind:
+    for k, label in v.labels.items():
+        if _is_letter_missing(k) and not v.text_kind:
             continue
-        if not text_kind and not _is_integral(float(k)):
-            return "continuous (value labels on values that are not integers)", None, [], ""
-        lab[_as_code(k)] = str(v)
+        if not v.text_kind and not _is_integral(float(k)):
+            raise _NotAVariable("continuous (value labels on values that are not integers)")
+        lab[_as_code(k)] = str(label)
     if not lab and measure == "scale":
-        return "continuous (measure 'scale' in the file, no value labels)", None, [], ""
-    unlabelled = data_codes - set(lab)
+        raise _NotAVariable("continuous (measure 'scale' in the file, no value labels)")
+    unlabelled = v.data_codes - set(lab)
     if not lab:
-        if n_rows > 1 and len(present) == n_rows:
-            return "an identifier (every value distinct)", None, [], ""
-        if len(data_codes) > max_categories:
-            return _too_many(len(data_codes), max_categories), None, [], ""
+        if len(v.series) > 1 and len(v.present) == len(v.series):
+            raise _NotAVariable("an identifier (every value distinct)")
+        if len(v.data_codes) > max_categories:
+            raise _NotAVariable(_too_many(len(v.data_codes), max_categories))
     elif len(unlabelled) > max_categories:
-        return (
+        raise _NotAVariable(
             f"{len(unlabelled)} values without a value label, more than --max-categories "
-            f"{max_categories} (labels that cover only missing-value codes?)",
-            None,
-            [],
-            "",
+            f"{max_categories} (labels that cover only missing-value codes?)"
         )
-    used: set[Code] = set(data_codes) | set(lab)
+    return lab
+
+
+def _categories(
+    v: _Values, lab: Mapping[Code, str], ranges: Sequence[tuple[Any, Any]]
+) -> tuple[list[tuple[Code, str, str]], dict[str, int], Code | None]:
+    """The categories (code, label, comment): the regular ones, then the missing-value codes.
+
+    Returns:
+        The categories, the code given to each extended missing value, and
+        the code of system missing (``None`` if nothing is missing).
+    """
+    used: set[Code] = set(v.data_codes) | set(lab)
     regular: list[tuple[Code, str, str]] = []
     missing: list[tuple[Code, str, str]] = []
     for code in sorted(used, key=lambda c: (isinstance(c, str), c)):
@@ -316,43 +378,44 @@ def _decide(
                 missing.append((code, lab.get(code, f"Missing ({code})"), "missing-value code"))
     missing.sort(key=lambda c: (isinstance(c[0], str), c[0]))
     letter_codes: dict[str, int] = {}
-    for letter in sorted(letters | {k for k in labels if _is_letter_missing(k)}):
+    for letter in sorted(v.letters | {k for k in v.labels if _is_letter_missing(k)}):
         code = _free_code(-2 - (ord(letter) - ord("a")), used)
         used.add(code)
         letter_codes[letter] = code
         missing.append(
-            (code, str(labels.get(letter, f"Missing (.{letter})")), f"missing value .{letter}")
+            (code, str(v.labels.get(letter, f"Missing (.{letter})")), f"missing value .{letter}")
         )
     sys_code: Code | None = None
-    if isnull.any() or has_empty:
-        if text_kind:
+    if v.isnull.any() or v.has_empty:
+        if v.text_kind:
             sys_code = _MISSING_TEXT
             while sys_code in used:
                 sys_code = "_" + sys_code
         else:
             sys_code = _free_code(-1, used)
         missing.append((sys_code, "Missing", "empty in the file (system missing)"))
-    # The coded column: integers or stripped text, missing values as their codes.
-    coded: pd.Series
-    if numeric_dtype:
+    return regular + missing, letter_codes, sys_code
+
+
+def _coded(v: _Values, letter_codes: Mapping[str, int], sys_code: Code | None) -> pd.Series:
+    """The coded column: integers or stripped text, missing values as their codes."""
+    if v.numeric_dtype:
+        assert v.x is not None
         fill = float(sys_code) if isinstance(sys_code, int) else 0.0
-        coded = pd.Series(np.where(isnull, fill, x).astype(np.int64), index=series.index)
-    else:
-        mapping: dict[Any, Code] = {}
-        for v in present:
-            if v in letter_codes:
-                mapping[v] = letter_codes[v]
-            elif text_kind:
-                s = str(v).strip()
-                mapping[v] = s if s else sys_code  # type: ignore[assignment]
-            else:
-                mapping[v] = int(v)
-        values = series.map(mapping)
-        if sys_code is not None:
-            values = values.where(~isnull, sys_code)
-        coded = values.astype("str" if text_kind else "int64")
-    note = "" if lab else "the file has no value labels: the labels are the codes"
-    return "", coded, regular + missing, note
+        return pd.Series(np.where(v.isnull, fill, v.x).astype(np.int64), index=v.series.index)
+    mapping: dict[Any, Code] = {}
+    for value in v.present:
+        if value in letter_codes:
+            mapping[value] = letter_codes[value]
+        elif v.text_kind:
+            s = str(value).strip()
+            mapping[value] = s if s else sys_code  # type: ignore[assignment]
+        else:
+            mapping[value] = int(value)
+    values = v.series.map(mapping)
+    if sys_code is not None:
+        values = values.where(~v.isnull, sys_code)
+    return values.astype("str" if v.text_kind else "int64")
 
 
 def _too_many(count: int, max_categories: int) -> str:
@@ -478,6 +541,53 @@ def init_catalog(
         CatalogError: if the draft does not validate (a bug; reported).
     """
     source, directory = Path(source), Path(directory)
+    _check_target(directory, overwrite, max_categories)
+    df, meta = _read(source)
+    columns = _check_columns(df, source, weight, record_key, variables)
+    names = _names(columns, record_key)
+    renamed = [(c, n) for c, n in names.items() if c != n]
+    # Every column is kept; the weight checked, the variables' coded values set below.
+    out = {
+        names[c]: _check_weight(df[c], c) if c == weight else df[c]
+        for c in columns
+        if c != record_key
+    }
+    made, undecided = _variables(
+        df, meta, columns, names, weight, record_key, variables, max_categories, out
+    )
+    if not made:
+        raise DataError(
+            f"no column of {source.name} can be a classification variable (integer or text "
+            "codes); columns: " + "; ".join(f"{n}: {r}" for n, r in undecided)
+        )
+
+    import pyarrow as pa
+
+    table = pa.Table.from_pandas(pd.DataFrame(out), preserve_index=False)
+    keys_added = record_key not in columns
+    table = table.append_column(record_key, _record_keys(df, record_key, keys_added, rng))
+    text = _catalog_text(
+        source, meta, record_key, names.get(weight) if weight else None, made, undecided,
+        renamed, keys_added,
+    )  # fmt: skip
+    _write_validated(directory, table, text)
+    return InitReport(
+        directory=directory,
+        records=len(df),
+        variables=tuple(v.name for v in made),
+        undecided=tuple(undecided),
+        renamed=tuple(renamed),
+        keys_added=keys_added,
+    )
+
+
+def _check_target(directory: Path, overwrite: bool, max_categories: int) -> None:
+    """Check the options before reading anything.
+
+    Raises:
+        ParameterError: if ``max_categories`` is below 2.
+        DataError: if ``directory`` holds a dataset and ``overwrite`` is false.
+    """
     if max_categories < 2:
         raise ParameterError(f"max_categories must be at least 2, not {max_categories}")
     targets = [directory / "catalog.toml", directory / "microdata.parquet"]
@@ -486,7 +596,21 @@ def init_catalog(
             f"{directory} already holds a dataset (catalog.toml or microdata.parquet); "
             "choose another folder or pass overwrite (--overwrite)"
         )
-    df, meta = _read(source)
+
+
+def _check_columns(
+    df: pd.DataFrame,
+    source: Path,
+    weight: str | None,
+    record_key: str,
+    variables: Sequence[str] | None,
+) -> list[str]:
+    """The file's column names (as text), checked against the weight and ``--variables``.
+
+    Raises:
+        DataError: for no records, an unknown weight or variable, the weight
+            as the record key, or a variable named twice or as the weight or key.
+    """
     if len(df) == 0:
         raise DataError(f"{source.name} has no records")
     columns = [str(c) for c in df.columns]
@@ -509,30 +633,46 @@ def init_catalog(
             raise DataError(f"{clash[0]} is the weight or the record key, not a variable")
         if len(set(variables)) != len(variables):
             raise DataError("--variables names a column twice")
+    return columns
 
+
+def _names(columns: Sequence[str], record_key: str) -> dict[str, str]:
+    """Each column's name in the written microdata (the record key's kept as given).
+
+    Raises:
+        DataError: for a record-key name that is not a valid catalog name.
+    """
     taken: set[str] = set()
-    names: dict[str, str] = {}
     rk_name = _clean_name(record_key, taken)
     if rk_name != record_key or not NAME_PATTERN.match(record_key):
         raise DataError(
             f"record-key column name {record_key!r} is not allowed: use a letter followed by "
             "letters, digits or underscores"
         )
-    for col in columns:
-        names[col] = record_key if col == record_key else _clean_name(col, taken)
-    renamed = [(c, n) for c, n in names.items() if c != n]
+    return {col: record_key if col == record_key else _clean_name(col, taken) for col in columns}
 
-    out: dict[str, pd.Series] = {}
+
+def _variables(
+    df: pd.DataFrame,
+    meta: _Meta,
+    columns: Sequence[str],
+    names: Mapping[str, str],
+    weight: str | None,
+    record_key: str,
+    variables: Sequence[str] | None,
+    max_categories: int,
+    out: dict[str, pd.Series],
+) -> tuple[list[_Var], list[tuple[str, str]]]:
+    """Decide about every column; a variable's coded values replace its column in ``out``.
+
+    Returns:
+        The variables (in ``--variables`` order, else the file's) and the
+        columns not made variables, each with the reason.
+
+    Raises:
+        DataError: for a column named in ``--variables`` that cannot be a variable.
+    """
     undecided: list[tuple[str, str]] = []
-    order = list(variables) if variables is not None else columns
-    for col in columns:
-        series = df[col]
-        if col == record_key:
-            continue
-        if col == weight:
-            out[names[col]] = _check_weight(series, col)
-            continue
-        out[names[col]] = series
     decided: dict[str, _Var] = {}
     for col in columns:
         if col in (record_key, weight):
@@ -555,51 +695,38 @@ def init_catalog(
         assert coded is not None
         out[names[col]] = coded
         decided[col] = _Var(names[col], meta.labels.get(col, col), cats, note)
-    made = [decided[c] for c in order if c in decided]
-    if not made:
-        raise DataError(
-            f"no column of {source.name} can be a classification variable (integer or text "
-            "codes); columns: " + "; ".join(f"{n}: {r}" for n, r in undecided)
-        )
+    order = list(variables) if variables is not None else columns
+    return [decided[c] for c in order if c in decided], undecided
 
+
+def _record_keys(
+    df: pd.DataFrame, record_key: str, draw: bool, rng: np.random.Generator | None
+) -> Any:
+    """The record keys (an Arrow uint32 array): drawn, or the file's, checked.
+
+    Raises:
+        DataError: for missing keys, or keys that are not integers in 0 .. 2**32 - 1.
+    """
     import pyarrow as pa
 
     from tablesafe._keys import check_record_keys, draw_record_keys
 
-    table = pa.Table.from_pandas(pd.DataFrame(out), preserve_index=False)
-    keys_added = record_key not in columns
-    if keys_added:
-        keys = pa.array(draw_record_keys(len(df), rng), type=pa.uint32())
-    else:
-        raw = df[record_key]
-        if pd.isna(raw).any():
-            raise DataError(
-                f"record-key column {record_key} has {int(pd.isna(raw).sum())} missing values; "
-                "drop the column to have keys drawn, or fix it"
-            )
-        try:
-            keys = pa.array(raw.to_numpy(), type=pa.int64())
-        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError):
-            raise DataError(
-                f"record-key column {record_key} must hold integers in 0 .. 2**32 - 1"
-            ) from None
-        check_record_keys(pa.table({record_key: keys}), record_key)
-        keys = keys.cast(pa.uint32())
-    table = table.append_column(record_key, keys)
-
-    text = _catalog_text(
-        source, meta, record_key, names.get(weight) if weight else None, made, undecided,
-        renamed, keys_added,
-    )  # fmt: skip
-    _write_validated(directory, table, text)
-    return InitReport(
-        directory=directory,
-        records=len(df),
-        variables=tuple(v.name for v in made),
-        undecided=tuple(undecided),
-        renamed=tuple(renamed),
-        keys_added=keys_added,
-    )
+    if draw:
+        return pa.array(draw_record_keys(len(df), rng), type=pa.uint32())
+    raw = df[record_key]
+    if pd.isna(raw).any():
+        raise DataError(
+            f"record-key column {record_key} has {int(pd.isna(raw).sum())} missing values; "
+            "drop the column to have keys drawn, or fix it"
+        )
+    try:
+        keys = pa.array(raw.to_numpy(), type=pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError):
+        raise DataError(
+            f"record-key column {record_key} must hold integers in 0 .. 2**32 - 1"
+        ) from None
+    check_record_keys(pa.table({record_key: keys}), record_key)
+    return keys.cast(pa.uint32())
 
 
 def _write_validated(directory: Path, table: Any, text: str) -> None:
