@@ -169,6 +169,46 @@ def replicate_weights(
         DataError: for missing strata or PSUs, a stratum with one PSU, or
             (JK2, BRR) a stratum without exactly two PSUs.
     """
+    _check_method(method, fay)
+    d = _psus(strata, psu, strata_column, psu_column)
+    if method in ("JK2", "BRR"):
+        other = np.flatnonzero(d.n_h != 2)
+        if other.size:
+            raise DataError(
+                f"{method} needs exactly two PSUs per stratum; {d.where(int(other[0]))} of "
+                f"{strata_column} has {d.n_h[other[0]]}. Use JK1 or bootstrap, or pair the PSUs"
+            )
+    natural = {"JK1": d.n_psu, "JK2": d.n_strata}
+    if method in natural and replicates is not None and replicates != natural[method]:
+        raise ParameterError(
+            f"{method} makes one replicate per {'PSU' if method == 'JK1' else 'stratum'}: "
+            f"{natural[method]} here, not {replicates}; leave out --replicates"
+        )
+    if method == "JK1":
+        factors, coefficient = _jk1(d)
+    elif method == "JK2":
+        factors, coefficient = _jk2(d)
+    elif method == "BRR":
+        factors, coefficient = _brr(d, replicates, fay)
+    else:
+        factors, coefficient = _bootstrap(d, replicates, rng)
+    return DesignReplicates(
+        factors=factors,
+        psu_index=d.psu_index.astype(np.int64),
+        method=method,  # type: ignore[arg-type]
+        coefficient=coefficient,
+        fay=float(fay),
+        strata=d.n_strata,
+    )
+
+
+def _check_method(method: str, fay: float) -> None:
+    """Check the method and Fay's factor.
+
+    Raises:
+        ParameterError: for an unknown method, or a Fay factor outside [0, 1)
+            or with another method than BRR.
+    """
     if method not in REPLICATE_METHODS:
         raise ParameterError(
             f"unknown replication method {method!r}; allowed: {', '.join(REPLICATE_METHODS)}"
@@ -177,6 +217,49 @@ def replicate_weights(
         raise ParameterError(f"Fay's factor must lie in [0, 1), not {fay!r}")
     if fay and method != "BRR":
         raise ParameterError(f"Fay's factor applies to BRR only, not to {method}")
+
+
+@dataclass(frozen=True)
+class _Psus:
+    """The PSUs of a design, numbered in sorted (stratum, PSU) order.
+
+    Attributes:
+        strata: The stratum of each record (``None``: one stratum), for messages.
+        psu_index: For each record, the index of its PSU.
+        stratum_of: For each PSU, its stratum.
+        n_h: For each stratum, its number of PSUs.
+        first: For each stratum, the index of its first PSU.
+    """
+
+    strata: npt.ArrayLike | None
+    psu_index: npt.NDArray[np.intp]
+    stratum_of: npt.NDArray[np.int64]
+    n_h: npt.NDArray[np.int64]
+    first: npt.NDArray[np.intp]
+
+    @property
+    def n_psu(self) -> int:
+        """The number of PSUs."""
+        return int(self.stratum_of.size)
+
+    @property
+    def n_strata(self) -> int:
+        """The number of strata."""
+        return int(self.n_h.size)
+
+    def where(self, h: int) -> str:
+        """Stratum ``h`` as a message names it."""
+        return f"stratum {_label(self.strata, h)}" if self.strata is not None else "the one stratum"
+
+
+def _psus(
+    strata: npt.ArrayLike | None, psu: npt.ArrayLike, strata_column: str, psu_column: str
+) -> _Psus:
+    """Number the PSUs within their strata.
+
+    Raises:
+        DataError: for missing strata or PSUs, no record, or a stratum with one PSU.
+    """
     p_codes = _codes(psu, "PSU", psu_column)
     n = p_codes.size
     if n == 0:
@@ -190,86 +273,83 @@ def replicate_weights(
     stratum_of = (uniq // (int(p_codes.max()) + 1)).astype(np.int64)
     n_strata = int(stratum_of.max()) + 1
     n_h = np.bincount(stratum_of, minlength=n_strata)
-
-    def where(h: int) -> str:
-        return f"stratum {_label(strata, h)}" if strata is not None else "the one stratum"
-
+    first = np.searchsorted(stratum_of, np.arange(n_strata))  # index of each stratum's first PSU
+    d = _Psus(strata, psu_index, stratum_of, n_h, first)
     single = np.flatnonzero(n_h < 2)
     if single.size:
         raise DataError(
-            f"{where(int(single[0]))} of {strata_column} has only one PSU ({single.size} strata "
+            f"{d.where(int(single[0]))} of {strata_column} has only one PSU ({single.size} strata "
             "in all); a variance needs at least two PSUs per stratum: collapse such strata "
             "with a neighbouring one first"
         )
-    n_psu = uniq.size
-    first = np.searchsorted(stratum_of, np.arange(n_strata))  # index of each stratum's first PSU
-    if method in ("JK2", "BRR"):
-        other = np.flatnonzero(n_h != 2)
-        if other.size:
-            raise DataError(
-                f"{method} needs exactly two PSUs per stratum; {where(int(other[0]))} of "
-                f"{strata_column} has {n_h[other[0]]}. Use JK1 or bootstrap, or pair the PSUs"
+    return d
+
+
+def _jk1(d: _Psus) -> tuple[npt.NDArray[np.float64], float]:
+    """JK1: each replicate drops one PSU and reweights the rest of its stratum (and coefficient)."""
+    n_psu, n_h, stratum_of = d.n_psu, d.n_h, d.stratum_of
+    factors = np.ones((n_psu, n_psu))
+    c_h = (n_h - 1) / n_h
+    for r in range(n_psu):
+        h = stratum_of[r]
+        members = stratum_of == h
+        factors[r, members] = n_h[h] / (n_h[h] - 1)
+        factors[r, r] = 0.0
+    if np.all(n_h == n_h[0]):
+        return factors, float(c_h[0])
+    scale = np.sqrt(c_h[stratum_of])[:, None]  # per replicate (= per PSU)
+    return 1.0 + scale * (factors - 1.0), 1.0
+
+
+def _jk2(d: _Psus) -> tuple[npt.NDArray[np.float64], float]:
+    """JK2: each replicate drops a stratum's first PSU and doubles its second."""
+    factors = np.ones((d.n_strata, d.n_psu))
+    for h in range(d.n_strata):
+        factors[h, d.first[h]] = 0.0
+        factors[h, d.first[h] + 1] = 2.0
+    return factors, 1.0
+
+
+def _brr(d: _Psus, replicates: int | None, fay: float) -> tuple[npt.NDArray[np.float64], float]:
+    """BRR with Fay's factor: half-samples from a Sylvester Hadamard matrix.
+
+    Raises:
+        ParameterError: for a number of replicates that is not a power of two above ``H``.
+    """
+    n_strata, first = d.n_strata, d.first
+    order = 1 << max(n_strata, 1).bit_length()  # smallest power of two > H
+    if replicates is not None:
+        if replicates < order or replicates & (replicates - 1):
+            raise ParameterError(
+                f"BRR with {n_strata} strata needs a power of two above {n_strata} "
+                f"replicates (at least {order}), not {replicates}"
             )
-    natural = {"JK1": n_psu, "JK2": n_strata}
-    if method in natural and replicates is not None and replicates != natural[method]:
-        raise ParameterError(
-            f"{method} makes one replicate per {'PSU' if method == 'JK1' else 'stratum'}: "
-            f"{natural[method]} here, not {replicates}; leave out --replicates"
-        )
-    coefficient: float
-    if method == "JK1":
-        factors = np.ones((n_psu, n_psu))
-        c_h = (n_h - 1) / n_h
-        for r in range(n_psu):
-            h = stratum_of[r]
-            members = stratum_of == h
-            factors[r, members] = n_h[h] / (n_h[h] - 1)
-            factors[r, r] = 0.0
-        if np.all(n_h == n_h[0]):
-            coefficient = float(c_h[0])
-        else:
-            scale = np.sqrt(c_h[stratum_of])[:, None]  # per replicate (= per PSU)
-            factors = 1.0 + scale * (factors - 1.0)
-            coefficient = 1.0
-    elif method == "JK2":
-        factors = np.ones((n_strata, n_psu))
-        for h in range(n_strata):
-            factors[h, first[h]] = 0.0
-            factors[h, first[h] + 1] = 2.0
-        coefficient = 1.0
-    elif method == "BRR":
-        order = 1 << max(n_strata, 1).bit_length()  # smallest power of two > H
-        if replicates is not None:
-            if replicates < order or replicates & (replicates - 1):
-                raise ParameterError(
-                    f"BRR with {n_strata} strata needs a power of two above {n_strata} "
-                    f"replicates (at least {order}), not {replicates}"
-                )
-            order = replicates
-        alpha = _sylvester(order)[:, 1 : n_strata + 1].astype(np.float64)  # (R, H)
-        factors = np.empty((order, n_psu))
-        factors[:, first] = 1.0 + (1.0 - fay) * alpha
-        factors[:, first + 1] = 1.0 - (1.0 - fay) * alpha
-        coefficient = 1.0 / (order * (1.0 - fay) ** 2)
-    else:
-        r_count = DEFAULT_BOOTSTRAP_REPLICATES if replicates is None else replicates
-        if r_count < 2:
-            raise ParameterError(f"the bootstrap needs at least 2 replicates, not {r_count}")
-        gen = rng if rng is not None else np.random.default_rng(secrets.randbits(128))
-        factors = np.empty((r_count, n_psu))
-        for h in range(n_strata):
-            k = int(n_h[h])
-            draws = gen.multinomial(k - 1, np.full(k, 1.0 / k), size=r_count)
-            factors[:, first[h] : first[h] + k] = draws * (k / (k - 1))
-        coefficient = 1.0 / r_count
-    return DesignReplicates(
-        factors=factors,
-        psu_index=psu_index.astype(np.int64),
-        method=method,  # type: ignore[arg-type]
-        coefficient=coefficient,
-        fay=float(fay),
-        strata=n_strata,
-    )
+        order = replicates
+    alpha = _sylvester(order)[:, 1 : n_strata + 1].astype(np.float64)  # (R, H)
+    factors = np.empty((order, d.n_psu))
+    factors[:, first] = 1.0 + (1.0 - fay) * alpha
+    factors[:, first + 1] = 1.0 - (1.0 - fay) * alpha
+    return factors, 1.0 / (order * (1.0 - fay) ** 2)
+
+
+def _bootstrap(
+    d: _Psus, replicates: int | None, rng: np.random.Generator | None
+) -> tuple[npt.NDArray[np.float64], float]:
+    """The Rao-Wu rescaling bootstrap: ``n_h - 1`` PSUs drawn with replacement per stratum.
+
+    Raises:
+        ParameterError: for fewer than 2 replicates.
+    """
+    r_count = DEFAULT_BOOTSTRAP_REPLICATES if replicates is None else replicates
+    if r_count < 2:
+        raise ParameterError(f"the bootstrap needs at least 2 replicates, not {r_count}")
+    gen = rng if rng is not None else np.random.default_rng(secrets.randbits(128))
+    factors = np.empty((r_count, d.n_psu))
+    for h in range(d.n_strata):
+        k = int(d.n_h[h])
+        draws = gen.multinomial(k - 1, np.full(k, 1.0 / k), size=r_count)
+        factors[:, d.first[h] : d.first[h] + k] = draws * (k / (k - 1))
+    return factors, 1.0 / r_count
 
 
 # -- writing to a dataset ---------------------------------------------------------------
@@ -391,8 +471,51 @@ def add_replicates(
         ParameterError: for impossible options.
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
 
+    dataset, catalog_path, old = _open(directory, prefix, replace)
+    catalog = dataset.catalog
+    assert catalog.weight is not None
+    table = _read(dataset)
+    weight = _design_weights(table, catalog.weight, strata, psu)
+    design = replicate_weights(
+        None if strata is None else table.column(strata).to_numpy(zero_copy_only=False),
+        table.column(psu).to_numpy(zero_copy_only=False),
+        method,
+        replicates=replicates,
+        fay=fay,
+        rng=None if seed is None else np.random.default_rng(seed),
+        strata_column=strata or "strata",
+        psu_column=psu,
+    )
+    columns, keep = _columns(table.column_names, old, prefix, design.replicates)
+    if {strata, psu} & {catalog.weight, catalog.record_key}:
+        raise DataError("the stratum and PSU columns must not be the weight or the record key")
+    table = table.select(keep)
+    for name, values in zip(columns, design.columns(weight), strict=True):
+        table = table.append_column(name, pa.array(values, type=pa.float64()))
+    text = _catalog_with(catalog_path, design, columns, strata, psu, fay)
+    _write(dataset.path, table, catalog_path, text)
+    psu_values = table.column(psu).to_numpy(zero_copy_only=False)
+    others = [c for c in keep if c not in {psu, catalog.weight, catalog.record_key}]
+    return ReplicatesReport(
+        columns=columns,
+        method=method,
+        coefficient=design.coefficient,
+        strata=design.strata,
+        psus=int(design.factors.shape[1]),
+        records=int(weight.size),
+        warnings=design_warnings(design, strata, psu, psu_values, others),
+    )
+
+
+def _open(directory: str | Path, prefix: str, replace: bool) -> tuple[Any, Path, tuple[str, ...]]:
+    """The dataset, its catalog file and its replicate weights, checked against the options.
+
+    Raises:
+        CatalogError: if the catalog declares no weight, or replicate weights
+            and ``replace`` is false.
+        ParameterError: for a prefix that makes no valid column name.
+    """
     from tablesafe.catalog._dataset import Dataset
 
     dataset = Dataset.open(directory)
@@ -418,43 +541,65 @@ def add_replicates(
             f"prefix {prefix!r} does not make valid column names: use a letter followed by "
             "letters, digits or underscores"
         ) from None
-    table = _read(dataset)
+    return dataset, catalog_path, old
+
+
+def _columns(
+    names: Sequence[str], old: Sequence[str], prefix: str, replicates: int
+) -> tuple[tuple[str, ...], list[str]]:
+    """The new replicate-weight columns, and the microdata's columns kept (old replicates out).
+
+    Raises:
+        DataError: for a new column's name already in the microdata.
+    """
+    columns = tuple(f"{prefix}{r + 1}" for r in range(replicates))
+    keep = [c for c in names if c not in old]
+    clash = [c for c in columns if c in keep]
+    if clash:
+        raise DataError(f"the microdata already has a column {clash[0]}; choose another --prefix")
+    return columns, keep
+
+
+def _design_weights(
+    table: Any, weight_column: str, strata: str | None, psu: str
+) -> npt.NDArray[np.float64]:
+    """The survey weights, once the design columns are known to exist.
+
+    Raises:
+        DataError: for a missing stratum or PSU column, or weights that are
+            not numbers, or missing, infinite or negative.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     names = table.column_names
     for what, col in (("stratum", strata), ("PSU", psu)):
         if col is not None and col not in names:
             raise DataError(
                 f"{what} column {col!r} is not in the microdata; columns: {', '.join(names)}"
             )
-    w = table.column(catalog.weight)
+    w = table.column(weight_column)
     if not pa.types.is_floating(w.type) and not pa.types.is_integer(w.type):
-        raise DataError(f"weight column {catalog.weight} must hold numbers, not {w.type}")
+        raise DataError(f"weight column {weight_column} must hold numbers, not {w.type}")
     weight = np.asarray(pc.cast(w, pa.float64()).to_numpy(zero_copy_only=False), dtype=float)
     if np.isnan(weight).any() or not np.isfinite(weight).all() or (weight < 0).any():
         raise DataError(
-            f"weight column {catalog.weight} has missing, infinite or negative values; "
+            f"weight column {weight_column} has missing, infinite or negative values; "
             "weights must be finite and >= 0"
         )
-    design = replicate_weights(
-        None if strata is None else table.column(strata).to_numpy(zero_copy_only=False),
-        table.column(psu).to_numpy(zero_copy_only=False),
-        method,
-        replicates=replicates,
-        fay=fay,
-        rng=None if seed is None else np.random.default_rng(seed),
-        strata_column=strata or "strata",
-        psu_column=psu,
-    )
-    columns = tuple(f"{prefix}{r + 1}" for r in range(design.replicates))
-    keep = [c for c in names if c not in old]
-    clash = [c for c in columns if c in keep]
-    if clash:
-        raise DataError(f"the microdata already has a column {clash[0]}; choose another --prefix")
-    if {strata, psu} & {catalog.weight, catalog.record_key}:
-        raise DataError("the stratum and PSU columns must not be the weight or the record key")
-    table = table.select(keep)
-    for name, values in zip(columns, design.columns(weight), strict=True):
-        table = table.append_column(name, pa.array(values, type=pa.float64()))
+    return weight
 
+
+def _catalog_with(
+    catalog_path: Path,
+    design: DesignReplicates,
+    columns: Sequence[str],
+    strata: str | None,
+    psu: str,
+    fay: float,
+) -> str:
+    """The catalog's text with the replicate keys of ``design``, checked to read back."""
+    method = design.method
     lines = [
         f"# replicate weights made by `tablesafe replicates add`: {method}"
         + (f" (Fay {fay:g})" if method == "BRR" and fay else "")
@@ -476,22 +621,7 @@ def add_replicates(
         new_catalog.replicates.coefficient, design.coefficient, rel_tol=1e-15
     ):
         raise CatalogError("the edited catalog does not read back as written")  # pragma: no cover
-    _write(dataset.path, table, catalog_path, text)
-    return ReplicatesReport(
-        columns=columns,
-        method=method,
-        coefficient=design.coefficient,
-        strata=design.strata,
-        psus=int(design.factors.shape[1]),
-        records=int(weight.size),
-        warnings=design_warnings(
-            design,
-            strata,
-            psu,
-            table.column(psu).to_numpy(zero_copy_only=False),
-            [c for c in keep if c not in {psu, catalog.weight, catalog.record_key}],
-        ),
-    )
+    return text
 
 
 #: Fewer replicates than this draw a warning: a variance with so few degrees
