@@ -33,7 +33,7 @@ import numpy.typing as npt
 from tablesafe._errors import InternalError
 from tablesafe._protection import CellwiseMechanism, Protection
 from tablesafe._protection_limits import Additivity
-from tablesafe._request import MAX_DIMENSIONS, TableRequest, TabulationPlan
+from tablesafe._request import MAX_DIMENSIONS, Margins, Statistic, TableRequest, TabulationPlan
 from tablesafe._rounding import Rounding
 from tablesafe._seeds import (
     SeedScheme,
@@ -189,8 +189,8 @@ class TableBuilder:
             first = cat.source_variables[0].name
             plan = TableRequest(
                 (first,),
-                statistic="weighted" if cat.weight else "count",
-                margins="total",
+                statistic=Statistic.WEIGHTED if cat.weight else Statistic.COUNT,
+                margins=Margins.TOTAL,
                 replicates=cat.replicates is not None and cat.weight is not None,
             ).bind(cat)
             agg = self.engine.tabulate(self.dataset, plan)
@@ -207,8 +207,8 @@ class TableBuilder:
             cat = self.dataset.catalog
             request = TableRequest(
                 (cat.source_variables[0].name,),
-                statistic="weighted" if weighted and cat.weight else "count",
-                margins="total",
+                statistic=Statistic.WEIGHTED if weighted and cat.weight else Statistic.COUNT,
+                margins=Margins.TOTAL,
                 magnitudes=(f"sum:{name}",),
             )
             _, full = self.plans(request.coerced(cat))
@@ -314,7 +314,9 @@ class TableBuilder:
         plan = request.bind(
             self.dataset.catalog, max_dimensions=max_dimensions or self.max_dimensions
         )
-        full_plan = replace(plan, grouping_sets=replace(request, margins="all").grouping_sets())
+        full_plan = replace(
+            plan, grouping_sets=replace(request, margins=Margins.ALL).grouping_sets()
+        )
         if full_plan.magnitudes:
             full_plan = full_plan.with_top(self.magnitude_protection.top_needed())
         return plan, full_plan
@@ -331,7 +333,7 @@ class TableBuilder:
             computed[_index(shape, gs)] = True
         is_inner = agg.is_inner()
         sz = structural_zero_mask(self.dataset.catalog, plan)
-        want_w = request.statistic != "count" and agg.weight_sum is not None
+        want_w = request.statistic != Statistic.COUNT and agg.weight_sum is not None
         meta: dict[str, Any] = {"dataset": self.dataset.name, "additivity": str(prot.additivity)}
         if self.dataset.catalog.citation:
             meta["citation"] = self.dataset.catalog.citation
@@ -396,7 +398,9 @@ class TableBuilder:
             request=request,
             dimensions=plan.dimensions,
             computed=computed,
-            counts=None if request.statistic == "weighted" else np.where(computed, counts, 0),
+            counts=None
+            if request.statistic == Statistic.WEIGHTED
+            else np.where(computed, counts, 0),
             weighted=weighted,
             perturbed=perturbed,
             adjusted=adjusted,

@@ -13,7 +13,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeGuard, get_args
+from enum import StrEnum
+from typing import Any, TypeGuard
 
 from tablesafe._errors import RequestError
 from tablesafe.catalog._catalog import Catalog, Code, Variable
@@ -23,6 +24,7 @@ from tablesafe.cells._magnitude_sums import MagnitudePlan, with_top
 __all__ = [
     "MAX_DIMENSIONS",
     "DimensionPlan",
+    "MarginSpec",
     "Margins",
     "Statistic",
     "TableRequest",
@@ -32,13 +34,32 @@ __all__ = [
 #: The largest number of dimensions a table may have.
 MAX_DIMENSIONS = 4
 
-#: What a table reports: unweighted sample counts, weighted counts, or both.
-Statistic = Literal["count", "weighted", "both"]
 
-#: Margins: "all" (every sub-total), "none" (inner cells only), "total"
-#: (inner cells and the grand total) or an explicit list of margins, each a
-#: tuple of the dimension names it keeps.
-Margins = Literal["all", "none", "total"] | tuple[tuple[str, ...], ...]
+class Statistic(StrEnum):
+    """What a table reports: unweighted sample counts, weighted counts, or both.
+
+    A member equals its text (``Statistic.COUNT == "count"``).
+    """
+
+    COUNT = "count"
+    WEIGHTED = "weighted"
+    BOTH = "both"
+
+
+class Margins(StrEnum):
+    """The named margins: every sub-total, inner cells only, or inner cells and the grand total.
+
+    A member equals its text (``Margins.ALL == "all"``).
+    """
+
+    ALL = "all"
+    NONE = "none"
+    TOTAL = "total"
+
+
+#: A request's margins: one of :class:`Margins` or an explicit list of
+#: margins, each a tuple of the dimension names it keeps.
+MarginSpec = Margins | tuple[tuple[str, ...], ...]
 
 
 def _is_list(value: object) -> TypeGuard[Iterable[Any]]:
@@ -81,8 +102,11 @@ class TableRequest:
 
     dimensions: tuple[str, ...]
     universe: Mapping[str, Sequence[Code]] = field(default_factory=dict)
-    statistic: Statistic = "both"
-    margins: Margins = "all"
+    # Requests are built from text (HTTP bodies, the command line) and the
+    # statistic may carry sums and means ("count,sum:X"): both fields take
+    # text, and __post_init__ leaves a member (or the margins' tuple) in them.
+    statistic: Statistic | str = Statistic.BOTH
+    margins: MarginSpec | str = Margins.ALL
     replicates: bool = False
     rounding: str | None = None
     groupings: tuple[CustomGrouping, ...] = ()
@@ -147,10 +171,11 @@ class TableRequest:
         object.__setattr__(self, "universe", _FrozenDict(universe))
 
         self._split_magnitudes()
-        if self.statistic not in get_args(Statistic):
+        if self.statistic not in tuple(Statistic):
             raise RequestError(
-                f"unknown statistic {self.statistic!r}; allowed: {', '.join(get_args(Statistic))}"
+                f"unknown statistic {self.statistic!r}; allowed: {', '.join(Statistic)}"
             )
+        object.__setattr__(self, "statistic", Statistic(self.statistic))
         object.__setattr__(self, "margins", self._normalise_margins(self.margins, dims))
         if not isinstance(self.replicates, bool):
             raise RequestError("replicates must be true or false")
@@ -181,9 +206,9 @@ class TableRequest:
             if len(bases) > 1:
                 raise RequestError(
                     f"statistic {base!r} names {', '.join(bases)}; give at most one of "
-                    f"{', '.join(get_args(Statistic))}, plus sum:VAR or mean:VAR items"
+                    f"{', '.join(Statistic)}, plus sum:VAR or mean:VAR items"
                 )
-            base = bases[0] if bases else "count"
+            base = bases[0] if bases else Statistic.COUNT
         out: list[str] = []
         for item in items:
             kind, _, name = item.partition(":") if isinstance(item, str) else ("", "", "")
@@ -198,14 +223,14 @@ class TableRequest:
         object.__setattr__(self, "magnitudes", tuple(out))
 
     @staticmethod
-    def _normalise_margins(margins: object, dims: tuple[str, ...]) -> Margins:
+    def _normalise_margins(margins: object, dims: tuple[str, ...]) -> MarginSpec:
         if isinstance(margins, str):
-            if margins not in ("all", "none", "total"):
+            if margins not in tuple(Margins):
                 raise RequestError(
-                    f"unknown margins {margins!r}; allowed: all, none, total, or a list of "
+                    f"unknown margins {margins!r}; allowed: {', '.join(Margins)}, or a list of "
                     "margins (each a list of dimension names)"
                 )
-            return margins  # type: ignore[return-value]
+            return Margins(margins)
         if not _is_list(margins):
             raise RequestError(
                 f"margins must be 'all', 'none', 'total' or a list of margins, not {margins!r}"
@@ -260,11 +285,11 @@ class TableRequest:
         """
         k = len(self.dimensions)
         inner = tuple(range(k))
-        if self.margins == "all":
+        if self.margins == Margins.ALL:
             sets = [s for r in range(k, -1, -1) for s in itertools.combinations(range(k), r)]
-        elif self.margins == "none":
+        elif self.margins == Margins.NONE:
             sets = [inner]
-        elif self.margins == "total":
+        elif self.margins == Margins.TOTAL:
             sets = [inner, ()]
         else:
             assert isinstance(self.margins, tuple)
@@ -312,9 +337,9 @@ class TableRequest:
             universe[var.column] = source
             if name in self.dimensions:
                 trimmed[name] = codes
-        if self.statistic != "count" and catalog.weight is None:
+        if self.statistic != Statistic.COUNT and catalog.weight is None:
             raise RequestError(
-                f"statistic {self.statistic!r} needs survey weights, but this dataset has "
+                f"statistic {str(self.statistic)!r} needs survey weights, but this dataset has "
                 "none; use statistic 'count'"
             )
         if self.replicates and catalog.replicates is None:
@@ -324,7 +349,7 @@ class TableRequest:
                 "this dataset has no replicate weights, so standard errors and intervals "
                 "(--se) are unavailable" + missing_replicates_hint()
             )
-        weight = catalog.weight if self.statistic != "count" else None
+        weight = catalog.weight if self.statistic != Statistic.COUNT else None
         names = dict.fromkeys(catalog.magnitude(m.split(":", 1)[1]).name for m in self.magnitudes)
         mags = tuple(
             MagnitudePlan(name=n, column=catalog.magnitudes[n].column, weight=weight) for n in names
@@ -350,7 +375,7 @@ class TableRequest:
             ),
             grouping_sets=self.grouping_sets(),
             record_key=catalog.record_key,
-            weight=catalog.weight if self.statistic != "count" else None,
+            weight=catalog.weight if self.statistic != Statistic.COUNT else None,
             replicates=catalog.replicates.columns
             if (self.replicates and catalog.replicates)
             else (),

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tablesafe._protection_limits import Additivity
+from tablesafe._request import Statistic
 from tablesafe._rounding import Rounding
 from tablesafe._seeds import SeedScheme
 
@@ -123,7 +124,7 @@ def footnotes(
     mechanism: Mapping[str, Any],
     metadata: Mapping[str, Any],
     *,
-    statistic: str,
+    statistic: Statistic | str,
     roundings: Sequence[Rounding],
     suppressed_display: str | None,
     magnitudes: Sequence[str] = (),
@@ -162,13 +163,13 @@ def footnotes(
                 else "the same table always gets the same values, for every user."
             )
         )
-        if statistic != "weighted" and additivity in _ADDITIVITY:
+        if statistic != Statistic.WEIGHTED and additivity in _ADDITIVITY:
             statement.append(_ADDITIVITY[additivity])
         statement.append(
             "Totals may not add up across tables, and figures derived from them (rates, "
             "differences) carry the protection's uncertainty."
         )
-    if statistic != "count" and "weighted" in metadata:
+    if statistic != Statistic.COUNT and "weighted" in metadata:
         words, exact = _rounding_words(roundings)
         adds = (
             "totals of weighted figures are the sums of their cells within this table"

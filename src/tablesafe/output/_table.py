@@ -185,7 +185,7 @@ class ProtectedTable:
             "protected": True,
             "dimensions": [d.name for d in self.dimensions],
             "universe": {k: list(v) for k, v in self.request.universe.items()},
-            "statistic": self.request.statistic,
+            "statistic": str(self.request.statistic),
             "mechanism": dict(self.mechanism),
             **dict(self.metadata),
             "footnotes": self.footnotes(),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tablesafe._errors import RequestError
-from tablesafe._request import TableRequest
+from tablesafe._request import Statistic, TableRequest
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.output._render import long_columns, long_frame, render_text, to_csv, to_json
@@ -55,11 +55,14 @@ class Tabulation:
         """
         agg = self.aggregates
         out: dict[str, np.ndarray] = {}
-        if self.request.statistic in ("count", "both"):
+        if self.request.statistic in (Statistic.COUNT, Statistic.BOTH):
             out["n"] = agg.n
-        if self.request.statistic in ("weighted", "both") and agg.weight_sum is not None:
+        if (
+            self.request.statistic in (Statistic.WEIGHTED, Statistic.BOTH)
+            and agg.weight_sum is not None
+        ):
             out["weighted"] = agg.weight_sum
-        weighted = self.request.statistic != "count" and agg.weight_sum is not None
+        weighted = self.request.statistic != Statistic.COUNT and agg.weight_sum is not None
         denominators = np.asarray(agg.weight_sum if weighted else agg.n, dtype=np.float64)
         for item in self.request.magnitudes:
             kind, name = item.split(":", 1)
@@ -105,7 +108,7 @@ class Tabulation:
             "note": UNPROTECTED,
             "dimensions": [d.name for d in self.aggregates.dimensions],
             "universe": {k: list(v) for k, v in self.request.universe.items()},
-            "statistic": self.request.statistic,
+            "statistic": str(self.request.statistic),
             "magnitudes": list(self.request.magnitudes),
         }
 

@@ -8,12 +8,21 @@ turns it into a :class:`~tablesafe.TableRequest`. The application
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+)
+from pydantic_core import PydanticCustomError
 
 from tablesafe._errors import RequestError
-from tablesafe._request import TableRequest
+from tablesafe._request import Margins, Statistic, TableRequest
 from tablesafe.catalog._custom import parse_groupings
 
 __all__ = ["GroupBody", "GroupingBody", "TableBody"]
@@ -48,6 +57,21 @@ class GroupingBody(BaseModel):
     )
 
 
+def _named_margins(value: object) -> Margins:
+    """One of :class:`~tablesafe._request.Margins`, from its text.
+
+    A plain validator rather than the enum itself: the API's schema then lists
+    the texts inline, as it always has, with no definition named after a
+    Python class; the error is the one pydantic gives for a wrong choice.
+    """
+    if isinstance(value, str) and value in tuple(Margins):
+        return Margins(value)
+    *first, last = (repr(str(m)) for m in Margins)
+    raise PydanticCustomError(
+        "enum", "Input should be {expected}", {"expected": f"{', '.join(first)} or {last}"}
+    )
+
+
 class TableBody(BaseModel):
     """A table request as JSON."""
 
@@ -65,7 +89,7 @@ class TableBody(BaseModel):
         str,
         Field(
             max_length=400,
-            pattern=r"^(count|weighted|both)?(,?(sum|mean):[A-Za-z][A-Za-z0-9_]{0,62})*$",
+            pattern=rf"^({'|'.join(Statistic)})?(,?(sum|mean):[A-Za-z][A-Za-z0-9_]{{0,62}})*$",
         ),
     ] = Field(
         "both",
@@ -78,7 +102,12 @@ class TableBody(BaseModel):
         description="Sums and means of continuous variables: 'sum:VAR' or 'mean:VAR' "
         "(weighted when the statistic is weighted or both).",
     )
-    margins: Literal["all", "none", "total"] = Field("all", description="Margins to include.")
+    # Typed str, not Margins: FastAPI would add an enum class to the API's schema.
+    margins: Annotated[
+        str,
+        PlainValidator(_named_margins),
+        WithJsonSchema({"enum": [str(m) for m in Margins], "title": "Margins", "type": "string"}),
+    ] = Field(Margins.ALL, description="Margins to include.")
     rounding: Annotated[str, Field(max_length=16)] | None = Field(
         None,
         description="A coarser rounding of the weighted figures, applied on top of the "
@@ -101,7 +130,7 @@ class TableBody(BaseModel):
         return TableRequest(
             tuple(self.dimensions),
             universe={k: tuple(v) for k, v in self.universe.items()},
-            statistic=self.statistic,  # type: ignore[arg-type]
+            statistic=self.statistic,
             magnitudes=tuple(self.magnitudes),
             margins=self.margins,
             rounding=self.rounding,
