@@ -103,6 +103,49 @@ def _logistic(x: np.ndarray) -> np.ndarray:
 
 
 def _chunk(rng: np.random.Generator, n: int, replicates: int) -> dict[str, np.ndarray]:
+    """``n`` records: every column, drawn from ``rng`` in a fixed order."""
+    region, age, female = _people(rng, n)
+    a = age.astype(float)
+    adult = age >= 15
+    marstat = _marstat(rng, a, adult, female)
+    educ = _educ(rng, a, adult, region)
+    e = educ.astype(float)
+    empstat = _empstat(rng, a, e, adult, female)
+    occ = _occupation(rng, educ, empstat)
+    hhsize = _household_size(rng, a, age, marstat)
+    tenure = _tenure(rng, a, e, marstat, region, empstat)
+    # Weights: inverse sampling fraction by region, times a non-response adjustment.
+    frac = np.array([r[3] for r in _REGIONS])[region]
+    nonresp = rng.lognormal(mean=0.0, sigma=0.18, size=n) * np.where(a < 30, 1.12, 1.0)
+    weight = np.round(nonresp / frac, 4)
+
+    out: dict[str, np.ndarray] = {
+        "REGION": np.array([r[0] for r in _REGIONS], dtype=np.int64)[region],
+        "SEX": np.where(female, 2, 1).astype(np.int64),
+        "AGE": age.astype(np.int64),
+        "MARSTAT": marstat.astype(np.int64),
+        "HHSIZE": hhsize.astype(np.int64),
+        "EDUC": educ.astype(np.int64),
+        "EMPSTAT": empstat.astype(np.int64),
+        "OCC": occ.astype(np.int64),
+        "TENURE": tenure,
+        "WEIGHT": weight,
+    }
+    if replicates:
+        # Delete-a-group jackknife (JK1): record i's primary sampling unit falls in
+        # one of R groups; replicate r drops group r and inflates the rest by R/(R-1).
+        group = rng.integers(0, replicates, size=n)
+        factor = replicates / (replicates - 1)
+        for r in range(replicates):
+            out[f"RW{r + 1}"] = np.where(group == r, 0.0, weight * factor)
+    out["RKEY"] = rng.integers(0, 2**32, size=n, dtype=np.uint32)
+    # Magnitudes, drawn after every other column so those stay as they were.
+    out["INCOME"], out["HOURS"] = _income_hours(rng, a, e, occ, empstat, female)
+    return out
+
+
+def _people(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Region (index into the regions), age and whether female, for ``n`` people."""
     region_p = np.array([r[2] for r in _REGIONS])
     region = rng.choice(len(_REGIONS), size=n, p=region_p / region_p.sum())
 
@@ -114,17 +157,26 @@ def _chunk(rng: np.random.Generator, n: int, replicates: int) -> dict[str, np.nd
     age = rng.choice(91, size=n, p=pyramid / pyramid.sum())
 
     female = rng.random(n) < np.clip(0.49 + np.maximum(age - 60, 0) * 0.006, 0, 0.75)
-    sex = np.where(female, 2, 1)
+    return region, age, female
 
-    a = age.astype(float)
-    adult = age >= 15
+
+def _marstat(
+    rng: np.random.Generator, a: np.ndarray, adult: np.ndarray, female: np.ndarray
+) -> np.ndarray:
+    """Marital status by age and sex (children never married)."""
     p_never = np.where(adult, _logistic(-(a - 31) / 4.5), 1.0)
     p_wid = np.where(adult, _logistic((a - 78) / 6) * (0.45 + 0.25 * female), 0.0)
     p_div = np.where(adult, 0.11 * _logistic((a - 38) / 6), 0.0)
     p_mar = np.clip(1 - p_never - p_wid - p_div, 0, 1)
-    marstat = _pick(rng, np.stack([p_never, p_mar, p_wid, p_div], axis=1)) + 1
+    out: np.ndarray = _pick(rng, np.stack([p_never, p_mar, p_wid, p_div], axis=1)) + 1
+    return out
 
-    # Education: children by school stage; adults by birth cohort and region.
+
+def _educ(
+    rng: np.random.Generator, a: np.ndarray, adult: np.ndarray, region: np.ndarray
+) -> np.ndarray:
+    """Education: children by school stage; adults by birth cohort and region."""
+    n = a.size
     young = 1.0 + (a < 40) * 0.5 + (region == 3) * 0.6
     adult_p = np.stack(
         [
@@ -150,19 +202,26 @@ def _chunk(rng: np.random.Generator, n: int, replicates: int) -> dict[str, np.nd
     )
     educ_p = np.where(adult[:, None], adult_p, child_p)
     educ_p[(a >= 15) & (a < 18), 3:] *= 0.1
-    educ = _pick(rng, educ_p) + 1
+    out: np.ndarray = _pick(rng, educ_p) + 1
+    return out
 
-    # Employment peaks in mid-life and rises with education.
-    e = educ.astype(float)
+
+def _empstat(
+    rng: np.random.Generator, a: np.ndarray, e: np.ndarray, adult: np.ndarray, female: np.ndarray
+) -> np.ndarray:
+    """Employment status: employment peaks in mid-life and rises with education."""
     emp_lin = 2.2 - ((a - 42) / 14) ** 2 + 0.25 * (e - 3.5) - 0.25 * female
     p_emp = _logistic(emp_lin)
     p_unemp = (1 - p_emp) * np.clip(0.25 - 0.03 * (e - 3) - 0.003 * (a - 25), 0.03, 0.4)
     p_inact = 1 - p_emp - p_unemp
-    emp_p = np.stack([p_emp, p_unemp, p_inact, np.zeros(n)], axis=1)
+    emp_p = np.stack([p_emp, p_unemp, p_inact, np.zeros(a.size)], axis=1)
     emp_p[~adult] = [0, 0, 0, 1]
-    empstat = _pick(rng, emp_p) + 1
+    out: np.ndarray = _pick(rng, emp_p) + 1
+    return out
 
-    # Occupation for the employed, by education (ISCO major groups).
+
+def _occupation(rng: np.random.Generator, educ: np.ndarray, empstat: np.ndarray) -> np.ndarray:
+    """Occupation for the employed, by education (ISCO major groups); 0 for the others."""
     occ_by_educ = np.array(
         [
             [0.02, 0.01, 0.03, 0.07, 0.22, 0.08, 0.16, 0.13, 0.28],
@@ -174,49 +233,37 @@ def _chunk(rng: np.random.Generator, n: int, replicates: int) -> dict[str, np.nd
         ]
     )
     occ = _pick(rng, occ_by_educ[educ - 1]) + 1
-    occ = np.where(empstat == 1, occ, 0)
+    out: np.ndarray = np.where(empstat == 1, occ, 0)
+    return out
 
-    # Household size: couples and families in mid-life are larger.
+
+def _household_size(
+    rng: np.random.Generator, a: np.ndarray, age: np.ndarray, marstat: np.ndarray
+) -> np.ndarray:
+    """Household size: couples and families in mid-life are larger."""
     base = np.array([0.28, 0.34, 0.16, 0.14, 0.05, 0.03])
-    hh_p = np.tile(base, (n, 1))
+    hh_p = np.tile(base, (a.size, 1))
     hh_p[:, 0] *= np.where(marstat == 2, 0.05, 1.6) * np.where(age < 15, 0.0, 1.0)
     hh_p[:, 1] *= np.where(marstat == 2, 1.6, 0.7)
     fam = ((a >= 28) & (a <= 52)) | (age < 18)
     hh_p[:, 2:] *= np.where(fam, 2.2, 0.6)[:, None]
-    hhsize = _pick(rng, hh_p) + 1
+    out: np.ndarray = _pick(rng, hh_p) + 1
+    return out
 
+
+def _tenure(
+    rng: np.random.Generator,
+    a: np.ndarray,
+    e: np.ndarray,
+    marstat: np.ndarray,
+    region: np.ndarray,
+    empstat: np.ndarray,
+) -> np.ndarray:
+    """Housing tenure codes: owning rises with age, marriage and education."""
     own = _logistic((a - 35) / 9 + 0.4 * (marstat == 2) + 0.2 * (e - 3.5) - 0.6 * (region == 3))
     soc = (1 - own) * np.clip(0.45 - 0.06 * (e - 3) + 0.1 * (empstat == 2), 0.05, 0.8)
     tenure_idx = _pick(rng, np.stack([own, 1 - own - soc, soc], axis=1))
-    tenure = np.array([t[0] for t in _TENURE], dtype=object)[tenure_idx]
-
-    # Weights: inverse sampling fraction by region, times a non-response adjustment.
-    frac = np.array([r[3] for r in _REGIONS])[region]
-    nonresp = rng.lognormal(mean=0.0, sigma=0.18, size=n) * np.where(a < 30, 1.12, 1.0)
-    weight = np.round(nonresp / frac, 4)
-
-    out: dict[str, np.ndarray] = {
-        "REGION": np.array([r[0] for r in _REGIONS], dtype=np.int64)[region],
-        "SEX": sex.astype(np.int64),
-        "AGE": age.astype(np.int64),
-        "MARSTAT": marstat.astype(np.int64),
-        "HHSIZE": hhsize.astype(np.int64),
-        "EDUC": educ.astype(np.int64),
-        "EMPSTAT": empstat.astype(np.int64),
-        "OCC": occ.astype(np.int64),
-        "TENURE": tenure,
-        "WEIGHT": weight,
-    }
-    if replicates:
-        # Delete-a-group jackknife (JK1): record i's primary sampling unit falls in
-        # one of R groups; replicate r drops group r and inflates the rest by R/(R-1).
-        group = rng.integers(0, replicates, size=n)
-        factor = replicates / (replicates - 1)
-        for r in range(replicates):
-            out[f"RW{r + 1}"] = np.where(group == r, 0.0, weight * factor)
-    out["RKEY"] = rng.integers(0, 2**32, size=n, dtype=np.uint32)
-    # Magnitudes, drawn after every other column so those stay as they were.
-    out["INCOME"], out["HOURS"] = _income_hours(rng, a, e, occ, empstat, female)
+    out: np.ndarray = np.array([t[0] for t in _TENURE], dtype=object)[tenure_idx]
     return out
 
 
@@ -255,70 +302,9 @@ def _income_hours(
 
 def demo_catalog(replicates: int = REPLICATES, data_file: str = "microdata.parquet") -> Catalog:
     """The catalog of the demo survey."""
-
-    def cats(items: list[Any]) -> list[dict[str, Any]]:
-        return [{"code": c[0], "label": c[1]} for c in items]
-
-    ds: dict[str, Any] = {
-        "title": "tablesafe demo survey (synthetic)",
-        "citation": "tablesafe demo survey (synthetic records, no real person), "
-        "written by `tablesafe demo-data`",
-        "file": data_file,
-        "record_key": "RKEY",
-        "weight": "WEIGHT",
-    }
-    if replicates:
-        ds["replicate_weights"] = [f"RW{r + 1}" for r in range(replicates)]
-        ds["replicate_method"] = "JK1"
-    age_cats = [{"code": a, "label": str(a) if a < 90 else "90+"} for a in range(91)]
-    age5 = [
-        {
-            "code": f"{lo:02d}-{lo + 4:02d}" if lo < 90 else "90+",
-            "label": f"{lo} to {lo + 4}" if lo < 90 else "90 and over",
-            "members": list(range(lo, min(lo + 5, 91))),
-        }
-        for lo in range(0, 91, 5)
-    ]
     raw = {
-        "dataset": ds,
-        "variables": [
-            {
-                "name": "REGION",
-                "label": "Region",
-                "categories": cats(_REGIONS),
-                "groupings": [
-                    {
-                        "name": "ZONE",
-                        "label": "Zone (groups of regions)",
-                        "groups": [
-                            {"code": c, "label": lab, "members": list(m)} for c, lab, m in _ZONES
-                        ],
-                    }
-                ],
-            },
-            {"name": "SEX", "label": "Sex", "categories": cats([(1, "Male"), (2, "Female")])},
-            {
-                "name": "AGE",
-                "label": "Age in single years",
-                "categories": age_cats,
-                "groupings": [
-                    {"name": "AGE5", "label": "Age in five-year bands", "groups": age5},
-                    {
-                        "name": "AGEGRP",
-                        "label": "Age group",
-                        "groups": [
-                            {"code": c, "label": lab, "members": list(r)} for c, lab, r in _AGEGRP
-                        ],
-                    },
-                ],
-            },
-            {"name": "MARSTAT", "label": "Marital status", "categories": cats(_MARSTAT)},
-            {"name": "HHSIZE", "label": "Household size", "categories": cats(_HHSIZE)},
-            {"name": "EDUC", "label": "Highest education", "categories": cats(_EDUC)},
-            {"name": "EMPSTAT", "label": "Employment status", "categories": cats(_EMPSTAT)},
-            {"name": "OCC", "label": "Occupation (ISCO major group)", "categories": cats(_OCC)},
-            {"name": "TENURE", "label": "Housing tenure", "categories": cats(_TENURE)},
-        ],
+        "dataset": _demo_dataset(replicates, data_file),
+        "variables": _demo_variables(),
         "structural_zeros": [
             {"AGEGRP": [1], "MARSTAT": [2, 3, 4]},
             {"AGEGRP": [1], "EMPSTAT": [1, 2, 3]},
@@ -349,6 +335,77 @@ def demo_catalog(replicates: int = REPLICATES, data_file: str = "microdata.parqu
         ],
     }
     return Catalog.from_dict(raw)
+
+
+def _demo_dataset(replicates: int, data_file: str) -> dict[str, Any]:
+    """The catalog's ``[dataset]`` table (with JK1 replicate weights unless ``replicates`` is 0)."""
+    ds: dict[str, Any] = {
+        "title": "tablesafe demo survey (synthetic)",
+        "citation": "tablesafe demo survey (synthetic records, no real person), "
+        "written by `tablesafe demo-data`",
+        "file": data_file,
+        "record_key": "RKEY",
+        "weight": "WEIGHT",
+    }
+    if replicates:
+        ds["replicate_weights"] = [f"RW{r + 1}" for r in range(replicates)]
+        ds["replicate_method"] = "JK1"
+    return ds
+
+
+def _demo_variables() -> list[dict[str, Any]]:
+    """The catalog's classification variables, with their groupings."""
+
+    def cats(items: list[Any]) -> list[dict[str, Any]]:
+        return [{"code": c[0], "label": c[1]} for c in items]
+
+    age_cats = [{"code": a, "label": str(a) if a < 90 else "90+"} for a in range(91)]
+    age5 = [
+        {
+            "code": f"{lo:02d}-{lo + 4:02d}" if lo < 90 else "90+",
+            "label": f"{lo} to {lo + 4}" if lo < 90 else "90 and over",
+            "members": list(range(lo, min(lo + 5, 91))),
+        }
+        for lo in range(0, 91, 5)
+    ]
+    return [
+        {
+            "name": "REGION",
+            "label": "Region",
+            "categories": cats(_REGIONS),
+            "groupings": [
+                {
+                    "name": "ZONE",
+                    "label": "Zone (groups of regions)",
+                    "groups": [
+                        {"code": c, "label": lab, "members": list(m)} for c, lab, m in _ZONES
+                    ],
+                }
+            ],
+        },
+        {"name": "SEX", "label": "Sex", "categories": cats([(1, "Male"), (2, "Female")])},
+        {
+            "name": "AGE",
+            "label": "Age in single years",
+            "categories": age_cats,
+            "groupings": [
+                {"name": "AGE5", "label": "Age in five-year bands", "groups": age5},
+                {
+                    "name": "AGEGRP",
+                    "label": "Age group",
+                    "groups": [
+                        {"code": c, "label": lab, "members": list(r)} for c, lab, r in _AGEGRP
+                    ],
+                },
+            ],
+        },
+        {"name": "MARSTAT", "label": "Marital status", "categories": cats(_MARSTAT)},
+        {"name": "HHSIZE", "label": "Household size", "categories": cats(_HHSIZE)},
+        {"name": "EDUC", "label": "Highest education", "categories": cats(_EDUC)},
+        {"name": "EMPSTAT", "label": "Employment status", "categories": cats(_EMPSTAT)},
+        {"name": "OCC", "label": "Occupation (ISCO major group)", "categories": cats(_OCC)},
+        {"name": "TENURE", "label": "Housing tenure", "categories": cats(_TENURE)},
+    ]
 
 
 def write_demo_data(
