@@ -32,7 +32,7 @@ totals), and the Hellinger distance of the cells (Table 5).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,53 +163,21 @@ def run_shlomo2019(
     table4: dict[str, dict[str, float]] = {m: {} for m in methods}
     table5: dict[str, dict[str, tuple[float, float, float | None, float | None]]] = {}
     chi: dict[str, dict[str, list[tuple[float, float]]]] = {}
-    total_steps, step = 2 * reps, 0
-    for kind, const in (("independent", 0.02), ("dependent", 0.2)):
-        rows: dict[str, list[tuple[float, float | None, float | None]]] = {}
-        pp: dict[str, list[float]] = {m: [] for m in methods}
-        rm: dict[str, list[float]] = {m: [] for m in methods}
-        chi[kind] = {m: [] for m in ["Original", *methods]}
-        for _ in range(reps):
-            pop = population(gen, const)
-            w = gen.uniform(20, 40, pop.shape)
-            n = np.round(pop / w).astype(np.int64)
-            final = np.divide(pop, n, out=np.zeros(pop.shape), where=n > 0)
-            weighted = n * final
-            w_bar = weighted.sum() / n.sum()
-            rows.setdefault("Sample Original", []).append((float(n.sum()), None, None))
-            rows.setdefault("Weighted Original", []).append((float(weighted.sum()), None, None))
-            chi[kind]["Original"].append(chi_square_independence(n))
-            for name, mech in methods.items():
-                v = mech(n, gen.random(n.shape))
-                b = np.maximum(n + v, 0)
-                v = b - n
-                pp[name].append(percent_perturbed(n, b))
-                rows.setdefault(f"Sample {name}", []).append(
-                    (float(b.sum()), _rad(n, b), hellinger_distance(n, b))
-                )
-                chi[kind][name].append(chi_square_independence(b))
-                weightings = {"Avg": np.full(n.shape, w_bar)}
-                if name != "DP":
-                    weightings["Avg cell"] = np.divide(
-                        weighted, n, out=np.full(n.shape, w_bar), where=n > 0
-                    )
-                for wname, mean_w in weightings.items():
-                    wb = np.where(b == 0, 0.0, np.maximum(weighted + v * mean_w, 0.0))
-                    if wname == "Avg":
-                        rm[name].append(entropy_risk(weighted, wb))
-                    rows.setdefault(f"Weighted {name} {wname}", []).append(
-                        (float(wb.sum()), _rad(weighted, wb), hellinger_distance(weighted, wb))
-                    )
-            step += 1
+    kinds = (("independent", 0.02), ("dependent", 0.2))
+    for k, (kind, const) in enumerate(kinds):
+        runs = _Runs(methods)
+        for r in range(reps):
+            runs.replicate(gen, const, methods)
             if progress is not None:
-                progress(step, total_steps)
+                progress(k * reps + r + 1, len(kinds) * reps)
+        chi[kind] = runs.chi
         suffix = "ind" if kind == "independent" else "dep"
         for name in methods:
-            table4[name][f"pp_{suffix}"] = round(float(np.mean(pp[name])), 2)
-            table4[name][f"rm_{suffix}"] = round(float(np.mean(rm[name])), 4)
+            table4[name][f"pp_{suffix}"] = round(float(np.mean(runs.pp[name])), 2)
+            table4[name][f"rm_{suffix}"] = round(float(np.mean(runs.rm[name])), 4)
         table5[kind] = {
             row: _summarise(vals)
-            for row, vals in sorted(rows.items(), key=lambda kv: _order(kv[0]))
+            for row, vals in sorted(runs.rows.items(), key=lambda kv: _order(kv[0]))
         }
     return Shlomo2019(
         reps=reps,
@@ -220,6 +188,66 @@ def run_shlomo2019(
         pram=pram,
         pram_alpha=float(pram_alpha),
     )
+
+
+class _Runs:
+    """The replications of one table type: Table 5's rows, Table 4's measures, chi-squares.
+
+    Attributes:
+        rows: Table 5 row -> per replication (total, RAD or None, HD or None).
+        pp: Method -> per replication, the percent of cells perturbed.
+        rm: Method -> per replication, the entropy risk measure.
+        chi: ``Original`` or method -> per replication, (statistic, p-value).
+    """
+
+    def __init__(self, methods: Mapping[str, Any]) -> None:
+        self.rows: dict[str, list[tuple[float, float | None, float | None]]] = {}
+        self.pp: dict[str, list[float]] = {m: [] for m in methods}
+        self.rm: dict[str, list[float]] = {m: [] for m in methods}
+        self.chi: dict[str, list[tuple[float, float]]] = {m: [] for m in ["Original", *methods]}
+
+    def add(self, row: str, total: float, rad: float | None, hd: float | None) -> None:
+        """One replication's figures for a Table 5 row."""
+        self.rows.setdefault(row, []).append((total, rad, hd))
+
+    def replicate(
+        self,
+        gen: np.random.Generator,
+        const: float,
+        methods: Mapping[str, Callable[[np.ndarray, np.ndarray], np.ndarray]],
+    ) -> None:
+        """One replication: a population, its sample, and every method applied to it."""
+        pop = population(gen, const)
+        w = gen.uniform(20, 40, pop.shape)
+        n = np.round(pop / w).astype(np.int64)
+        final = np.divide(pop, n, out=np.zeros(pop.shape), where=n > 0)
+        weighted = n * final
+        w_bar = weighted.sum() / n.sum()
+        self.add("Sample Original", float(n.sum()), None, None)
+        self.add("Weighted Original", float(weighted.sum()), None, None)
+        self.chi["Original"].append(chi_square_independence(n))
+        for name, mech in methods.items():
+            v = mech(n, gen.random(n.shape))
+            b = np.maximum(n + v, 0)
+            v = b - n
+            self.pp[name].append(percent_perturbed(n, b))
+            self.add(f"Sample {name}", float(b.sum()), _rad(n, b), hellinger_distance(n, b))
+            self.chi[name].append(chi_square_independence(b))
+            weightings = {"Avg": np.full(n.shape, w_bar)}
+            if name != "DP":
+                weightings["Avg cell"] = np.divide(
+                    weighted, n, out=np.full(n.shape, w_bar), where=n > 0
+                )
+            for wname, mean_w in weightings.items():
+                wb = np.where(b == 0, 0.0, np.maximum(weighted + v * mean_w, 0.0))
+                if wname == "Avg":
+                    self.rm[name].append(entropy_risk(weighted, wb))
+                self.add(
+                    f"Weighted {name} {wname}",
+                    float(wb.sum()),
+                    _rad(weighted, wb),
+                    hellinger_distance(weighted, wb),
+                )
 
 
 def _rad(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
