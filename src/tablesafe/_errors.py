@@ -24,6 +24,9 @@ record key, a seed or a secret.
 
 from __future__ import annotations
 
+from enum import StrEnum
+from typing import TypeVar
+
 __all__ = [
     "CatalogError",
     "ComputationError",
@@ -36,7 +39,10 @@ __all__ = [
     "RequestError",
     "TablesafeError",
     "UserError",
+    "choice",
 ]
+
+_Option = TypeVar("_Option", bound=StrEnum)
 
 
 class TablesafeError(Exception):
@@ -104,3 +110,26 @@ class InternalError(TablesafeError):
     """A broken invariant inside tablesafe: a bug, never the caller's fault."""
 
     status_code = 500
+
+
+def choice(
+    options: type[_Option],
+    value: object,
+    what: str,
+    error: type[UserError] = ParameterError,
+) -> _Option:
+    """``value``, one of ``options`` given as its member or its text, as the member.
+
+    Args:
+        options: The option's StrEnum.
+        value: What the caller gave.
+        what: The option's name in the message (``"seeds"``, ``"skip rule"``).
+        error: The error to raise (a :class:`RequestError` for a request's option).
+
+    Raises:
+        UserError: ``error``, naming the value and every allowed one, when
+            ``value`` is none of them.
+    """
+    if value not in tuple(options):
+        raise error(f"unknown {what} {value!r}; allowed: {', '.join(options)}")
+    return options(str(value))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import ParameterError
+from tablesafe._errors import ParameterError, choice
 from tablesafe._protection_limits import Additivity, ProtectionMethod
 from tablesafe._rounding import Rounding
 from tablesafe._seeds import SeedScheme
@@ -117,16 +117,10 @@ class Protection:
     def __post_init__(self) -> None:
         object.__setattr__(self, "rounding", Rounding.parse(self.rounding))
         # Texts are accepted for both options and held as members from here on.
-        if self.seeds not in tuple(SeedScheme):
-            raise ParameterError(f"unknown seeds {self.seeds!r}; allowed: {', '.join(SeedScheme)}")
-        object.__setattr__(self, "seeds", SeedScheme(self.seeds))
+        object.__setattr__(self, "seeds", choice(SeedScheme, self.seeds, "seeds"))
         if self.seeds != SeedScheme.CELLKEY and not self.secret:
             raise ParameterError(f"{self.seeds} seeds need the data owner's secret")
-        if self.additivity not in tuple(Additivity):
-            raise ParameterError(
-                f"unknown additivity {self.additivity!r}; allowed: {', '.join(Additivity)}"
-            )
-        object.__setattr__(self, "additivity", Additivity(self.additivity))
+        object.__setattr__(self, "additivity", choice(Additivity, self.additivity, "additivity"))
         if not (
             isinstance(self.weight_noise, int | float)
             and math.isfinite(self.weight_noise)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeGuard
 
-from tablesafe._errors import RequestError
+from tablesafe._errors import RequestError, choice
 from tablesafe.catalog._catalog import Catalog, Code, Variable
 from tablesafe.catalog._custom import CustomGrouping, extend_catalog, parse_groupings
 from tablesafe.cells._magnitude_sums import MagnitudePlan, with_top
@@ -171,11 +171,8 @@ class TableRequest:
         object.__setattr__(self, "universe", _FrozenDict(universe))
 
         self._split_magnitudes()
-        if self.statistic not in tuple(Statistic):
-            raise RequestError(
-                f"unknown statistic {self.statistic!r}; allowed: {', '.join(Statistic)}"
-            )
-        object.__setattr__(self, "statistic", Statistic(self.statistic))
+        statistic = choice(Statistic, self.statistic, "statistic", RequestError)
+        object.__setattr__(self, "statistic", statistic)
         object.__setattr__(self, "margins", self._normalise_margins(self.margins, dims))
         if not isinstance(self.replicates, bool):
             raise RequestError("replicates must be true or false")

@@ -47,12 +47,13 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import ComputationError, ParameterError
+from tablesafe._errors import ComputationError, ParameterError, choice
 from tablesafe._random import resolve_generator
 from tablesafe.mechanisms._cyclic_factor import Factor, assignments, marginal
 
@@ -65,11 +66,20 @@ __all__ = [
     "cyclic_posterior",
 ]
 
-SkipRule = Literal["zero", "negative"]
-Likelihood = Literal["exact", "slides"]
 
-_SKIP_RULES = ("zero", "negative")
-_LIKELIHOODS = ("exact", "slides")
+class SkipRule(StrEnum):
+    """When an operation is skipped (the module docstring; a member equals its text)."""
+
+    ZERO = "zero"
+    NEGATIVE = "negative"
+
+
+class Likelihood(StrEnum):
+    """The posterior's likelihood: the mechanism's own, or the slides' convention."""
+
+    EXACT = "exact"
+    SLIDES = "slides"
+
 
 #: Default limit on the size of an intermediate factor of the posterior (3 ** 14 entries).
 MAX_FACTOR_ENTRIES = 3**14
@@ -119,11 +129,6 @@ def _check_coin(alpha: float, beta: float) -> tuple[float, float, float]:
             f"of leaving a cycle out), not {alpha} + {beta} = {alpha + beta:g}"
         )
     return float(alpha), float(beta), max(0.0, 1.0 - float(alpha) - float(beta))
-
-
-def _check_choice(value: str, allowed: Sequence[str], name: str) -> None:
-    if value not in allowed:
-        raise ParameterError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
 
 
 def _as_cycles(cycles: Sequence[npt.ArrayLike] | None, shape: tuple[int, ...]) -> tuple:
@@ -301,7 +306,7 @@ class CyclicResult:
     cycles: tuple[np.ndarray, ...]
     alpha: float
     beta: float
-    skip: str = "zero"
+    skip: SkipRule = SkipRule.ZERO
 
     @property
     def gamma(self) -> float:
@@ -317,21 +322,25 @@ class CyclicResult:
             "alpha": self.alpha,
             "beta": self.beta,
             "gamma": self.gamma,
-            "skip": self.skip,
+            "skip": str(self.skip),
             "skip_rule": _SKIP_TEXT[self.skip],
         }
 
 
 _SKIP_TEXT = {
-    "zero": "an operation is skipped when a cell the cycle touches is 0 in the current table",
-    "negative": "an operation is skipped when it would make a cell of the current table negative",
+    SkipRule.ZERO: (
+        "an operation is skipped when a cell the cycle touches is 0 in the current table"
+    ),
+    SkipRule.NEGATIVE: (
+        "an operation is skipped when it would make a cell of the current table negative"
+    ),
 }
 
 
-def _allowed(state: np.ndarray, cycle: np.ndarray, sign: int, skip: str) -> bool:
+def _allowed(state: np.ndarray, cycle: np.ndarray, sign: int, skip: SkipRule) -> bool:
     """May ``sign * cycle`` be applied to the current table ``state``?"""
     support = cycle != 0
-    if skip == "zero" and np.any(state[support] == 0):
+    if skip == SkipRule.ZERO and np.any(state[support] == 0):
         return False
     return bool(np.all(state[support] + sign * cycle[support] >= 0))
 
@@ -342,7 +351,7 @@ def cyclic_perturb(
     beta: float,
     *,
     cycles: Sequence[npt.ArrayLike] | None = None,
-    skip: SkipRule = "zero",
+    skip: SkipRule = SkipRule.ZERO,
     rng: np.random.Generator | int | None = None,
 ) -> CyclicResult:
     """Perturb a table cycle by cycle with the three-sided coin (seed 002).
@@ -372,7 +381,7 @@ def cyclic_perturb(
     """
     x = _as_table(table)
     a, b, _ = _check_coin(alpha, beta)
-    _check_choice(skip, _SKIP_RULES, "skip rule")
+    skip = choice(SkipRule, skip, "skip rule")
     cyc = _as_cycles(cycles, x.shape)
     gen = resolve_generator(rng)
     current = x.copy()
@@ -416,8 +425,8 @@ class CyclicPosterior:
     probabilities: np.ndarray
     alpha: float
     beta: float
-    skip: str
-    likelihood: str
+    skip: SkipRule
+    likelihood: Likelihood
     hypotheses: int
     tables: tuple[np.ndarray, ...] | None = None
     table_probabilities: np.ndarray | None = None
@@ -452,8 +461,8 @@ class CyclicPosterior:
             "alpha": self.alpha,
             "beta": self.beta,
             "gamma": max(0.0, 1.0 - self.alpha - self.beta),
-            "skip": self.skip,
-            "likelihood": self.likelihood,
+            "skip": str(self.skip),
+            "likelihood": str(self.likelihood),
             "hypotheses": self.hypotheses,
             "cells": cells,
         }
@@ -466,8 +475,8 @@ def _step_factors(
     tp: np.ndarray,
     cyc: tuple[np.ndarray, ...],
     probs: tuple[float, float, float],
-    skip: str,
-    likelihood: str,
+    skip: SkipRule,
+    likelihood: Likelihood,
     max_entries: int,
 ) -> list[Factor]:
     """One factor per cycle: the probability of the realised step k given the current table."""
@@ -489,14 +498,14 @@ def _step_factors(
         zero_in = np.any(state == 0, axis=1)
         plus_ok = np.all(state + c >= 0, axis=1)
         minus_ok = np.all(state - c >= 0, axis=1)
-        if likelihood == "slides":
+        if likelihood == Likelihood.SLIDES:
             value = np.where(
                 own == 1,
                 alpha * plus_ok,
                 np.where(own == -1, beta * minus_ok, np.where(zero_in, 1.0, gamma)),
             )
         else:
-            if skip == "zero":
+            if skip == SkipRule.ZERO:
                 plus_ok &= ~zero_in
                 minus_ok &= ~zero_in
             stay = gamma + alpha * ~plus_ok + beta * ~minus_ok
@@ -558,8 +567,8 @@ def cyclic_posterior(
     beta: float,
     *,
     cycles: Sequence[npt.ArrayLike] | None = None,
-    skip: SkipRule = "zero",
-    likelihood: Likelihood = "exact",
+    skip: SkipRule = SkipRule.ZERO,
+    likelihood: Likelihood = Likelihood.EXACT,
     prior: Callable[[np.ndarray], float] | None = None,
     cell_prior: Callable[[tuple[int, ...], np.ndarray], npt.ArrayLike] | None = None,
     enumerate_tables: bool | None = None,
@@ -611,8 +620,8 @@ def cyclic_posterior(
     """
     tp = _as_table(perturbed, "published table")
     probs = _check_coin(alpha, beta)
-    _check_choice(skip, _SKIP_RULES, "skip rule")
-    _check_choice(likelihood, _LIKELIHOODS, "likelihood")
+    skip = choice(SkipRule, skip, "skip rule")
+    likelihood = choice(Likelihood, likelihood, "likelihood")
     cyc = _as_cycles(cycles, tp.shape)
     width = int(cycle_chances(cyc).max()) * max(int(np.abs(c).max()) for c in cyc)
     offsets = np.arange(-width, width + 1)
@@ -663,8 +672,8 @@ def _enumerate(
     factors: list[Factor],
     offsets: np.ndarray,
     probs: tuple[float, float, float],
-    skip: str,
-    likelihood: str,
+    skip: SkipRule,
+    likelihood: Likelihood,
     prior: Callable[[np.ndarray], float] | None,
     max_enumeration: int,
     progress: Callable[[int, int], None] | None,

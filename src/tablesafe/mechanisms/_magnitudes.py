@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import InternalError, ParameterError, RequestError
+from tablesafe._errors import InternalError, ParameterError, RequestError, choice
 from tablesafe._seeds import SeedScheme
 from tablesafe.catalog._magnitudes import Magnitude
 from tablesafe.mechanisms._num_ptable import NumPTable
@@ -163,16 +163,8 @@ class MagnitudeProtection:
         from tablesafe._rounding import Rounding
 
         # Texts are accepted for both options and held as members from here on.
-        if self.method not in tuple(MagnitudeMethod):
-            raise ParameterError(
-                f"unknown magnitude method {self.method!r}; allowed: {', '.join(MagnitudeMethod)}"
-            )
-        object.__setattr__(self, "method", MagnitudeMethod(self.method))
-        if self.action not in tuple(SensitiveAction):
-            raise ParameterError(
-                f"unknown action {self.action!r}; allowed: {', '.join(SensitiveAction)}"
-            )
-        object.__setattr__(self, "action", SensitiveAction(self.action))
+        object.__setattr__(self, "method", choice(MagnitudeMethod, self.method, "magnitude method"))
+        object.__setattr__(self, "action", choice(SensitiveAction, self.action, "action"))
         checks = [
             ("share", self.share, 0.0, 1.0),
             ("mu", self.mu, 0.0, 10.0),

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tablesafe.ptable._ptable import PTable
+from tablesafe.ptable._ptable import PTable, Selector
 
 __all__ = ["cache_dir", "cached_destatis", "write_npz"]
 
@@ -83,7 +83,7 @@ def _load(path: Path) -> PTable:
 
 
 def _store(path: Path, table: PTable) -> None:
-    if table.selector != "value" or table.sampled is not None:
+    if table.selector != Selector.VALUE or table.sampled is not None:
         return  # only plain row tables (as destatis builds) are cached
     arrays: dict[str, np.ndarray] = {
         "rows": np.array(len(table.rows)),

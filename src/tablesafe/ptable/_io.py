@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from tablesafe._errors import FormatError, ParameterError
-from tablesafe.ptable._ptable import ONS_LAST_ROW, ONS_LOOP_START, Layout, PTable
+from tablesafe.ptable._ptable import ONS_LAST_ROW, ONS_LOOP_START, Layout, PTable, Selector
 
 __all__ = ["parse_ptable", "ptable_csv", "read_ptable", "write_ptable"]
 
@@ -53,7 +53,7 @@ def _num(x: float) -> str:
     return f"{float(x):.15g}"
 
 
-def ptable_csv(table: PTable, layout: Layout = "destatis", *, keys: int = 256) -> str:
+def ptable_csv(table: PTable, layout: Layout | str = Layout.DESTATIS, *, keys: int = 256) -> str:
     """The ptable as CSV text in the Destatis or the ABS/ONS layout.
 
     ``destatis``: columns ``i, j, p, v, p_int_lb, p_int_ub, type`` as the R
@@ -67,15 +67,15 @@ def ptable_csv(table: PTable, layout: Layout = "destatis", *, keys: int = 256) -
         ParameterError: for an unknown layout or a ptable the layout
             cannot hold exactly.
     """
-    if layout == "destatis":
+    if layout == Layout.DESTATIS:
         return to_destatis_csv(table)
-    if layout == "abs":
+    if layout == Layout.ABS:
         return to_abs_csv(table.to_sampled(keys))
-    raise ParameterError(f"unknown layout {layout!r}; allowed: destatis, abs")
+    raise ParameterError(f"unknown layout {layout!r}; allowed: {', '.join(Layout)}")
 
 
 def write_ptable(
-    table: PTable, path: str | Path, layout: Layout = "destatis", *, keys: int = 256
+    table: PTable, path: str | Path, layout: Layout | str = Layout.DESTATIS, *, keys: int = 256
 ) -> Path:
     """Write :func:`ptable_csv` to ``path`` (nothing is written if conversion fails)."""
     text = ptable_csv(table, layout, keys=keys)
@@ -92,7 +92,7 @@ def to_destatis_csv(table: PTable) -> str:
             which "the last i stands for all larger counts" cannot express.
     """
     rows = list(table.rows)
-    if table.selector == "loop":
+    if table.selector == Selector.LOOP:
         tail = rows[table.loop_start :]
         first = tail[0]
         if any(

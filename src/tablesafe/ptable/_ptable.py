@@ -48,19 +48,31 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import ParameterError
+from tablesafe._errors import ParameterError, choice
 
 __all__ = ["Layout", "PTable", "PrivacyFigures", "Selector"]
 
-#: How a count selects its row.
-Selector = Literal["value", "residue", "loop"]
-#: CSV layouts: the Destatis probability layout and the ABS/ONS sampled layout.
-Layout = Literal["destatis", "abs"]
+
+class Selector(StrEnum):
+    """How a count selects its row (the module docstring; a member equals its text)."""
+
+    VALUE = "value"
+    RESIDUE = "residue"
+    LOOP = "loop"
+
+
+class Layout(StrEnum):
+    """CSV layouts: the Destatis probability layout and the ABS/ONS sampled layout."""
+
+    DESTATIS = "destatis"
+    ABS = "abs"
+
 
 #: Rows must sum to 1 within this tolerance (files round to 8 digits).
 _TOL = 1e-6
@@ -157,7 +169,7 @@ class PTable:
 
     name: str
     rows: tuple[tuple[np.ndarray, np.ndarray], ...]
-    selector: Selector = "value"
+    selector: Selector = Selector.VALUE
     residue_rows: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
     modulus: int = 0
     loop_start: int = 0
@@ -175,18 +187,16 @@ class PTable:
         object.__setattr__(self, "rows", rows)
         object.__setattr__(self, "residue_rows", residues)
         object.__setattr__(self, "parameters", dict(self.parameters))
-        if self.selector not in ("value", "residue", "loop"):
-            raise ParameterError(
-                f"unknown selector {self.selector!r}; allowed: value, residue, loop"
-            )
-        if self.selector == "residue":
+        # A text is accepted and held as its member from here on.
+        object.__setattr__(self, "selector", choice(Selector, self.selector, "selector"))
+        if self.selector == Selector.RESIDUE:
             if not _is_int(self.modulus) or self.modulus < 1 or len(residues) != self.modulus:
                 raise ParameterError(
                     "a residue selector needs a modulus M >= 1 and exactly M residue rows"
                 )
         elif residues:
             raise ParameterError("residue rows need selector='residue'")
-        if self.selector == "loop" and not (
+        if self.selector == Selector.LOOP and not (
             _is_int(self.loop_start) and 0 <= self.loop_start < len(rows)
         ):
             raise ParameterError(
@@ -276,7 +286,7 @@ class PTable:
         Raises:
             ParameterError: see :class:`PTable`.
         """
-        sel: Selector = selector or ("residue" if residue_rows else "value")
+        sel = selector or (Selector.RESIDUE if residue_rows else Selector.VALUE)
         return cls(
             name=name,
             rows=tuple((np.asarray(v), np.asarray(p)) for v, p in rows),
@@ -299,7 +309,7 @@ class PTable:
         """A label per row: ``"3"`` for a value row, ``"mod 15 = 4"`` for a residue row."""
         last = len(self.rows) - 1
         labels = [str(i) for i in range(len(self.rows))]
-        if self.selector == "value":
+        if self.selector == Selector.VALUE:
             labels[last] = f">={last}" if last > 0 else "all"
         labels += [f"mod {self.modulus} = {m}" for m in range(len(self.residue_rows))]
         return labels
@@ -312,9 +322,9 @@ class PTable:
         """
         c = _counts(counts)
         last = len(self.rows) - 1
-        if self.selector == "residue":
+        if self.selector == Selector.RESIDUE:
             return np.where(c < len(self.rows), c, len(self.rows) + c % self.modulus)
-        if self.selector == "loop":
+        if self.selector == Selector.LOOP:
             span = last - self.loop_start + 1
             return np.where(c <= last, c, self.loop_start + (c - self.loop_start) % span)
         return np.minimum(c, last)
@@ -324,7 +334,7 @@ class PTable:
         if c.size == 0:
             return np.zeros(0, dtype=np.int64)
         row_uid: np.ndarray = self._row_uid  # type: ignore[attr-defined]
-        if self.selector == "value":
+        if self.selector == Selector.VALUE:
             return np.asarray(row_uid[np.minimum(c, len(self.rows) - 1)])
         hi = int(c.max())
         if hi < _COUNT_TABLE_MAX:
@@ -481,12 +491,12 @@ class PTable:
             return self
         rows = list(self.rows)
         sampled = None if self.sampled is None else self.sampled.copy()
-        if self.selector == "value" and len(rows) == 1:
+        if self.selector == Selector.VALUE and len(rows) == 1:
             # Row 0 served every count: it keeps serving counts >= 1.
             rows = [zero, rows[0]]
             if sampled is not None:
                 sampled = np.vstack([np.zeros_like(sampled[:1]), sampled])
-        elif self.selector == "loop" and self.loop_start == 0:
+        elif self.selector == Selector.LOOP and self.loop_start == 0:
             raise ParameterError("a ptable whose loop starts at row 0 cannot keep zeros at 0")
         else:
             rows[0] = zero
@@ -516,7 +526,7 @@ class PTable:
         # Pairs (i, i+1) for i < hi cover every pair of distinct rows: beyond the
         # value rows, residue classes repeat with period M and loops with their span.
         hi = len(self.rows) + 1
-        if self.selector == "residue":
+        if self.selector == Selector.RESIDUE:
             hi += self.modulus + 1
         return hi
 
@@ -623,7 +633,7 @@ class PTable:
             raise ParameterError(f"keys must be a power of two such as 256 or 4096, not {keys!r}")
         if self.sampled is not None and self.sampled.shape[1] == keys:
             return self
-        if self.selector == "residue":
+        if self.selector == Selector.RESIDUE:
             raise ParameterError(
                 "PRAM's residue rows have no ABS/ONS layout (it loops counts above 750 onto "
                 "rows 501-750); write the destatis layout instead"
@@ -672,7 +682,7 @@ class PTable:
         base = cls.from_rows(
             name,
             _key_shares(table),
-            selector="loop",
+            selector=Selector.LOOP,
             loop_start=ONS_LOOP_START,
             parameters=parameters,
             paper=paper,
@@ -682,7 +692,7 @@ class PTable:
     def _loops_like_ons(self) -> bool:
         """Whether counts above 750 get the same distribution under the ONS loop."""
         last = len(self.rows) - 1
-        if self.selector == "value":
+        if self.selector == Selector.VALUE:
             return last <= ONS_LOOP_START
         # loop: compare the row of each count with the ONS row for it, over one full period.
         span_here = last - self.loop_start + 1
