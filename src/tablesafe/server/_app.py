@@ -90,6 +90,18 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         failures_per_minute=site.server.auth_failures_per_minute,
         revoked=audit.revoked,
     )
+    app = _application(site, service, auth, audit)
+    _add_error_handlers(app)
+    _add_dataset_routes(app, service)
+    _add_admin_routes(app, site, service, auth, audit)
+    _add_pages(app)
+    return app
+
+
+def _application(
+    site: SiteConfig, service: TableService, auth: Authenticator, audit: AuditLog
+) -> _Application:
+    """The bare application: its lifespan (closing the service), metadata, gate and service."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -109,11 +121,18 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
     )
     app.edge = Edge(site.server, auth, audit)
     app.state.service = service
+    return app
 
-    def _error_response(request: Request, status: int, kind: str, message: str) -> JSONResponse:
-        # The gate writes the audit row when this answer starts; it reads the outcome here.
-        request.state.outcome = f"{kind}: {message}"
-        return JSONResponse(error_shape(status, kind, message), status_code=status)
+
+def _error_response(request: Request, status: int, kind: str, message: str) -> JSONResponse:
+    """An error in the one JSON shape."""
+    # The gate writes the audit row when this answer starts; it reads the outcome here.
+    request.state.outcome = f"{kind}: {message}"
+    return JSONResponse(error_shape(status, kind, message), status_code=status)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Map every error, ours or the framework's, to the one JSON shape."""
 
     @app.exception_handler(TablesafeError)
     async def _tablesafe_error(request: Request, exc: TablesafeError) -> JSONResponse:
@@ -149,20 +168,29 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         log.exception("unexpected error while serving %s", request.url.path)
         return _error_response(request, 500, "InternalError", "internal error")
 
-    def principal(request: Request) -> Principal:
-        # The gate identified the caller (and counted the request) before any route.
-        who = getattr(request.state, "who", None)
-        if not isinstance(who, Principal):
-            raise AuthError("an API key is required: send it in the X-API-Key header")
-        return who
 
-    def served(request: Request, name: str) -> str:
-        request.state.dataset = name
-        if name not in service.dataset_names():
-            raise NotFound(
-                f"unknown dataset {name!r}; available: {', '.join(service.dataset_names())}"
-            )
-        return name
+def _principal(request: Request) -> Principal:
+    """The caller, as the gate identified it (and counted the request) before any route."""
+    who = getattr(request.state, "who", None)
+    if not isinstance(who, Principal):
+        raise AuthError("an API key is required: send it in the X-API-Key header")
+    return who
+
+
+def _served(service: TableService, request: Request, name: str) -> str:
+    """A dataset the service serves (recorded for the audit row).
+
+    Raises:
+        NotFound: for a dataset not served.
+    """
+    request.state.dataset = name
+    if name not in service.dataset_names():
+        raise NotFound(f"unknown dataset {name!r}; available: {', '.join(service.dataset_names())}")
+    return name
+
+
+def _add_dataset_routes(app: FastAPI, service: TableService) -> None:
+    """The public API: health, the datasets and their descriptions, tables."""
 
     @app.get("/api/health", tags=["service"])
     def health() -> dict[str, Any]:
@@ -170,7 +198,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         return {"status": "ok", "datasets": len(service.dataset_names())}
 
     @app.get("/api/datasets", tags=["datasets"])
-    def datasets(request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
+    def datasets(request: Request, who: Principal = Depends(_principal)) -> dict[str, Any]:
         """The datasets served."""
         out = {
             "datasets": [
@@ -180,9 +208,11 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         return out
 
     @app.get("/api/datasets/{name}", tags=["datasets"])
-    def dataset(request: Request, name: str, who: Principal = Depends(principal)) -> dict[str, Any]:
+    def dataset(
+        request: Request, name: str, who: Principal = Depends(_principal)
+    ) -> dict[str, Any]:
         """A dataset's variables and categories with labels, its rules and protection."""
-        served(request, name)
+        _served(service, request, name)
         out = service.describe(name)
         return out
 
@@ -191,7 +221,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         request: Request,
         name: str,
         body: TableBody,
-        who: Principal = Depends(principal),
+        who: Principal = Depends(_principal),
         format: Annotated[
             str, Query(description="An output format: " + ", ".join(format_names(served=True)))
         ] = "json",
@@ -205,7 +235,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         """
         request.state.body = {**body.model_dump(), "format": format}
         fmt = output_format(format, served=True)
-        served(request, name)
+        _served(service, request, name)
         result = service.table(who, name, body.to_request())
         if fmt.stream is not None:
             # Streamed in pieces: a 100k-cell table starts arriving at once.
@@ -217,10 +247,16 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
             headers={"content-disposition": f'attachment; filename="{filename}"'},
         )
 
+
+def _add_admin_routes(
+    app: FastAPI, site: SiteConfig, service: TableService, auth: Authenticator, audit: AuditLog
+) -> None:
+    """The admin API: the audit log and the reconstruction audits (admin keys only)."""
+
     @app.get("/api/admin/audit", tags=["admin"])
     def audit_log(
         request: Request,
-        who: Principal = Depends(principal),
+        who: Principal = Depends(_principal),
         key_id: str | None = None,
         dataset: str | None = None,
         since: str | None = None,
@@ -233,11 +269,11 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
 
     @app.get("/api/admin/datasets/{name}/reconstruction", tags=["admin"])
     def reconstruction_history(
-        request: Request, name: str, who: Principal = Depends(principal)
+        request: Request, name: str, who: Principal = Depends(_principal)
     ) -> dict[str, Any]:
         """The reconstruction audits of a dataset, oldest first (admin keys only)."""
         auth.require_admin(who)
-        served(request, name)
+        _served(service, request, name)
         out = {"dataset": name, "history": audit.reconstructions(name)}
         return out
 
@@ -245,14 +281,14 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
     def reconstruction_run(
         request: Request,
         name: str,
-        who: Principal = Depends(principal),
+        who: Principal = Depends(_principal),
         time_limit: Annotated[float, Query(gt=0, le=600)] = 30.0,
     ) -> dict[str, Any]:
         """Attack every table served for the dataset now; stored and returned (admin keys only)."""
         from tablesafe.server._cumulative import audit_reconstruction
 
         auth.require_admin(who)
-        served(request, name)
+        _served(service, request, name)
         out = audit_reconstruction(
             site,
             audit,
@@ -261,6 +297,10 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
             protection=service.served(name).builder.protection,
         )
         return out
+
+
+def _add_pages(app: FastAPI) -> None:
+    """The web page and its static files."""
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def index() -> HTMLResponse:
@@ -276,8 +316,6 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         if file not in types:
             raise NotFound(f"no static file {file!r}")
         return Response(_static(file), media_type=types[file])
-
-    return app
 
 
 class _Application(FastAPI):
