@@ -761,3 +761,50 @@ def test_without_sketches_every_set_near_in_size_is_counted(demo_dir):
     with pytest.raises(RefusedError):
         guard_check(index, [new], key_id="k", rules=rules, counts=counts, all_codes={})
     assert counts.queries == 4  # s0, s1, s2 (100 records each, as s3) counted first
+
+
+def test_a_family_kept_up_to_date_agrees_with_one_computed_afresh():
+    """Sets added one at a time or in batches (a restart reads them back in one),
+    the atoms a new table makes derivable are those of a rank computed afresh."""
+    from tablesafe.rules._guard import Family
+
+    rng = np.random.default_rng(27)
+    codes = list(range(12))
+
+    def in_span(v, rows):
+        if not rows:
+            return False
+        m = np.array(rows, dtype=float)
+        return np.linalg.matrix_rank(np.vstack([m, v])) == np.linalg.matrix_rank(m)
+
+    def vec(s):
+        return np.array([c in s for c in codes], dtype=float)
+
+    for _ in range(200):
+        sets = [
+            frozenset(int(c) for c in rng.choice(12, size=int(rng.integers(1, 13)), replace=False))
+            for _ in range(int(rng.integers(1, 25)))
+        ]
+        new = [
+            frozenset(int(c) for c in rng.choice(12, size=int(rng.integers(1, 6)), replace=False))
+        ]
+        family = Family(tuple(codes))
+        cut = int(rng.integers(0, len(sets) + 1))
+        for s in sets[:cut]:
+            family.add(s)
+        family.add_many(sets[cut:])
+        got = {frozenset(a) for a in family.newly_derivable(new)}
+        # Afresh: the atoms of all sets, derivable now and not before, not published.
+        everything = [*sets, *new]
+        covered = {c for s in everything for c in s}
+        label = {c: tuple(c in s for s in everything) for c in covered}
+        atoms = {frozenset(c for c in covered if label[c] == lab) for lab in set(label.values())}
+        old_rows = [vec(s) for s in sets]
+        expected = {
+            a
+            for a in atoms
+            if a not in set(everything)
+            and in_span(vec(a), old_rows + [vec(s) for s in new])
+            and not in_span(vec(a), old_rows)
+        }
+        assert got == expected, (sets, new)

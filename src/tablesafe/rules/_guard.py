@@ -39,6 +39,7 @@ answered again whatever was asked since.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -95,8 +96,12 @@ def canonical(
     return tuple(sorted(out))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def definition_text(definition: Definition) -> str:
-    """A definition as JSON (typed codes): what is stored and compared."""
+    """A definition as JSON (typed codes): what is stored and compared.
+
+    Memoised: one check writes the same few contexts thousands of times.
+    """
     return json.dumps([[c, list(v)] for c, v in definition], separators=(",", ":"))
 
 
@@ -437,12 +442,14 @@ class SetIndex:
         defined = self.defined_as(context)
         done_rows, done_defined = family.seen
         full = frozenset(codes)
-        for row in rows[done_rows:]:
-            if self._member(row, breakdown, only):
-                family.add(_codes_on(self.sets[row], column, codes))
-        for row in defined[done_defined:]:
-            if self._member(row, breakdown, only):
-                family.add(full)
+        family.add_many(
+            [
+                _codes_on(self.sets[row], column, codes)
+                for row in rows[done_rows:]
+                if self._member(row, breakdown, only)
+            ]
+            + [full for row in defined[done_defined:] if self._member(row, breakdown, only)]
+        )
         family.seen = (len(rows), len(defined))
         return family
 
@@ -470,6 +477,8 @@ class GuardCounts:
     engine: Any
     dataset: Any
     queries: int = 0
+    # Counts of the microdata, which do not change while it is served: a
+    # service passes one memo for all its checks (bounded by its owner).
     _memo: dict[Any, Any] = field(default_factory=dict)
 
     def _plan(self, definition: Definition, column: str | None) -> TabulationPlan | None:
@@ -794,6 +803,7 @@ class Family:
         self.labels = np.zeros(n, dtype=np.int64)
         self.covered = np.zeros(n, dtype=bool)
         self._pos = {c: j for j, c in enumerate(self.codes)}
+        self._unbuilt: list[frozenset[Code]] = []
 
     def indicator(self, codes: frozenset[Code]) -> npt.NDArray[np.float64]:
         """The indicator vector of a code set."""
@@ -803,21 +813,34 @@ class Family:
 
     def add(self, codes: frozenset[Code]) -> None:
         """Publish one more code set in the family."""
-        self.members += 1
-        if codes in self.published:
+        self.add_many([codes])
+
+    def add_many(self, sets: Sequence[frozenset[Code]]) -> None:
+        """Publish code sets in the family (folded into the basis when next needed)."""
+        self.members += len(sets)
+        fresh = [s for s in dict.fromkeys(sets) if s not in self.published]
+        self.published.update(fresh)
+        self._unbuilt.extend(fresh)
+
+    def _build(self) -> None:
+        """Fold the sets published since into the basis and the atoms, all at once."""
+        if not self._unbuilt:
             return
-        self.published.add(codes)
-        v = self.indicator(codes)
-        self.basis = _extend_basis(self.basis, v[None, :])
-        self.labels = _refine(self.labels, v[None, :])
-        self.covered |= v > 0
+        vectors = np.array([self.indicator(s) for s in self._unbuilt])
+        self._unbuilt = []
+        self.basis = _extend_basis(self.basis, vectors)
+        self.labels = _refine(self.labels, vectors)
+        self.covered |= (vectors > 0).any(axis=0)
 
     def newly_derivable(self, new: Sequence[frozenset[Code]]) -> list[frozenset[Code]]:
         """Atoms that ``new`` code sets make derivable, not published themselves."""
         new_sets = [s for s in dict.fromkeys(new) if s not in self.published]
         if not new_sets or not self.members:
-            return []
+            return []  # nothing new in the family: no linear algebra at all
+        self._build()
         vectors = np.array([self.indicator(s) for s in new_sets])
+        if _in_span(vectors, self.basis).all():
+            return []  # the span is the same: whatever is derivable now was before
         labels = _refine(self.labels, vectors)
         covered = self.covered | (vectors > 0).any(axis=0)
         atoms: dict[int, list[Code]] = {}
@@ -837,18 +860,27 @@ class Family:
 def _extend_basis(
     basis: npt.NDArray[np.float64], vectors: npt.NDArray[np.float64]
 ) -> npt.NDArray[np.float64]:
-    """An orthonormal basis of the span of ``basis`` and ``vectors`` (Gram-Schmidt, twice)."""
-    rows = list(basis)
-    for v in vectors:
-        r = v.astype(np.float64)
-        for _ in range(2):  # twice: orthogonal to working precision
-            if rows:
-                b = np.array(rows)
-                r = r - (b @ r) @ b
-        norm = float(np.linalg.norm(r))
-        if norm > 1e-9:
-            rows.append(r / norm)
-    return np.array(rows) if rows else np.zeros((0, basis.shape[1]))
+    """An orthonormal basis of the span of ``basis`` and ``vectors``.
+
+    All vectors are projected off the basis at once (twice: orthogonal to
+    working precision); those left with a residual add one direction each,
+    so the loop turns at most once per new dimension, however many sets a
+    family holds.
+    """
+    rows = basis if basis.shape[0] else np.zeros((0, vectors.shape[1]))
+    pending = vectors.astype(np.float64)
+    while len(pending) and rows.shape[0] < rows.shape[1]:
+        for _ in range(2):
+            if rows.shape[0]:
+                pending = pending - (pending @ rows.T) @ rows
+        norms = np.linalg.norm(pending, axis=1)
+        keep = norms > 1e-9
+        pending, norms = pending[keep], norms[keep]
+        if not len(pending):
+            break
+        rows = np.vstack([rows, pending[0] / norms[0]])
+        pending = pending[1:]
+    return rows
 
 
 def _in_span(
@@ -864,10 +896,19 @@ def _in_span(
 def _refine(
     labels: npt.NDArray[np.int64], vectors: npt.NDArray[np.float64]
 ) -> npt.NDArray[np.int64]:
-    """The partition ``labels`` refined by membership in each of ``vectors``."""
-    keys = np.vstack([labels[None, :], (vectors > 0).astype(np.int64)]).T
-    _, out = np.unique(keys, axis=0, return_inverse=True)
-    refined: npt.NDArray[np.int64] = out.reshape(-1).astype(np.int64)
+    """The partition ``labels`` refined by membership in each of ``vectors``.
+
+    Memberships are packed 40 to an integer beside the label (labels number
+    fewer than the codes), so each pass is a one-dimensional ``np.unique``.
+    """
+    refined = labels.astype(np.int64)
+    bits = vectors > 0
+    for start in range(0, len(bits), 40):
+        chunk = bits[start : start + 40]
+        weights = np.left_shift(np.int64(1), np.arange(len(chunk), dtype=np.int64))
+        keys = (refined << np.int64(len(chunk))) | (weights @ chunk.astype(np.int64))
+        _, inverse = np.unique(keys, return_inverse=True)
+        refined = inverse.reshape(-1).astype(np.int64)
     return refined
 
 

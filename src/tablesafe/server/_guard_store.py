@@ -23,6 +23,7 @@ The interface is narrow (``transaction`` and ``close``), so another backend
 
 from __future__ import annotations
 
+import gc
 import json
 import sqlite3
 import threading
@@ -54,6 +55,9 @@ CREATE TABLE IF NOT EXISTS guard_sets (
 );
 CREATE INDEX IF NOT EXISTS guard_sets_identity ON guard_sets (identity, id);
 """
+
+#: Rows read back in one catch-up after which the collector is told they stay.
+_FREEZE_AFTER = 10_000
 
 
 class GuardTransaction(Protocol):
@@ -179,6 +183,11 @@ class SQLiteGuardStore:
             )
             for row_id, key_id, fp, size, sketch, columns, definition, ancestors in rows
         )
+        if len(rows) >= _FREEZE_AFTER:
+            # A store read back (a restart, another replica's many writes): its sets
+            # live as long as the process. Frozen, the collector no longer walks
+            # them, which took half a second with 100,000 sets (docs/benchmarks.md).
+            gc.freeze()
 
     def _write(
         self, con: sqlite3.Connection, identity: str, rows: Sequence[tuple[str, RecordSet]]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tablesafe._builder import TableBuilder
@@ -61,6 +61,10 @@ def site_protection(dataset: DatasetSettings, site: SiteConfig) -> Protection:
 _Entry = tuple[ProtectedTable, list[RecordSet]]
 
 
+#: How many exact counts the guard keeps between tables (a few MB).
+_COUNTS_MEMO = 20_000
+
+
 @dataclass
 class _Served:
     settings: DatasetSettings
@@ -69,6 +73,16 @@ class _Served:
     title: str
     # The microdata's identity (the guard's memory), computed when first needed.
     identity: str | None = None
+
+    # Exact counts the guard asked the engine for (the microdata do not change
+    # while served); cleared when it grows past _COUNTS_MEMO entries.
+    _counts: dict[Any, Any] = field(default_factory=dict)
+
+    def counts_memo(self) -> dict[Any, Any]:
+        """The guard's memo of exact counts, bounded."""
+        if len(self._counts) > _COUNTS_MEMO:
+            self._counts.clear()
+        return self._counts
 
     @functools.cached_property
     def all_codes(self) -> dict[str, tuple[Code, ...]]:
@@ -277,7 +291,7 @@ class TableService:
                 sets,
                 key_id=who.id,
                 rules=s.settings.rules,
-                counts=GuardCounts(s.builder.engine, s.dataset),
+                counts=GuardCounts(s.builder.engine, s.dataset, _memo=s.counts_memo()),
                 all_codes=s.all_codes,
                 zeros=s.zeros,
             )
