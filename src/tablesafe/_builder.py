@@ -366,7 +366,7 @@ class TableBuilder:
                     np.where(shown, self._round(a, request, computed, additive=False), np.nan)
                     for a in (raw_se, raw_low, raw_high)
                 )
-                meta["replicate_method"] = design.method
+                meta["replicate_method"] = str(design.method)
                 meta["replicate_coefficient"] = design.coefficient
                 meta["se_min_count"] = prot.se_threshold()
                 meta["ci_lower_bound"] = 0.0

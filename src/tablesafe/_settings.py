@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import tomllib
 from datetime import UTC, date, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,13 +47,39 @@ from tablesafe.mechanisms._magnitudes import MagnitudeMethod, MagnitudeProtectio
 __all__ = [
     "ApiKeySettings",
     "DatasetSettings",
+    "EngineKind",
     "EngineSettings",
     "ProtectionSettings",
     "RuleSettings",
     "ServerSettings",
     "SiteConfig",
+    "SliverScope",
+    "SmallCellAction",
     "load_site_config",
 ]
+
+
+class EngineKind(StrEnum):
+    """The engine a site reads its microdata with (a member equals its text)."""
+
+    DUCKDB = "duckdb"
+    MEMORY = "memory"
+    SPARK = "spark"
+
+
+class SmallCellAction(StrEnum):
+    """What the small-cell rule does to a protected count below ``min_cell_size``."""
+
+    SUPPRESS = "suppress"
+    SHOW_LESS_THAN = "show_less_than"
+
+
+class SliverScope(StrEnum):
+    """Which earlier tables the sliver guard compares a new one with."""
+
+    DATASET = "dataset"
+    KEY = "key"
+
 
 # Schemas are built on first validation: a command that validates one model
 # (the protection of `tablesafe table`) does not build them all.
@@ -152,8 +179,8 @@ class EngineSettings(BaseModel):
 
     model_config = _STRICT
 
-    kind: Literal["duckdb", "memory", "spark"] = Field(
-        "duckdb", description="Engine: duckdb (embedded, default), memory, or spark."
+    kind: EngineKind = Field(
+        EngineKind.DUCKDB, description="Engine: duckdb (embedded, default), memory, or spark."
     )
     threads: int | None = Field(None, gt=0, description="DuckDB worker threads (default: all).")
     memory_limit: str | None = Field(None, description="DuckDB memory limit, e.g. '4GB'.")
@@ -287,8 +314,8 @@ class RuleSettings(BaseModel):
         description="Protected counts below this are treated by small_cell_action "
         "(0 turns the rule off).",
     )
-    small_cell_action: Literal["suppress", "show_less_than"] = Field(
-        "suppress",
+    small_cell_action: SmallCellAction = Field(
+        SmallCellAction.SUPPRESS,
         description="suppress (the cell is blank and flagged) or show_less_than (the cell "
         "shows '<k').",
     )
@@ -303,8 +330,8 @@ class RuleSettings(BaseModel):
         "category of one of its dimensions), that differs from one already published by "
         "fewer than this many records (but at least one) is refused (0 turns the guard off).",
     )
-    sliver_scope: Literal["dataset", "key"] = Field(
-        "dataset",
+    sliver_scope: SliverScope = Field(
+        SliverScope.DATASET,
         description="Which earlier tables the sliver guard compares with: every table "
         "published from the dataset, whoever asked (dataset), or the same API key's only (key).",
     )

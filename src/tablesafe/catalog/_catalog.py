@@ -62,8 +62,9 @@ import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from tablesafe._errors import CatalogError, FormatError, RequestError
 from tablesafe.catalog._hierarchy import Hierarchy, parse_hierarchies, resolve_grouping_levels
@@ -77,6 +78,7 @@ __all__ = [
     "Category",
     "Code",
     "ReplicateDesign",
+    "ReplicateMethod",
     "StructuralZero",
     "Variable",
     "check_name",
@@ -85,8 +87,17 @@ __all__ = [
 ]
 
 
-#: Replicate-weight methods a catalog may declare.
-REPLICATE_METHODS = ("JK1", "JK2", "BRR", "bootstrap")
+class ReplicateMethod(StrEnum):
+    """Replicate-weight methods a catalog may declare (a member equals its text)."""
+
+    JK1 = "JK1"
+    JK2 = "JK2"
+    BRR = "BRR"
+    BOOTSTRAP = "bootstrap"
+
+
+#: The replicate-weight methods, in the order messages list them.
+REPLICATE_METHODS: tuple[ReplicateMethod, ...] = tuple(ReplicateMethod)
 
 # Names become SQL identifiers (quoted) and CSV/JSON column names; keeping them
 # to a conservative alphabet makes every later stage safe without escaping.
@@ -159,13 +170,13 @@ class ReplicateDesign:
 
     Attributes:
         columns: The replicate-weight columns, in order.
-        method: One of :data:`REPLICATE_METHODS`.
+        method: One of :class:`ReplicateMethod`.
         coefficient: The factor in front of the sum of squared deviations.
         fay: Fay's factor for BRR (0 for plain BRR).
     """
 
     columns: tuple[str, ...]
-    method: Literal["JK1", "JK2", "BRR", "bootstrap"]
+    method: ReplicateMethod
     coefficient: float
     fay: float = 0.0
 
@@ -395,9 +406,9 @@ class Catalog:
             ds["weight"] = self.weight
         if self.replicates:
             ds["replicate_weights"] = list(self.replicates.columns)
-            ds["replicate_method"] = self.replicates.method
+            ds["replicate_method"] = str(self.replicates.method)
             ds["replicate_coefficient"] = self.replicates.coefficient
-            if self.replicates.method == "BRR":
+            if self.replicates.method == ReplicateMethod.BRR:
                 ds["fay"] = self.replicates.fay
         out_vars = []
         for var in self.source_variables:
@@ -552,21 +563,22 @@ def _parse_replicates(ds: Mapping[str, Any]) -> ReplicateDesign | None:
     if not isinstance(cols, list) or len(cols) < 2:
         raise CatalogError("dataset.replicate_weights must list at least two columns")
     cols = [check_name(c, "replicate-weight column") for c in cols]
-    method = ds.get("replicate_method", "JK1")
-    if method not in REPLICATE_METHODS:
+    given = ds.get("replicate_method", ReplicateMethod.JK1)
+    if given not in REPLICATE_METHODS:
         raise CatalogError(
-            f"dataset.replicate_method {method!r} is not known; allowed: "
+            f"dataset.replicate_method {given!r} is not known; allowed: "
             f"{', '.join(REPLICATE_METHODS)}"
         )
+    method = ReplicateMethod(given)
     fay = ds.get("fay", 0.0)
     if not isinstance(fay, int | float) or not 0 <= fay < 1:
         raise CatalogError("dataset.fay must be a number in [0, 1)")
     r = len(cols)
     default = {
-        "JK1": (r - 1) / r,
-        "JK2": 1.0,
-        "BRR": 1.0 / (r * (1.0 - fay) ** 2),
-        "bootstrap": 1.0 / (r - 1),
+        ReplicateMethod.JK1: (r - 1) / r,
+        ReplicateMethod.JK2: 1.0,
+        ReplicateMethod.BRR: 1.0 / (r * (1.0 - fay) ** 2),
+        ReplicateMethod.BOOTSTRAP: 1.0 / (r - 1),
     }[method]
     coef = ds.get("replicate_coefficient", default)
     if not isinstance(coef, int | float) or not math.isfinite(coef) or coef <= 0:

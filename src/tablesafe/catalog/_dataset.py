@@ -9,16 +9,23 @@ optionally the survey weight and replicate weights.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Literal
 
-from tablesafe._errors import CatalogError, DataError
+from tablesafe._errors import CatalogError, DataError, choice
 from tablesafe.catalog._catalog import Catalog
 
-__all__ = ["CATALOG_FILE", "Dataset"]
+__all__ = ["CATALOG_FILE", "DataFormat", "Dataset"]
 
 #: Name of the catalog file in a dataset folder.
 CATALOG_FILE = "catalog.toml"
+
+
+class DataFormat(StrEnum):
+    """The kinds of microdata file a dataset may have (a member equals its text)."""
+
+    PARQUET = "parquet"
+    CSV = "csv"
 
 
 @dataclass(frozen=True)
@@ -28,14 +35,21 @@ class Dataset:
     Attributes:
         catalog: The validated catalog.
         path: The microdata file.
-        format: ``"parquet"`` or ``"csv"``.
+        format: ``"parquet"`` or ``"csv"`` (a :class:`DataFormat`).
         name: A short name (the folder's name by default).
+
+    Raises:
+        DataError: for another format.
     """
 
     catalog: Catalog
     path: Path
-    format: Literal["parquet", "csv"]
+    format: DataFormat
     name: str
+
+    def __post_init__(self) -> None:
+        # A text is accepted and held as its member from here on.
+        object.__setattr__(self, "format", choice(DataFormat, self.format, "format", DataError))
 
     @classmethod
     def open(cls, location: str | Path, *, name: str | None = None) -> Dataset:
@@ -91,5 +105,5 @@ class Dataset:
             raise DataError(f"microdata file {path} must be .parquet or .csv, not {suffix!r}")
         if not path.exists():
             raise DataError(f"microdata file {path} does not exist")
-        fmt: Literal["parquet", "csv"] = "parquet" if suffix == ".parquet" else "csv"
+        fmt = DataFormat.PARQUET if suffix == ".parquet" else DataFormat.CSV
         return cls(catalog=catalog, path=path, format=fmt, name=name)

@@ -22,7 +22,7 @@ import numpy as np
 from tablesafe._errors import ComputationError, DataError, FormatError
 from tablesafe._request import TabulationPlan
 from tablesafe.catalog._catalog import Catalog
-from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
 from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe.cells._fixed import range_error
@@ -101,7 +101,7 @@ class DuckDBEngine(Engine):
 
     def _scan(self, dataset: Dataset) -> str:
         path = dataset.path.resolve()
-        if dataset.format == "parquet":
+        if dataset.format == DataFormat.PARQUET:
             scan = f"read_parquet({_literal(path)})"
         else:
             scan = (

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from tablesafe._errors import DataError, FormatError
 from tablesafe._keys import KEY_MODULUS
 from tablesafe._request import TabulationPlan
-from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._fixed import from_fixed, range_error, to_fixed
@@ -45,7 +45,7 @@ class MemoryEngine(Engine):
         key = str(dataset.path)
         if key not in self._frames:
             try:
-                if dataset.format == "parquet":
+                if dataset.format == DataFormat.PARQUET:
                     table = pq.read_table(dataset.path)
                 else:
                     table = pacsv.read_csv(dataset.path)

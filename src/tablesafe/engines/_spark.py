@@ -24,7 +24,7 @@ import numpy as np
 from tablesafe._errors import ConfigError, DataError
 from tablesafe._request import TabulationPlan
 from tablesafe.catalog._catalog import Catalog
-from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
 from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe.cells._fixed import range_error
@@ -130,7 +130,7 @@ class SparkEngine(Engine):
         with self._lock:
             if key not in self._views:
                 reader = self.spark.read
-                if dataset.format == "parquet":
+                if dataset.format == DataFormat.PARQUET:
                     frame = reader.parquet(str(dataset.path.resolve()))
                 else:
                     # Every CSV column is read as text, then the catalog's columns are

@@ -733,7 +733,7 @@ def _write_validated(directory: Path, table: Any, text: str) -> None:
     """Write the dataset to a temporary folder, validate it there, then move it in."""
     import pyarrow.parquet as pq
 
-    from tablesafe.catalog._dataset import Dataset
+    from tablesafe.catalog._dataset import DataFormat, Dataset
     from tablesafe.engines._duckdb import DuckDBEngine
 
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -744,7 +744,7 @@ def _write_validated(directory: Path, table: Any, text: str) -> None:
         dataset = Dataset(
             catalog=Catalog.from_toml(tmp / "catalog.toml"),
             path=tmp / "microdata.parquet",
-            format="parquet",
+            format=DataFormat.PARQUET,
             name=directory.name,
         )
         DuckDBEngine().validate(dataset)

@@ -50,13 +50,14 @@ import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import CatalogError, DataError, ParameterError
 from tablesafe.catalog._catalog import REPLICATE_METHODS, Catalog, check_name, toml_value
+from tablesafe.catalog._catalog import ReplicateMethod as Method
 
 __all__ = [
     "DesignReplicates",
@@ -65,8 +66,6 @@ __all__ = [
     "design_warnings",
     "replicate_weights",
 ]
-
-Method = Literal["JK1", "JK2", "BRR", "bootstrap"]
 
 #: Replicates drawn by the bootstrap unless told otherwise.
 DEFAULT_BOOTSTRAP_REPLICATES = 200

@@ -52,7 +52,7 @@ import numpy.typing as npt
 
 from tablesafe._errors import RefusedError
 from tablesafe._request import DimensionPlan, TabulationPlan
-from tablesafe._settings import RuleSettings
+from tablesafe._settings import RuleSettings, SliverScope
 from tablesafe.catalog._catalog import Catalog, Code
 from tablesafe.cells._aggregates import CellAggregates
 
@@ -616,7 +616,7 @@ def guard_check(
     """
     if identical_is_near is None:
         identical_is_near = IDENTICAL_IS_NEAR
-    only = key_id if rules.sliver_scope == "key" else None
+    only = key_id if rules.sliver_scope == SliverScope.KEY else None
     table = SetIndex(buckets=index.buckets)
     table.add((i + 1, key_id, s) for i, s in enumerate(sets))
     check = _Check(

@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from tablesafe._errors import RefusedError
 from tablesafe._request import TableRequest
-from tablesafe._settings import RuleSettings
+from tablesafe._settings import RuleSettings, SmallCellAction
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.output._table import ProtectedTable
 
@@ -65,7 +65,7 @@ def apply_small_cell_rule(table: ProtectedTable, rules: RuleSettings) -> Protect
     if k <= 0 or table.counts is None:
         return table
     small = table.computed & (table.counts > 0) & (table.counts < k)
-    display = None if rules.small_cell_action == "suppress" else f"<{k}"
+    display = None if rules.small_cell_action == SmallCellAction.SUPPRESS else f"<{k}"
     meta = dict(table.metadata)
-    meta["small_cell_rule"] = {"min_cell_size": k, "action": rules.small_cell_action}
+    meta["small_cell_rule"] = {"min_cell_size": k, "action": str(rules.small_cell_action)}
     return replace(table, suppressed=small, metadata=meta, suppressed_display=display)

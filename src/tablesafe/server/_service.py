@@ -21,7 +21,7 @@ from tablesafe._errors import ConfigError, TablesafeError
 from tablesafe._protection import Protection
 from tablesafe._protection import protection_from_settings as core_protection
 from tablesafe._request import TableRequest, TabulationPlan
-from tablesafe._settings import DatasetSettings, SiteConfig
+from tablesafe._settings import DatasetSettings, EngineKind, SiteConfig
 from tablesafe.catalog._catalog import Code
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.cells._aggregates import CellAggregates
@@ -162,7 +162,7 @@ class TableService:
 
     def _reader(self, ds: DatasetSettings) -> Any:
         es = self.site.engine
-        if es.kind == "duckdb":
+        if es.kind == EngineKind.DUCKDB:
             from tablesafe.engines import DuckDBEngine
 
             return DuckDBEngine(
@@ -171,7 +171,7 @@ class TableService:
                 materialize=es.materialize,
                 timeout=ds.rules.query_timeout_seconds,
             )
-        if es.kind == "memory":
+        if es.kind == EngineKind.MEMORY:
             from tablesafe.engines import MemoryEngine
 
             return MemoryEngine()
@@ -226,7 +226,7 @@ class TableService:
                 "max_dimensions": s.settings.rules.max_dimensions,
                 "min_universe_size": s.settings.rules.min_universe_size,
                 "min_cell_size": s.settings.rules.min_cell_size,
-                "small_cell_action": s.settings.rules.small_cell_action,
+                "small_cell_action": str(s.settings.rules.small_cell_action),
                 "max_cells": s.settings.rules.max_cells,
             },
             "protection": s.builder.protection.describe(),
