@@ -32,6 +32,7 @@ what is published about the mechanism (method, S, M, preserved margins).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,13 @@ __all__ = [
     "quality_interval",
     *_resampling_risk.__all__,
 ]
+
+
+class Resampling(StrEnum):
+    """Which resampling method made a table (a member equals its text)."""
+
+    BOOTSTRAP = "bootstrap"
+    BINOMIAL = "binomial"
 
 
 @dataclass(frozen=True)
@@ -73,7 +81,7 @@ class ResamplingResult:
     """
 
     table: np.ndarray
-    method: str
+    method: Resampling
     s: float
     m: int = 1
     preserved: str = "total"
@@ -90,9 +98,13 @@ class ResamplingResult:
         """
         out: dict[str, Any] = {
             "method": {
-                "bootstrap": "Heer's bootstrap table (Domingo-Ferrer & Mateo-Sanz, Section 2)",
-                "binomial": "cell-oriented binomial resampling with compensation "
-                "(Domingo-Ferrer & Mateo-Sanz, Section 3)",
+                Resampling.BOOTSTRAP: (
+                    "Heer's bootstrap table (Domingo-Ferrer & Mateo-Sanz, Section 2)"
+                ),
+                Resampling.BINOMIAL: (
+                    "cell-oriented binomial resampling with compensation "
+                    "(Domingo-Ferrer & Mateo-Sanz, Section 3)"
+                ),
             }[self.method],
             "S": self.s,
             "quality_condition": "|x' - x| / sqrt(x (1 - x/n)) < S on every non-zero cell",
@@ -100,7 +112,7 @@ class ResamplingResult:
             "zeros": "zero cells stay zero",
             "table": self.table.tolist(),
         }
-        if self.method == "bootstrap":
+        if self.method == Resampling.BOOTSTRAP:
             out["M"] = self.m
             out["rounded"] = self.rounded
         return out
@@ -174,7 +186,13 @@ def heer_bootstrap(
             out.setflags(write=False)
             preserved = "total" if m == 1 else "none"
             return ResamplingResult(
-                out, "bootstrap", s, m, preserved, round_average or m == 1, tables_drawn=drawn
+                out,
+                Resampling.BOOTSTRAP,
+                s,
+                m,
+                preserved,
+                round_average or m == 1,
+                tables_drawn=drawn,
             )
     raise ComputationError(
         f"no bootstrap table met the quality condition S = {s:g} within {max_tables:,} tables; "
@@ -288,5 +306,5 @@ def binomial_resample(
     out = np.ascontiguousarray(out)
     out.setflags(write=False)
     return ResamplingResult(
-        out, "binomial", s, 1, preserved, True, cell_draws=draws, compensation_units=moved
+        out, Resampling.BINOMIAL, s, 1, preserved, True, cell_draws=draws, compensation_units=moved
     )

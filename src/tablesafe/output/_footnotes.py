@@ -26,6 +26,7 @@ from tablesafe._protection_limits import Additivity
 from tablesafe._request import Statistic
 from tablesafe._rounding import Rounding
 from tablesafe._seeds import SeedScheme
+from tablesafe.mechanisms._magnitudes import MagnitudeMethod, SensitiveAction
 
 __all__ = ["FLAG_COLUMNS", "footnote_lines", "footnotes"]
 
@@ -226,7 +227,7 @@ def _magnitude_notes(
     if mags.get("statement"):
         # The metadata's own words, verbatim: the page shows each sentence once.
         statement.append(str(mags["statement"]))
-    elif mags.get("method") == "none":
+    elif mags.get("method") == MagnitudeMethod.NONE:
         statement.append("Sums and means of continuous variables are exact (no protection).")
     rounding = mags.get("rounding", {})
     sums = [i.split(":", 1)[1] for i in items if i.startswith("sum:")]
@@ -239,7 +240,7 @@ def _magnitude_notes(
             + (
                 "; each cell and each total is protected on its own, so totals may not "
                 "equal the sum of their cells."
-                if mags.get("method") != "none"
+                if mags.get("method") != MagnitudeMethod.NONE
                 else "."
             )
         )
@@ -251,7 +252,7 @@ def _magnitude_notes(
         )
     rules = list(mags.get("rules", ()))
     if rules:
-        hidden = mags.get("sensitive_cells") == "suppress"
+        hidden = mags.get("sensitive_cells") == SensitiveAction.SUPPRESS
         for name in names:
             flags[f"sensitive_{name}"] = (
                 f"the {' or '.join(rules)} rule finds that a few records make up most of "
