@@ -29,7 +29,10 @@ from typing import Any
 import numpy as np
 from fastapi.testclient import TestClient
 
-from tablesafe import write_demo_data
+try:
+    from tablesafe.prepare import write_demo_data
+except ImportError:  # a checkout from before tablesafe.prepare was public
+    from tablesafe import write_demo_data
 from tablesafe._settings import load_site_config
 from tablesafe.server import create_app
 

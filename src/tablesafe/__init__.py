@@ -2,8 +2,11 @@
 
 The public API is re-exported here; everything in ``_``-prefixed modules is
 internal and may change without notice. Subpackages with public APIs of
-their own: :mod:`tablesafe.engines`, :mod:`tablesafe.mechanisms`,
-:mod:`tablesafe.postprocess`.
+their own: :mod:`tablesafe.catalog`, :mod:`tablesafe.engines`,
+:mod:`tablesafe.ptable`, :mod:`tablesafe.mechanisms`, :mod:`tablesafe.prepare`
+(the data owner's offline tools), :mod:`tablesafe.postprocess`, and the
+workbench's :mod:`tablesafe.attacks`, :mod:`tablesafe.metrics`,
+:mod:`tablesafe.experiments`.
 """
 
 from __future__ import annotations
@@ -28,34 +31,27 @@ from tablesafe._version import __version__
 
 if TYPE_CHECKING:
     from tablesafe._builder import TableBuilder
-    from tablesafe._keys import add_record_keys, cell_key_uniform, cell_keys, draw_record_keys
+    from tablesafe._keys import cell_key_uniform, cell_keys, draw_record_keys
     from tablesafe._protection import Protection, protection_from_settings
-    from tablesafe._request import DimensionPlan, TableRequest, TabulationPlan
+    from tablesafe._request import TableRequest, TabulationPlan
     from tablesafe._rounding import Rounding
     from tablesafe._settings import ProtectionSettings, SiteConfig, load_site_config
-    from tablesafe.catalog._catalog import Catalog, ReplicateDesign, StructuralZero
+    from tablesafe.catalog._catalog import Catalog
     from tablesafe.catalog._custom import CustomGroup, CustomGrouping
     from tablesafe.catalog._dataset import Dataset
     from tablesafe.catalog._variables import Category, Variable
     from tablesafe.cells._aggregates import CellAggregates
     from tablesafe.output._table import ProtectedTable
     from tablesafe.output._tabulation import Tabulation, tabulate
-    from tablesafe.prepare._catalog_init import init_catalog
-    from tablesafe.prepare._demo import write_demo_data
-    from tablesafe.prepare._replicates import add_replicates
-    from tablesafe.ptable._io import parse_ptable, ptable_csv, read_ptable, write_ptable
     from tablesafe.ptable._ptable import PrivacyFigures, PTable
 
 _EXPORTS = {
-    "add_replicates": "tablesafe.prepare._replicates",
-    "init_catalog": "tablesafe.prepare._catalog_init",
     "Catalog": "tablesafe.catalog._catalog",
     "Category": "tablesafe.catalog._variables",
     "CellAggregates": "tablesafe.cells._aggregates",
     "CustomGroup": "tablesafe.catalog._custom",
     "CustomGrouping": "tablesafe.catalog._custom",
     "Dataset": "tablesafe.catalog._dataset",
-    "DimensionPlan": "tablesafe._request",
     "PTable": "tablesafe.ptable._ptable",
     "PrivacyFigures": "tablesafe.ptable._ptable",
     "ProtectedTable": "tablesafe.output._table",
@@ -63,28 +59,36 @@ _EXPORTS = {
     "ProtectionSettings": "tablesafe._settings",
     "SiteConfig": "tablesafe._settings",
     "load_site_config": "tablesafe._settings",
-    "ReplicateDesign": "tablesafe.catalog._catalog",
     "Rounding": "tablesafe._rounding",
-    "StructuralZero": "tablesafe.catalog._catalog",
     "TableBuilder": "tablesafe._builder",
     "TableRequest": "tablesafe._request",
     "Tabulation": "tablesafe.output._tabulation",
     "TabulationPlan": "tablesafe._request",
     "Variable": "tablesafe.catalog._variables",
-    "add_record_keys": "tablesafe._keys",
     "cell_key_uniform": "tablesafe._keys",
     "cell_keys": "tablesafe._keys",
     "draw_record_keys": "tablesafe._keys",
-    "parse_ptable": "tablesafe.ptable._io",
     "protection_from_settings": "tablesafe._protection",
-    "ptable_csv": "tablesafe.ptable._io",
-    "read_ptable": "tablesafe.ptable._io",
     "tabulate": "tablesafe.output._tabulation",
-    "write_demo_data": "tablesafe.prepare._demo",
-    "write_ptable": "tablesafe.ptable._io",
 }
 
-__getattr__, __dir__ = attach(__name__, _EXPORTS)
+#: Names public in 0.1, moved to the subpackage that owns them (issue 27):
+#: importable from here for one more release, with a DeprecationWarning.
+_MOVED = {
+    "DimensionPlan": "tablesafe.engines",
+    "ReplicateDesign": "tablesafe.catalog",
+    "StructuralZero": "tablesafe.catalog",
+    "add_record_keys": "tablesafe.prepare",
+    "add_replicates": "tablesafe.prepare",
+    "init_catalog": "tablesafe.prepare",
+    "parse_ptable": "tablesafe.ptable",
+    "ptable_csv": "tablesafe.ptable",
+    "read_ptable": "tablesafe.ptable",
+    "write_demo_data": "tablesafe.prepare",
+    "write_ptable": "tablesafe.ptable",
+}
+
+__getattr__, __dir__ = attach(__name__, _EXPORTS, _MOVED)
 
 __all__ = [
     "Catalog",
@@ -97,7 +101,6 @@ __all__ = [
     "CustomGrouping",
     "DataError",
     "Dataset",
-    "DimensionPlan",
     "FormatError",
     "InternalError",
     "PTable",
@@ -107,11 +110,9 @@ __all__ = [
     "Protection",
     "ProtectionSettings",
     "RefusedError",
-    "ReplicateDesign",
     "RequestError",
     "Rounding",
     "SiteConfig",
-    "StructuralZero",
     "TableBuilder",
     "TableRequest",
     "TablesafeError",
@@ -120,18 +121,10 @@ __all__ = [
     "UserError",
     "Variable",
     "__version__",
-    "add_record_keys",
-    "add_replicates",
     "cell_key_uniform",
     "cell_keys",
     "draw_record_keys",
-    "init_catalog",
     "load_site_config",
-    "parse_ptable",
     "protection_from_settings",
-    "ptable_csv",
-    "read_ptable",
     "tabulate",
-    "write_demo_data",
-    "write_ptable",
 ]

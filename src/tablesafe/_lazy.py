@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,17 +18,31 @@ __all__ = ["attach"]
 
 
 def attach(
-    package: str, exports: Mapping[str, str]
+    package: str,
+    exports: Mapping[str, str],
+    deprecated: Mapping[str, str] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """Return ``__getattr__`` and ``__dir__`` for ``package``.
 
     Args:
         package: The package's ``__name__``.
         exports: Public name -> the module that defines it.
+        deprecated: Former public name -> the public package that now exports
+            it. Still importable for one release, with a ``DeprecationWarning``
+            naming the new place; not listed by ``dir()``.
     """
+    moved = dict(deprecated or {})
 
     def __getattr__(name: str) -> Any:
         module = exports.get(name)
+        if module is None and name in moved:
+            warnings.warn(
+                f"{package}.{name} is deprecated and will be removed in the next release; "
+                f"import it from {moved[name]}",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(importlib.import_module(moved[name]), name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module), name)

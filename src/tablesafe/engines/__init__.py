@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from tablesafe._lazy import attach
 
 if TYPE_CHECKING:
+    from tablesafe._request import DimensionPlan
     from tablesafe.engines._base import DatasetSummary, Engine
     from tablesafe.engines._cube import CubeCache
     from tablesafe.engines._duckdb import DuckDBEngine
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from tablesafe.engines._spark import SparkEngine
 
 _EXPORTS = {
+    "DimensionPlan": "tablesafe._request",
     "CubeCache": "tablesafe.engines._cube",
     "DatasetSummary": "tablesafe.engines._base",
     "DuckDBEngine": "tablesafe.engines._duckdb",
@@ -24,4 +26,12 @@ _EXPORTS = {
 
 __getattr__, __dir__ = attach(__name__, _EXPORTS)
 
-__all__ = ["CubeCache", "DatasetSummary", "DuckDBEngine", "Engine", "MemoryEngine", "SparkEngine"]
+__all__ = [
+    "CubeCache",
+    "DatasetSummary",
+    "DimensionPlan",
+    "DuckDBEngine",
+    "Engine",
+    "MemoryEngine",
+    "SparkEngine",
+]

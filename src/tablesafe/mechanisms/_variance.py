@@ -3,7 +3,7 @@
 For an estimate ``theta`` (a weighted count) and its replicate estimates
 ``theta_r`` (the same count with replicate weight r), the replicate variance
 is ``v = c * sum_r (theta_r - theta)**2``, with the coefficient ``c`` of the
-catalog's replicate design (:class:`~tablesafe.ReplicateDesign`): JK1
+catalog's replicate design (:class:`~tablesafe.catalog.ReplicateDesign`): JK1
 ``(R-1)/R``, JK2 ``1``, BRR with Fay factor ``rho`` ``1 / (R (1-rho)**2)``,
 bootstrap ``1/(R-1)``. The standard error is ``sqrt(v)`` and the normal
 confidence interval ``theta ± z_{1-a/2} * se``, its lower end raised to 0

@@ -143,7 +143,7 @@ class PTable:
 
     Build one with a constructor (:func:`tablesafe.mechanisms.dp_geometric`,
     ``pram_shlomo_young``, ``drop_add_q``, ``destatis``), :meth:`from_rows`
-    or :func:`tablesafe.read_ptable`. Instances are immutable; rows are validated and
+    or :func:`tablesafe.ptable.read_ptable`. Instances are immutable; rows are validated and
     normalised on construction.
 
     Attributes:
