@@ -16,12 +16,16 @@ from typing import Any
 
 __all__ = ["attach"]
 
+#: A public name's value: any class, function or constant of the package (a
+#: deprecated alias is typed through here, so it stays as usable as before).
+Export = Any
+
 
 def attach(
     package: str,
     exports: Mapping[str, str],
     deprecated: Mapping[str, str] | None = None,
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+) -> tuple[Callable[[str], Export], Callable[[], list[str]]]:
     """Return ``__getattr__`` and ``__dir__`` for ``package``.
 
     Args:
@@ -33,7 +37,7 @@ def attach(
     """
     moved = dict(deprecated or {})
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> Export:
         module = exports.get(name)
         if module is None and name in moved:
             warnings.warn(

@@ -475,7 +475,7 @@ class ApiKeySettings(BaseModel):
 
     @field_validator("expires", mode="before")
     @classmethod
-    def _utc(cls, v: Any) -> Any:
+    def _utc(cls, v: object) -> object:
         if isinstance(v, date) and not isinstance(v, datetime):
             return datetime(v.year, v.month, v.day, tzinfo=UTC)
         if v is not None and not isinstance(v, datetime | str):

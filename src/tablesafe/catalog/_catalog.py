@@ -622,7 +622,7 @@ def _parse_zeros(raw: object, variables: Mapping[str, Variable]) -> tuple[Struct
     return tuple(out)
 
 
-def toml_value(v: Any) -> str:
+def toml_value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int | float):

@@ -261,7 +261,9 @@ def magnitude_check_result(
 
 
 def check_magnitude_values(
-    magnitudes: Sequence[Magnitude], columns: Mapping[str, Any], weight: Any | None
+    magnitudes: Sequence[Magnitude],
+    columns: Mapping[str, npt.ArrayLike],
+    weight: npt.ArrayLike | None,
 ) -> None:
     """The same checks on columns in memory (the memory engine)."""
     w = None if weight is None else np.asarray(weight, dtype=np.float64)

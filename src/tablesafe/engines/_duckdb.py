@@ -18,6 +18,7 @@ from typing import Any
 
 import duckdb
 import numpy as np
+import numpy.typing as npt
 
 from tablesafe._errors import ComputationError, DataError, FormatError
 from tablesafe._request import TabulationPlan
@@ -37,6 +38,11 @@ from tablesafe.engines._base import DatasetSummary, Engine, assemble_grouped
 from tablesafe.engines._sql import Dialect, ranking_sql, tabulation_sql
 
 __all__ = ["DuckDBEngine"]
+
+#: What a statement gives back, as ``fetch`` asks: every row (a list of tuples),
+#: one row (a tuple or None) or the columns (name -> numpy array); DuckDB's
+#: own untyped values.
+Fetched = Any
 
 
 def _ident(name: str) -> str:
@@ -124,7 +130,7 @@ class DuckDBEngine(Engine):
         *,
         timeout: float | None = None,
         fetch: str = "all",
-    ) -> Any:
+    ) -> Fetched:
         """Run one statement on a fresh cursor and fetch its result ("all", "one", "numpy").
 
         Each call has its own cursor (so threads never share one) and closes
@@ -457,7 +463,7 @@ def _csv_types(cat: Catalog) -> str:
     return "{" + ", ".join(items) + "}"
 
 
-def _values(a: Any, kind: type | None = None) -> np.ndarray:
+def _values(a: npt.ArrayLike, kind: type | None = None) -> np.ndarray:
     # fetchnumpy returns masked arrays where a column has NULLs (the
     # aggregated dimensions of a grouping set); their values are unused.
     # Copy: arrays fetched from DuckDB may share its memory, which must not

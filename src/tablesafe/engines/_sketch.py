@@ -19,7 +19,7 @@ the same sketch.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,11 @@ import numpy.typing as npt
 from tablesafe._request import DimensionPlan, TabulationPlan
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.cells._aggregates import CellAggregates
+
+if TYPE_CHECKING:
+    from tablesafe.engines._base import Engine
+    from tablesafe.engines._duckdb import DuckDBEngine
+    from tablesafe.engines._memory import MemoryEngine
 
 __all__ = ["BUCKET_COLUMN", "key_buckets"]
 
@@ -58,7 +63,7 @@ def _bucket_plan(plan: TabulationPlan, buckets: int) -> TabulationPlan:
 
 
 def key_buckets(
-    engine: Any, dataset: Dataset, plan: TabulationPlan, buckets: int
+    engine: Engine, dataset: Dataset, plan: TabulationPlan, buckets: int
 ) -> npt.NDArray[np.int64] | None:
     """Per bucket of the record key, the count of every cell of ``plan``'s grouping sets.
 
@@ -91,7 +96,9 @@ def key_buckets(
     return np.ascontiguousarray(n)
 
 
-def _duckdb(engine: Any, dataset: Dataset, ext: TabulationPlan, buckets: int) -> CellAggregates:
+def _duckdb(
+    engine: DuckDBEngine, dataset: Dataset, ext: TabulationPlan, buckets: int
+) -> CellAggregates:
     from tablesafe.engines._base import assemble_grouped
     from tablesafe.engines._duckdb import _DIALECT, _ident, _values
     from tablesafe.engines._sql import tabulation_sql
@@ -119,7 +126,9 @@ def _duckdb(engine: Any, dataset: Dataset, ext: TabulationPlan, buckets: int) ->
     )
 
 
-def _memory(engine: Any, dataset: Dataset, ext: TabulationPlan, buckets: int) -> CellAggregates:
+def _memory(
+    engine: MemoryEngine, dataset: Dataset, ext: TabulationPlan, buckets: int
+) -> CellAggregates:
     engine.ensure_valid(dataset)
     inner = replace(ext, dimensions=ext.dimensions[:-1])
     sub, flat, shape = engine._cells(dataset, inner)

@@ -40,6 +40,9 @@ from tablesafe.engines._sql import Dialect, ranking_sql, tabulation_sql
 
 __all__ = ["SparkEngine"]
 
+#: A ``pyspark.sql.SparkSession``: PySpark is optional, so its type is not imported.
+SparkSession = Any
+
 _M32 = 2**32
 
 
@@ -86,7 +89,7 @@ class SparkEngine(Engine):
 
     def __init__(
         self,
-        spark_session: Any = None,
+        spark_session: SparkSession | None = None,
         *,
         master: str = "local[*]",
         app_name: str = "tablesafe",

@@ -20,7 +20,11 @@ from tablesafe.cells._aggregates import KEY_MODULUS
 from tablesafe.cells._fixed import fixed_sql
 from tablesafe.cells._magnitude_sums import magnitude_sql
 
-__all__ = ["Dialect", "ranking_sql", "tabulation_sql", "universe_sql"]
+__all__ = ["Dialect", "SQLParams", "ranking_sql", "tabulation_sql", "universe_sql"]
+
+#: A query's bound values: positional (a list, for ``?``) or named (a dict, for
+#: ``:p0``), as the engine's :class:`Dialect` says; the universe's codes.
+SQLParams = list[Any] | dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -45,10 +49,10 @@ class Dialect:
     top_item: Callable[[str, int], str] = lambda e, j: f"list_extract({e}, {j})"
 
 
-def _markers(dialect: Dialect, values: list[Any], params: Any) -> str:
+def _markers(values: list[Any], params: SQLParams) -> str:
     out = []
     for v in values:
-        if dialect.named:
+        if isinstance(params, dict):  # the dialect's named parameters
             name = f"p{len(params)}"
             params[name] = v
             out.append(f":{name}")
@@ -59,11 +63,11 @@ def _markers(dialect: Dialect, values: list[Any], params: Any) -> str:
 
 
 def universe_sql(
-    plan: TabulationPlan, dialect: Dialect, params: Any, prefix: str = ""
+    plan: TabulationPlan, dialect: Dialect, params: SQLParams, prefix: str = ""
 ) -> list[str]:
     """The universe's conditions, with their codes bound as parameters."""
     return [
-        f"{prefix}{dialect.ident(column)} IN ({_markers(dialect, list(codes), params)})"
+        f"{prefix}{dialect.ident(column)} IN ({_markers(list(codes), params)})"
         for column, codes in plan.universe
     ]
 
@@ -95,7 +99,7 @@ def tabulation_sql(plan: TabulationPlan, source: str, dialect: Dialect) -> tuple
         m_inner, m_outer = magnitude_sql(mag, i, q, dialect.top_inner, dialect.top_item)
         inner += m_inner
         outer += m_outer
-    params: Any = {} if dialect.named else []
+    params: SQLParams = {} if dialect.named else []
     where = universe_sql(plan, dialect, params)
     sets = ", ".join("(" + ", ".join(dims[i] for i in gs) + ")" for gs in plan.grouping_sets)
     cte = f"SELECT {', '.join(inner)} FROM {source}"
@@ -133,7 +137,7 @@ def ranking_sql(
         mix: Wraps a query with columns ``ts_key`` and ``ts_seed`` into one
             that adds ``ts_mix`` (:func:`tablesafe.cells._selection.mix32`).
     """
-    params: Any = {} if dialect.named else []
+    params: SQLParams = {} if dialect.named else []
     weights = ([plan.weight] if plan.weight else []) + list(plan.replicates)
     v = [f"ts_v{i}" for i in range(len(weights))]
     values = [

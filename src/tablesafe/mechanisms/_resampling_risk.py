@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -172,7 +171,9 @@ def optimal_m(table: npt.ArrayLike, s: float, m_max: int = 21) -> int:
     return min(costs, key=lambda m: (costs[m], m))
 
 
-def exact_disclosure_probability(*args: Any, **kwargs: Any) -> float:
+def exact_disclosure_probability(
+    k: int, s: float, m: int = 1, *, n: int = 10_000, x_max: int = 200
+) -> float:
     """Deprecated name of :func:`resampling_disclosure_probability` (goes in the next release).
 
     ``tablesafe.metrics.exact_disclosure_probability`` is another function (of a
@@ -184,4 +185,4 @@ def exact_disclosure_probability(*args: Any, **kwargs: Any) -> float:
         DeprecationWarning,
         stacklevel=2,
     )
-    return resampling_disclosure_probability(*args, **kwargs)
+    return resampling_disclosure_probability(k, s, m, n=n, x_max=x_max)

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 #: A long table: columns by name (numpy arrays), or a pandas DataFrame.
 Columns: TypeAlias = "Mapping[str, np.ndarray] | pd.DataFrame"
+#: One cell of a published table as text output shows it: a code, a label, a
+#: count or a figure (Python or numpy), or None for a blank.
+CellValue: TypeAlias = "int | float | str | np.integer | np.floating | None"
 
 __all__ = [
     "TOTAL_CODE",
@@ -184,7 +187,7 @@ def _csv_pieces(cols: dict[str, np.ndarray], chunk: int | None) -> Iterator[str]
         yield head + body if start == 0 else body
 
 
-def _dumps(value: Any) -> bytes:
+def _dumps(value: object) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY, default=_plain)
 
 
@@ -227,7 +230,7 @@ def _csv_column(values: np.ndarray) -> list[str]:
     return list(map(_csv_value, items))
 
 
-def _csv_value(v: Any) -> str:
+def _csv_value(v: object) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
     if isinstance(v, bool):
@@ -237,7 +240,7 @@ def _csv_value(v: Any) -> str:
     return str(v)
 
 
-def _plain(v: Any) -> Any:
+def _plain(v: object) -> int | float | bool | list[object]:
     if isinstance(v, np.integer):
         return int(v)
     if isinstance(v, np.floating):
@@ -253,7 +256,7 @@ def _plain(v: Any) -> Any:
 MEAN_DIGITS = 4
 
 
-def _fmt(value: Any, statistic: str) -> str:
+def _fmt(value: CellValue, statistic: str) -> str:
     if value is None:
         return ""
     if isinstance(value, str):

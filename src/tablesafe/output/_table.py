@@ -255,7 +255,7 @@ class ProtectedTable:
 
         meta = self.public_metadata()
         notes = meta.pop("footnotes")
-        rows = [("note", line) for line in footnote_lines(notes)]
+        rows: list[tuple[str, object]] = [("note", line) for line in footnote_lines(notes)]
         rows += [(k, _flat(v)) for k, v in meta.items()]
         about = pd.DataFrame(rows, columns=["key", "value"])
         from tablesafe.output._xlsx import workbook_bytes
@@ -319,7 +319,7 @@ def _whole_or_nan(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _flat(v: Any) -> Any:
+def _flat(v: object) -> object:
     if isinstance(v, Mapping | list | tuple):
         buf = io.StringIO()
         buf.write(str(v))

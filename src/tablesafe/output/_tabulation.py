@@ -21,6 +21,8 @@ from tablesafe.output._render import long_columns, long_frame, render_text, to_c
 if TYPE_CHECKING:
     import pandas as pd
 
+    from tablesafe.engines._base import Engine
+
 __all__ = ["Tabulation", "tabulate"]
 
 UNPROTECTED = "UNPROTECTED tabulation (true values, for the data owner only)"
@@ -132,7 +134,9 @@ class Tabulation:
         raise RequestError(f"unknown format {fmt!r}; allowed: text, csv, json")
 
 
-def tabulate(dataset: Dataset, request: TableRequest, *, engine: Any = None) -> Tabulation:
+def tabulate(
+    dataset: Dataset, request: TableRequest, *, engine: Engine | None = None
+) -> Tabulation:
     """Tabulate ``request`` on ``dataset`` without protection.
 
     The request is checked against the catalog before any microdata is

@@ -84,7 +84,7 @@ class _Strings:
 _NA: Any = object()
 
 
-def _value_cell(v: Any, strings: _Strings) -> str | None:
+def _value_cell(v: object, strings: _Strings) -> str | None:
     """A cell's attributes and value after ``<c``; ``None`` for an empty cell."""
     if v is None or v is _NA:
         return None

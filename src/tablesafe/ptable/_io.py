@@ -27,7 +27,6 @@ import io
 import itertools
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -358,7 +357,7 @@ def _abs_columns(body: list[str], header: list[str], sep: str | None, source: st
     import pandas as pd
 
     # A sampled ptable has 751 x 4096 lines: parsed by pandas, not line by line.
-    def read(dtype: Any) -> Any:
+    def read(dtype: type[np.int64] | type[str]) -> pd.DataFrame:
         return pd.read_csv(
             io.StringIO("\n".join(body)),
             sep=sep if sep is not None else r"\s+",

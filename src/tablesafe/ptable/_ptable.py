@@ -107,7 +107,7 @@ class PrivacyFigures:
     unbounded_mass: float = 0.0
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 

@@ -45,7 +45,7 @@ import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +55,10 @@ from tablesafe._request import DimensionPlan, TabulationPlan
 from tablesafe._settings import RuleSettings, SliverScope
 from tablesafe.catalog._catalog import Catalog, Code
 from tablesafe.cells._aggregates import CellAggregates
+
+if TYPE_CHECKING:
+    from tablesafe.catalog._dataset import Dataset
+    from tablesafe.engines._base import Engine
 
 __all__ = [
     "BUCKETS",
@@ -537,7 +541,7 @@ class GuardCounts:
         return dict(self._memo[key])
 
 
-def dataset_identity(engine: Any, dataset: Any) -> str:
+def dataset_identity(engine: Engine, dataset: Dataset) -> str:
     """The microdata's identity: a hash of its record count and record-key sum (any engine).
 
     It depends on the records alone, not on the dataset's name or catalog:

@@ -25,6 +25,7 @@ from tablesafe._settings import DatasetSettings, EngineKind, SiteConfig
 from tablesafe.catalog._catalog import Code
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.engines._base import Engine
 from tablesafe.engines._sketch import key_buckets
 from tablesafe.output._table import ProtectedTable
 from tablesafe.rules._guard import (
@@ -151,7 +152,7 @@ class TableService:
         self.guard.close()
         self.audit.close()
 
-    def _engine(self, ds: DatasetSettings) -> Any:
+    def _engine(self, ds: DatasetSettings) -> Engine:
         es = self.site.engine
         engine = self._reader(ds)
         if not es.cube_cache:
@@ -160,7 +161,7 @@ class TableService:
 
         return CubeCache(engine, max_cube_cells=es.max_cube_cells, max_cache_mib=es.max_cache_mib)
 
-    def _reader(self, ds: DatasetSettings) -> Any:
+    def _reader(self, ds: DatasetSettings) -> Engine:
         es = self.site.engine
         if es.kind == EngineKind.DUCKDB:
             from tablesafe.engines import DuckDBEngine
@@ -180,7 +181,8 @@ class TableService:
         spark_engine = getattr(engines, "SparkEngine", None)
         if spark_engine is None:
             raise ConfigError("engine kind 'spark' is not available in this installation")
-        return spark_engine(master=es.spark_master)
+        spark: Engine = spark_engine(master=es.spark_master)
+        return spark
 
     # -- catalog views --------------------------------------------------------------
 
