@@ -32,6 +32,7 @@ from tablesafe.mechanisms._records import DropAddRecords
 
 if TYPE_CHECKING:
     from tablesafe._settings import ProtectionSettings
+    from tablesafe.ptable._ptable import PTable
 
 __all__ = [
     "CellwiseMechanism",
@@ -227,7 +228,7 @@ def mechanism_from_settings(
         return None
     if m == ProtectionMethod.Q_RECORDS:
         return mechanisms.drop_add_records(rate=settings.rate)
-    mech: Any
+    mech: PTable
     if m == ProtectionMethod.DP:
         mech = mechanisms.dp_geometric(settings.epsilon, cap=settings.cap)
     elif m == ProtectionMethod.Q:
@@ -243,7 +244,7 @@ def mechanism_from_settings(
 
         assert settings.ptable_file is not None
         mech = read_ptable(resolve(settings.ptable_file))
-    return mech  # type: ignore[no-any-return]
+    return mech
 
 
 def protection_from_settings(
