@@ -22,12 +22,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from tablesafe._errors import ParameterError, RefusedError
-from tablesafe._request import TableRequest
+from tablesafe._request import Margins, TableRequest
 from tablesafe.catalog._catalog import Code
 from tablesafe.catalog._custom import CustomGroup, CustomGrouping
 from tablesafe.output._table import ProtectedTable
@@ -186,7 +186,7 @@ def _requests(
                 ),
             )
             dims.insert(int(rng.integers(0, len(dims) + 1)), "ALLOF")
-        margins: Literal["all", "none", "total"] = ("all", "none", "total")[t % 3]
+        margins = tuple(Margins)[t % 3]  # all, none, total in turn
         out.append(
             TableRequest(
                 tuple(dims),
