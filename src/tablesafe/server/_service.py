@@ -16,6 +16,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from threadpoolctl import threadpool_limits
+
 from tablesafe._builder import TableBuilder
 from tablesafe._errors import ConfigError, TablesafeError
 from tablesafe._protection import Protection
@@ -111,6 +113,11 @@ class TableService:
         self, site: SiteConfig, audit: AuditLog | None = None, guard: GuardStore | None = None
     ) -> None:
         self.site = site
+        # A service answers requests on many threads at once: numpy's BLAS
+        # threads on top of them oversubscribe the cores, and the guard's small
+        # products (a family's basis) took 7 times longer with them on a busy
+        # 2-core machine. Set once, before any request (docs/benchmarks.md).
+        threadpool_limits(1, user_api="blas")
         self.audit = audit or AuditLog(site.resolve(site.server.audit_db))
         # The guard's store: by default in the audit database's file (its own table).
         self.guard = guard or SQLiteGuardStore(self.audit.path)
