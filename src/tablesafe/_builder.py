@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     # The rules are a pydantic model: a table without a site's rules imports no pydantic.
     from tablesafe._settings import RuleSettings
     from tablesafe.engines._base import Engine
-    from tablesafe.mechanisms._magnitudes import MagnitudeProtection
+    from tablesafe.mechanisms._magnitudes import MagnitudeProtection, ProtectedMagnitudes
 
 __all__ = [
     "Built",
@@ -326,73 +326,22 @@ class TableBuilder:
     ) -> ProtectedTable:
         """Protect aggregates computed for every grouping set of ``plan``'s dimensions."""
         prot = self.protection
-        sets = plan.grouping_sets
-        shape = agg.shape
-        computed = np.zeros(shape, dtype=bool)
-        for gs in sets:
-            computed[_index(shape, gs)] = True
+        computed = _computed(agg.shape, plan.grouping_sets)
         is_inner = agg.is_inner()
         sz = structural_zero_mask(self.dataset.catalog, plan)
         want_w = request.statistic != Statistic.COUNT and agg.weight_sum is not None
-        meta: dict[str, Any] = {"dataset": self.dataset.name, "additivity": str(prot.additivity)}
-        if self.dataset.catalog.citation:
-            meta["citation"] = self.dataset.catalog.citation
-        if prot.record_level:
-            counts, weighted, reps = self._records(request, plan, agg, sz, want_w)
-            meta["additivity"] = "aggregate (record level)"
-            perturbed = np.where(computed, counts != agg.n, False)
-            adjusted = np.zeros(shape, dtype=bool)
-        else:
-            counts, weighted, reps, adjusted = self._cells(agg, plan, computed, is_inner, sz, meta)
-            perturbed = (counts != agg.n) & computed
-            adjusted &= computed
-        if np.any(counts[computed] < 0):
-            raise InternalError("a protected count is negative")
-
+        meta = self._metadata()
+        counts, weighted, reps, perturbed, adjusted = self._protect_counts(
+            request, plan, agg, computed, is_inner, sz, want_w, meta
+        )
         se = ci_low = ci_high = None
         if weighted is not None:
-            meta["weighted"] = self._weighted_statement()
-            design = self.dataset.catalog.replicates
-            if reps is not None and design is not None:
-                from tablesafe.mechanisms._variance import confidence_interval, replicate_se
-
-                raw_se = replicate_se(weighted, reps, design)
-                # A weighted count is never negative: so is no end of its interval.
-                raw_low, raw_high = confidence_interval(weighted, raw_se, lower_bound=0.0)
-                # Standard errors only where enough records stand behind the
-                # protected count: never for a cell that may hold no record.
-                shown = computed & (counts >= prot.se_threshold())
-                se, ci_low, ci_high = (
-                    np.where(shown, self._round(a, request, computed, additive=False), np.nan)
-                    for a in (raw_se, raw_low, raw_high)
-                )
-                meta["replicate_method"] = str(design.method)
-                meta["replicate_coefficient"] = design.coefficient
-                meta["se_min_count"] = prot.se_threshold()
-                meta["ci_lower_bound"] = 0.0
-            additive = prot.record_level or prot.additivity != Additivity.INDEPENDENT
-            weighted = np.where(
-                computed, self._round(weighted, request, computed, additive=additive), 0.0
+            weighted, se, ci_low, ci_high = self._publish_weighted(
+                request, computed, counts, weighted, reps, meta
             )
         mags = None
         if request.magnitudes:
-            from tablesafe.mechanisms._magnitudes import protect_magnitudes
-
-            mags = protect_magnitudes(
-                request.magnitudes,
-                agg,
-                counts,
-                weighted if want_w else None,
-                computed,
-                self.dataset.catalog.magnitudes,
-                self.magnitude_protection,
-                prot.seeds,
-                prot.secret,
-                lambda mask: self.definitions(plan, mask),
-                (lambda name: self.overall_magnitude_mean(name, want_w))
-                if prot.perturbs_empty_cells
-                else None,
-            )
+            mags = self._protect_magnitudes(request, plan, agg, counts, weighted, computed, want_w)
             meta["magnitudes"] = mags.meta
         return ProtectedTable(
             request=request,
@@ -414,6 +363,119 @@ class TableBuilder:
             roundings=self._roundings(request),
             magnitudes=None if mags is None else mags.columns,
             sensitive=None if mags is None else mags.sensitive,
+        )
+
+    def _metadata(self) -> dict[str, Any]:
+        """Step 1 of protect: the table's metadata as the dataset and protection open it."""
+        meta: dict[str, Any] = {
+            "dataset": self.dataset.name,
+            "additivity": str(self.protection.additivity),
+        }
+        if self.dataset.catalog.citation:
+            meta["citation"] = self.dataset.catalog.citation
+        return meta
+
+    def _protect_counts(
+        self,
+        request: TableRequest,
+        plan: TabulationPlan,
+        agg: CellAggregates,
+        computed: npt.NDArray[np.bool_],
+        is_inner: npt.NDArray[np.bool_],
+        sz: npt.NDArray[np.bool_],
+        want_w: bool,
+        meta: dict[str, Any],
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray, np.ndarray]:
+        """Step 2 of protect: the protected counts, record-level or cell-wise.
+
+        Returns:
+            Counts, weighted figures, replicate figures, the perturbed mask and
+            the adjusted mask (both only where computed).
+        """
+        shape = agg.shape
+        if self.protection.record_level:
+            counts, weighted, reps = self._records(request, plan, agg, sz, want_w)
+            meta["additivity"] = "aggregate (record level)"
+            perturbed = np.where(computed, counts != agg.n, False)
+            adjusted = np.zeros(shape, dtype=bool)
+        else:
+            counts, weighted, reps, adjusted = self._cells(agg, plan, computed, is_inner, sz, meta)
+            perturbed = (counts != agg.n) & computed
+            adjusted &= computed
+        if np.any(counts[computed] < 0):
+            raise InternalError("a protected count is negative")
+        return counts, weighted, reps, perturbed, adjusted
+
+    def _publish_weighted(
+        self,
+        request: TableRequest,
+        computed: npt.NDArray[np.bool_],
+        counts: np.ndarray,
+        weighted: np.ndarray,
+        reps: np.ndarray | None,
+        meta: dict[str, Any],
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+        """Step 3 of protect: weighted figures rounded, with replicate standard errors.
+
+        Returns:
+            The rounded weighted figures, then the standard errors and the
+            confidence interval's ends (None without a replicate design).
+        """
+        prot = self.protection
+        se = ci_low = ci_high = None
+        meta["weighted"] = self._weighted_statement()
+        design = self.dataset.catalog.replicates
+        if reps is not None and design is not None:
+            from tablesafe.mechanisms._variance import confidence_interval, replicate_se
+
+            raw_se = replicate_se(weighted, reps, design)
+            # A weighted count is never negative: so is no end of its interval.
+            raw_low, raw_high = confidence_interval(weighted, raw_se, lower_bound=0.0)
+            # Standard errors only where enough records stand behind the
+            # protected count: never for a cell that may hold no record.
+            shown = computed & (counts >= prot.se_threshold())
+            se, ci_low, ci_high = (
+                np.where(shown, self._round(a, request, computed, additive=False), np.nan)
+                for a in (raw_se, raw_low, raw_high)
+            )
+            meta["replicate_method"] = str(design.method)
+            meta["replicate_coefficient"] = design.coefficient
+            meta["se_min_count"] = prot.se_threshold()
+            meta["ci_lower_bound"] = 0.0
+        additive = prot.record_level or prot.additivity != Additivity.INDEPENDENT
+        weighted = np.where(
+            computed, self._round(weighted, request, computed, additive=additive), 0.0
+        )
+        return weighted, se, ci_low, ci_high
+
+    def _protect_magnitudes(
+        self,
+        request: TableRequest,
+        plan: TabulationPlan,
+        agg: CellAggregates,
+        counts: np.ndarray,
+        weighted: np.ndarray | None,
+        computed: npt.NDArray[np.bool_],
+        want_w: bool,
+    ) -> ProtectedMagnitudes:
+        """Step 4 of protect: the request's magnitudes, against the protected counts."""
+        from tablesafe.mechanisms._magnitudes import protect_magnitudes
+
+        prot = self.protection
+        return protect_magnitudes(
+            request.magnitudes,
+            agg,
+            counts,
+            weighted if want_w else None,
+            computed,
+            self.dataset.catalog.magnitudes,
+            self.magnitude_protection,
+            prot.seeds,
+            prot.secret,
+            lambda mask: self.definitions(plan, mask),
+            (lambda name: self.overall_magnitude_mean(name, want_w))
+            if prot.perturbs_empty_cells
+            else None,
         )
 
     # -- the stages -----------------------------------------------------------------
@@ -703,6 +765,14 @@ def _add_up(
 
 def _all_sets(k: int) -> tuple[tuple[int, ...], ...]:
     return tuple(s for r in range(k, -1, -1) for s in itertools.combinations(range(k), r))
+
+
+def _computed(shape: tuple[int, ...], sets: tuple[tuple[int, ...], ...]) -> npt.NDArray[np.bool_]:
+    """The cells a table computes: every cell of each of its grouping sets."""
+    computed = np.zeros(shape, dtype=bool)
+    for gs in sets:
+        computed[_index(shape, gs)] = True
+    return computed
 
 
 def _index(shape: tuple[int, ...], gs: tuple[int, ...]) -> tuple[slice, ...]:

@@ -313,55 +313,11 @@ class TableRequest:
                 f"{len(self.dimensions)} were given"
             )
         catalog = extend_catalog(catalog, self.groupings)
-        variables = [catalog.variable(d) for d in self.dimensions]
-        columns = [v.column for v in variables]
-        for i, v in enumerate(variables):
-            if columns.count(v.column) > 1:
-                other = next(
-                    w.name for j, w in enumerate(variables) if j != i and w.column == v.column
-                )
-                raise RequestError(
-                    f"dimensions {v.name} and {other} classify the same variable; use one of them"
-                )
-        universe: dict[str, set[Code]] = {}
-        trimmed: dict[str, tuple[Code, ...]] = {}
-        for name, raw_codes in self.universe.items():
-            var = catalog.variable(name)
-            codes = tuple(dict.fromkeys(var.coerce(c) for c in raw_codes))
-            source = {s for c in codes for s in var.source_codes(c)}
-            if var.column in universe:
-                source &= universe[var.column]
-            universe[var.column] = source
-            if name in self.dimensions:
-                trimmed[name] = codes
-        if self.statistic != Statistic.COUNT and catalog.weight is None:
-            raise RequestError(
-                f"statistic {str(self.statistic)!r} needs survey weights, but this dataset has "
-                "none; use statistic 'count'"
-            )
-        if self.replicates and catalog.replicates is None:
-            from tablesafe.catalog._hints import missing_replicates_hint
-
-            raise RequestError(
-                "this dataset has no replicate weights, so standard errors and intervals "
-                "(--se) are unavailable" + missing_replicates_hint()
-            )
-        weight = catalog.weight if self.statistic != Statistic.COUNT else None
-        names = dict.fromkeys(catalog.magnitude(m.split(":", 1)[1]).name for m in self.magnitudes)
-        mags = tuple(
-            MagnitudePlan(name=n, column=catalog.magnitudes[n].column, weight=weight) for n in names
-        )
-        for v in variables:
-            allowed = universe.get(v.column)
-            if v.name in trimmed or allowed is None:
-                continue
-            # The universe restricts this dimension's column through another
-            # variable (an upper level, a grouping, a custom grouping): show only
-            # the categories that can hold records of it. A function of the
-            # request and the catalog only; an empty universe keeps them all.
-            inside = tuple(c for c in v.codes if allowed.intersection(v.source_codes(c)))
-            if inside:
-                trimmed[v.name] = inside
+        variables = self._bind_dimensions(catalog)
+        universe, trimmed = self._bind_universe(catalog)
+        self._check_weights(catalog)
+        mags = self._bind_magnitudes(catalog)
+        _trim_to_universe(variables, universe, trimmed)
         dims = tuple(DimensionPlan.from_variable(v, trimmed.get(v.name)) for v in variables)
         source_order = {v.column: v for v in catalog.source_variables}
         return TabulationPlan(
@@ -378,6 +334,88 @@ class TableRequest:
             else (),
             magnitudes=mags,
         )
+
+    def _bind_dimensions(self, catalog: Catalog) -> list[Variable]:
+        """Step 1 of bind: the dimensions' variables, no two on the same microdata column."""
+        variables = [catalog.variable(d) for d in self.dimensions]
+        columns = [v.column for v in variables]
+        for i, v in enumerate(variables):
+            if columns.count(v.column) > 1:
+                other = next(
+                    w.name for j, w in enumerate(variables) if j != i and w.column == v.column
+                )
+                raise RequestError(
+                    f"dimensions {v.name} and {other} classify the same variable; use one of them"
+                )
+        return variables
+
+    def _bind_universe(
+        self, catalog: Catalog
+    ) -> tuple[dict[str, set[Code]], dict[str, tuple[Code, ...]]]:
+        """Step 2 of bind: the universe as source codes per column.
+
+        Returns:
+            The source codes each restricted column keeps (the intersection
+            when several variables restrict one column), and the categories
+            of each dimension the universe names directly, in request order.
+        """
+        universe: dict[str, set[Code]] = {}
+        trimmed: dict[str, tuple[Code, ...]] = {}
+        for name, raw_codes in self.universe.items():
+            var = catalog.variable(name)
+            codes = tuple(dict.fromkeys(var.coerce(c) for c in raw_codes))
+            source = {s for c in codes for s in var.source_codes(c)}
+            if var.column in universe:
+                source &= universe[var.column]
+            universe[var.column] = source
+            if name in self.dimensions:
+                trimmed[name] = codes
+        return universe, trimmed
+
+    def _check_weights(self, catalog: Catalog) -> None:
+        """Step 3 of bind: a weighted statistic or replicates only where the dataset has them."""
+        if self.statistic != Statistic.COUNT and catalog.weight is None:
+            raise RequestError(
+                f"statistic {str(self.statistic)!r} needs survey weights, but this dataset has "
+                "none; use statistic 'count'"
+            )
+        if self.replicates and catalog.replicates is None:
+            from tablesafe.catalog._hints import missing_replicates_hint
+
+            raise RequestError(
+                "this dataset has no replicate weights, so standard errors and intervals "
+                "(--se) are unavailable" + missing_replicates_hint()
+            )
+
+    def _bind_magnitudes(self, catalog: Catalog) -> tuple[MagnitudePlan, ...]:
+        """Step 4 of bind: one plan per magnitude variable asked for, in request order."""
+        weight = catalog.weight if self.statistic != Statistic.COUNT else None
+        names = dict.fromkeys(catalog.magnitude(m.split(":", 1)[1]).name for m in self.magnitudes)
+        return tuple(
+            MagnitudePlan(name=n, column=catalog.magnitudes[n].column, weight=weight) for n in names
+        )
+
+
+def _trim_to_universe(
+    variables: list[Variable],
+    universe: dict[str, set[Code]],
+    trimmed: dict[str, tuple[Code, ...]],
+) -> None:
+    """Step 5 of bind: a dimension restricted through another variable shows what it can hold.
+
+    Adds to ``trimmed`` the categories of each dimension whose column the
+    universe restricts through another variable (an upper level, a
+    grouping, a custom grouping): those that can hold records of it.
+    """
+    for v in variables:
+        allowed = universe.get(v.column)
+        if v.name in trimmed or allowed is None:
+            continue
+        # A function of the request and the catalog only; an empty universe
+        # keeps them all.
+        inside = tuple(c for c in v.codes if allowed.intersection(v.source_codes(c)))
+        if inside:
+            trimmed[v.name] = inside
 
 
 @dataclass(frozen=True)
