@@ -322,64 +322,17 @@ class Catalog:
         Raises:
             CatalogError: naming the first problem found.
         """
-        if not isinstance(raw, Mapping):
-            raise CatalogError("a catalog must be a table (mapping) at the top level")
-        sections = {"dataset", "variables", "structural_zeros", "magnitudes", "hierarchies"}
-        unknown = set(raw) - sections
-        if unknown:
-            raise CatalogError(
-                f"unknown catalog section(s) {sorted(unknown)}; allowed: dataset, variables, "
-                "structural_zeros, magnitudes, hierarchies"
-            )
-        ds = raw.get("dataset", {})
-        if not isinstance(ds, Mapping):
-            raise CatalogError("[dataset] must be a table")
-        allowed_ds = {
-            "title",
-            "citation",
-            "file",
-            "record_key",
-            "weight",
-            "replicate_weights",
-            "replicate_method",
-            "replicate_coefficient",
-            "fay",
-        }
-        if set(ds) - allowed_ds:
-            raise CatalogError(
-                f"unknown key(s) {sorted(set(ds) - allowed_ds)} in [dataset]; allowed: "
-                f"{', '.join(sorted(allowed_ds))}"
-            )
+        ds = _dataset_section(raw)
         record_key = ds.get("record_key", "RKEY")
         weight = ds.get("weight")
         if weight is not None and not isinstance(weight, str):
             raise CatalogError("dataset.weight must be a column name (string)")
         replicates = _parse_replicates(ds)
-        raw_vars = raw.get("variables")
-        if not isinstance(raw_vars, list) or not raw_vars:
-            raise CatalogError("a catalog needs at least one [[variables]] entry")
-        variables: dict[str, Variable] = {}
-        for i, rv in enumerate(raw_vars):
-            for var in _parse_variable(rv, i):
-                if var.name in variables:
-                    raise CatalogError(f"variable or grouping name {var.name!r} is used twice")
-                variables[var.name] = var
-        columns = [v.column for v in variables.values() if not v.is_grouping]
-        dup = {c for c in columns if columns.count(c) > 1}
-        if dup:
-            raise CatalogError(f"column(s) {sorted(dup)} are read by more than one variable")
+        variables = _parse_variables(raw.get("variables"))
         zeros = _parse_zeros(raw.get("structural_zeros", []), variables)
         magnitudes = parse_magnitudes(raw.get("magnitudes", []), check_name, list(variables))
         hierarchies = parse_hierarchies(raw.get("hierarchies", []), variables, check_name)
-        data_file = ds.get("file")
-        if data_file is not None and not isinstance(data_file, str):
-            raise CatalogError("dataset.file must be a path (string)")
-        title = ds.get("title", "")
-        if not isinstance(title, str):
-            raise CatalogError("dataset.title must be a string")
-        citation = ds.get("citation", "")
-        if not isinstance(citation, str) or len(citation) > 1000:
-            raise CatalogError("dataset.citation must be a string of at most 1000 characters")
+        data_file, title, citation = _dataset_texts(ds)
         return cls(
             variables=variables,
             record_key=check_name(record_key, "record-key column"),
@@ -447,6 +400,70 @@ class Catalog:
     def to_toml(self) -> str:
         """Return the catalog as TOML text."""
         return _dump_toml(self.to_dict())
+
+
+def _dataset_section(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Step 1 of Catalog.from_dict: the known sections, and the [dataset] table's known keys."""
+    if not isinstance(raw, Mapping):
+        raise CatalogError("a catalog must be a table (mapping) at the top level")
+    sections = {"dataset", "variables", "structural_zeros", "magnitudes", "hierarchies"}
+    unknown = set(raw) - sections
+    if unknown:
+        raise CatalogError(
+            f"unknown catalog section(s) {sorted(unknown)}; allowed: dataset, variables, "
+            "structural_zeros, magnitudes, hierarchies"
+        )
+    ds = raw.get("dataset", {})
+    if not isinstance(ds, Mapping):
+        raise CatalogError("[dataset] must be a table")
+    allowed_ds = {
+        "title",
+        "citation",
+        "file",
+        "record_key",
+        "weight",
+        "replicate_weights",
+        "replicate_method",
+        "replicate_coefficient",
+        "fay",
+    }
+    if set(ds) - allowed_ds:
+        raise CatalogError(
+            f"unknown key(s) {sorted(set(ds) - allowed_ds)} in [dataset]; allowed: "
+            f"{', '.join(sorted(allowed_ds))}"
+        )
+    return ds
+
+
+def _parse_variables(raw_vars: object) -> dict[str, Variable]:
+    """Step 2 of Catalog.from_dict: the variables and groupings, each name and column once."""
+    if not isinstance(raw_vars, list) or not raw_vars:
+        raise CatalogError("a catalog needs at least one [[variables]] entry")
+    variables: dict[str, Variable] = {}
+    for i, rv in enumerate(raw_vars):
+        for var in _parse_variable(rv, i):
+            if var.name in variables:
+                raise CatalogError(f"variable or grouping name {var.name!r} is used twice")
+            variables[var.name] = var
+    columns = [v.column for v in variables.values() if not v.is_grouping]
+    dup = {c for c in columns if columns.count(c) > 1}
+    if dup:
+        raise CatalogError(f"column(s) {sorted(dup)} are read by more than one variable")
+    return variables
+
+
+def _dataset_texts(ds: Mapping[str, Any]) -> tuple[str | None, str, str]:
+    """Step 3 of Catalog.from_dict: the [dataset] table's file, title and citation, checked."""
+    data_file = ds.get("file")
+    if data_file is not None and not isinstance(data_file, str):
+        raise CatalogError("dataset.file must be a path (string)")
+    title = ds.get("title", "")
+    if not isinstance(title, str):
+        raise CatalogError("dataset.title must be a string")
+    citation = ds.get("citation", "")
+    if not isinstance(citation, str) or len(citation) > 1000:
+        raise CatalogError("dataset.citation must be a string of at most 1000 characters")
+    return data_file, title, citation
 
 
 def _parse_categories(raw: object, where: str, key: str = "categories") -> list[dict[str, Any]]:

@@ -109,10 +109,34 @@ def resolve_grouping_levels(raw: object, source: Variable) -> list[Any]:
     entries = {g.get("name"): g for g in raw if isinstance(g, Mapping)}
     if not any(isinstance(g, Mapping) and "of" in g for g in raw):
         return raw
-    resolved: dict[str, dict[str, Any]] = {}
+    levels = _Levels(source, entries)
+    out = []
+    for g in raw:
+        if isinstance(g, Mapping) and isinstance(g.get("name"), str):
+            out.append(levels.resolved.get(g["name"]) or levels.resolve(g["name"]))
+        else:
+            out.append(g)
+    return out
 
-    def members_of(name: str, chain: tuple[str, ...]) -> dict[Any, list[Any]]:
+
+class _Levels:
+    """The groupings of one variable, each resolved once onto the source codes.
+
+    Attributes:
+        source: The variable grouped.
+        entries: The grouping entries as parsed from TOML, by name.
+        resolved: The entries resolved so far (``of`` removed, members
+            rewritten to source codes), by name.
+    """
+
+    def __init__(self, source: Variable, entries: Mapping[Any, Mapping[str, Any]]) -> None:
+        self.source = source
+        self.entries = entries
+        self.resolved: dict[str, dict[str, Any]] = {}
+
+    def members_of(self, name: str, chain: tuple[str, ...]) -> dict[Any, list[Any]]:
         """Map each code of level ``name`` to its source codes."""
+        source = self.source
         if name == source.name:
             return {c: [c] for c in source.codes}
         if name in chain:
@@ -121,68 +145,73 @@ def resolve_grouping_levels(raw: object, source: Variable) -> list[Any]:
                 f"groupings of {source.name} refer to each other in a cycle ({cycle}); "
                 "each level must be declared over a finer level, down to the variable"
             )
-        if name not in entries:
-            allowed = ", ".join([source.name, *(str(n) for n in entries)])
+        if name not in self.entries:
+            allowed = ", ".join([source.name, *(str(n) for n in self.entries)])
             raise CatalogError(
                 f"grouping {chain[-1]} of {source.name} is declared of {name!r}, which is not "
                 f"{source.name} or one of its groupings; allowed: {allowed}"
             )
-        entry = resolved.get(name) or resolve(name, chain)
+        entry = self.resolved.get(name) or self.resolve(name, chain)
         return {
             g["code"]: list(g["members"])
             for g in entry.get("groups", [])
             if isinstance(g, Mapping) and "code" in g and isinstance(g.get("members"), list)
         }
 
-    def resolve(name: str, chain: tuple[str, ...] = ()) -> dict[str, Any]:
-        entry = dict(entries[name])
+    def resolve(self, name: str, chain: tuple[str, ...] = ()) -> dict[str, Any]:
+        """Resolve grouping ``name`` (reached through ``chain``) onto the source codes."""
+        entry = dict(self.entries[name])
         below_name = entry.pop("of", None)
         if below_name is None:
-            resolved[name] = entry
+            self.resolved[name] = entry
             return entry
         if not isinstance(below_name, str):
-            raise CatalogError(f"grouping {name} of {source.name}: 'of' must be a level name")
-        below = members_of(below_name, (*chain, name))
-        where = f"grouping {name} of {source.name} (declared of {below_name})"
-        seen: dict[Any, Any] = {}
-        groups = []
-        for g in entry.get("groups", []) or []:
-            if not isinstance(g, Mapping) or not isinstance(g.get("members"), list):
-                groups.append(g)  # the grouping parser names the problem
-                continue
-            codes: list[Any] = []
-            for m in g["members"]:
-                if isinstance(m, bool) or m not in below:
-                    shown = ", ".join(repr(c) if isinstance(c, str) else str(c) for c in below)
-                    raise CatalogError(
-                        f"{where}: group {g.get('code')!r} names {m!r}, which is not a code of "
-                        f"{below_name}; allowed: {shown}"
-                    )
-                if m in seen:
-                    raise CatalogError(
-                        f"{where}: {below_name} {m!r} is in groups {seen[m]!r} and "
-                        f"{g.get('code')!r}; a category has exactly one parent"
-                    )
-                seen[m] = g.get("code")
-                codes.extend(below[m])
-            groups.append({**g, "members": codes})
-        orphans = [c for c in below if c not in seen]
-        if orphans:
-            raise CatalogError(
-                f"{where}: {below_name} categories {orphans[:10]} are in no group; every "
-                "category of the level below must have exactly one parent"
-            )
-        entry["groups"] = groups
-        resolved[name] = entry
+            raise CatalogError(f"grouping {name} of {self.source.name}: 'of' must be a level name")
+        below = self.members_of(below_name, (*chain, name))
+        where = f"grouping {name} of {self.source.name} (declared of {below_name})"
+        entry["groups"] = _regroup(entry.get("groups", []) or [], below, below_name, where)
+        self.resolved[name] = entry
         return entry
 
-    out = []
-    for g in raw:
-        if isinstance(g, Mapping) and isinstance(g.get("name"), str):
-            out.append(resolved.get(g["name"]) or resolve(g["name"]))
-        else:
-            out.append(g)
-    return out
+
+def _regroup(
+    raw_groups: list[Any], below: Mapping[Any, list[Any]], below_name: str, where: str
+) -> list[Any]:
+    """One level's groups with their members (codes of the level below) as source codes.
+
+    Raises:
+        CatalogError: for a member that is not a code of the level below, or
+            a code of the level below in two groups or in none.
+    """
+    seen: dict[Any, Any] = {}
+    groups = []
+    for g in raw_groups:
+        if not isinstance(g, Mapping) or not isinstance(g.get("members"), list):
+            groups.append(g)  # the grouping parser names the problem
+            continue
+        codes: list[Any] = []
+        for m in g["members"]:
+            if isinstance(m, bool) or m not in below:
+                shown = ", ".join(repr(c) if isinstance(c, str) else str(c) for c in below)
+                raise CatalogError(
+                    f"{where}: group {g.get('code')!r} names {m!r}, which is not a code of "
+                    f"{below_name}; allowed: {shown}"
+                )
+            if m in seen:
+                raise CatalogError(
+                    f"{where}: {below_name} {m!r} is in groups {seen[m]!r} and "
+                    f"{g.get('code')!r}; a category has exactly one parent"
+                )
+            seen[m] = g.get("code")
+            codes.extend(below[m])
+        groups.append({**g, "members": codes})
+    orphans = [c for c in below if c not in seen]
+    if orphans:
+        raise CatalogError(
+            f"{where}: {below_name} categories {orphans[:10]} are in no group; every "
+            "category of the level below must have exactly one parent"
+        )
+    return groups
 
 
 def parse_hierarchies(
