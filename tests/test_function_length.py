@@ -24,8 +24,6 @@ _CORE = "core: split after the enum step"
 
 #: Long functions of the core, by ``path::qualified name``, with the reason they stay long.
 ALLOWED: dict[str, str] = {
-    "engines/_base.py::assemble_grouped": _CORE,
-    "engines/_cube.py::_derive": _CORE,
     "engines/_duckdb.py::DuckDBEngine.validate": _CORE,
     "engines/_spark.py::SparkEngine.validate": _CORE,
     "mechanisms/_additivity.py::controlled_rounding": _CORE,

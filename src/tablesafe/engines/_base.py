@@ -246,11 +246,47 @@ def assemble_grouped(
     threads), and weights are turned into floats only at the end.
     """
     dims = plan.dimensions
-    k = len(dims)
     shape = plan.shape
     rows = len(n)
+    index = _row_cells(plan, grouping, codes, rows)
+    flat = np.ravel_multi_index(tuple(index), shape) if rows else np.zeros(0, dtype=np.int64)
+    cells = _Cells(flat, shape)
+    keys = np.asarray(key_sum)
+    keys_u = (np.mod(keys.astype(object), KEY_MODULUS) if keys.dtype == object else keys).astype(
+        np.uint64
+    )
+    cell_key = (cells.add(keys_u, np.uint64) % np.uint64(KEY_MODULUS)).astype(np.uint32)
+    computed = _computed_cells(plan)
+    reps = None
+    if replicate_sums is not None:
+        reps = np.stack([from_fixed(cells.add(r, np.int64)) for r in np.asarray(replicate_sums)])
+    mags = _magnitude_sums(plan, index, rows, magnitudes, cells)
+    return CellAggregates(
+        dimensions=dims,
+        grouping_sets=plan.grouping_sets,
+        magnitudes=mags,
+        n=cells.add(np.asarray(n), np.int64),
+        cell_key=cell_key,
+        weight_sum=None
+        if weight_sum is None
+        else from_fixed(cells.add(np.asarray(weight_sum), np.int64)),
+        weight_sq_sum=None,
+        replicate_sums=reps,
+        computed=computed,
+    )
+
+
+def _row_cells(
+    plan: TabulationPlan, grouping: npt.NDArray[np.integer], codes: list[np.ndarray], rows: int
+) -> list[np.ndarray]:
+    """Step 1 of assemble_grouped: per dimension, each row's output category (size: its margin).
+
+    Raises:
+        DataError: for a raw code the catalog does not list.
+    """
+    k = len(plan.dimensions)
     index = []
-    for i, d in enumerate(dims):
+    for i, d in enumerate(plan.dimensions):
         aggregated = (np.asarray(grouping) >> (k - 1 - i)) & 1 == 1
         # Raw code -> output category (a grouped category has several raw codes).
         lookup = {c: j for j, members in enumerate(d.members) for c in members}
@@ -271,20 +307,32 @@ def assemble_grouped(
         idx = np.full(rows, d.size, dtype=np.int64)
         idx[~aggregated] = pos
         index.append(idx)
-    flat = np.ravel_multi_index(tuple(index), shape) if rows else np.zeros(0, dtype=np.int64)
-    size = int(np.prod(shape))
+    return index
 
-    def acc(values: np.ndarray, dtype: type) -> np.ndarray:
-        out: np.ndarray = np.zeros(size, dtype=dtype)
-        np.add.at(out, flat, values.astype(dtype))
-        return out.reshape(shape)
 
-    keys = np.asarray(key_sum)
-    keys_u = (np.mod(keys.astype(object), KEY_MODULUS) if keys.dtype == object else keys).astype(
-        np.uint64
-    )
-    cell_key = (acc(keys_u, np.uint64) % np.uint64(KEY_MODULUS)).astype(np.uint32)
-    computed = np.zeros(shape, dtype=bool)
+@dataclass(frozen=True)
+class _Cells:
+    """Step 2 of assemble_grouped: per-row values added up into the cells the rows fall in.
+
+    Attributes:
+        flat: Per row, its cell's flat index in the extended cell array.
+        shape: The extended cell array's shape.
+    """
+
+    flat: np.ndarray
+    shape: tuple[int, ...]
+
+    def add(self, values: np.ndarray, dtype: type) -> np.ndarray:
+        """Sum ``values`` per cell, as ``dtype`` (integers: the same sum in any row order)."""
+        out: np.ndarray = np.zeros(int(np.prod(self.shape)), dtype=dtype)
+        np.add.at(out, self.flat, values.astype(dtype))
+        return out.reshape(self.shape)
+
+
+def _computed_cells(plan: TabulationPlan) -> npt.NDArray[np.bool_]:
+    """Step 3 of assemble_grouped: the cells of the plan's grouping sets."""
+    dims = plan.dimensions
+    computed = np.zeros(plan.shape, dtype=bool)
     for gs in plan.grouping_sets:
         computed[
             tuple(
@@ -292,9 +340,18 @@ def assemble_grouped(
                 for i, d in enumerate(dims)
             )
         ] = True
-    reps = None
-    if replicate_sums is not None:
-        reps = np.stack([from_fixed(acc(r, np.int64)) for r in np.asarray(replicate_sums)])
+    return computed
+
+
+def _magnitude_sums(
+    plan: TabulationPlan,
+    index: list[np.ndarray],
+    rows: int,
+    magnitudes: Sequence[tuple[np.ndarray, np.ndarray]],
+    cells: _Cells,
+) -> dict[str, MagnitudeSums]:
+    """Step 4 of assemble_grouped: per magnitude, its cell totals and largest contributions."""
+    dims = plan.dimensions
     mags = {}
     if plan.magnitudes:
         # Largest contributions: from the inner rows only (several rows of raw
@@ -304,7 +361,7 @@ def assemble_grouped(
         inner_rows = np.broadcast_to(inner_rows, (rows,))
         inner_flat = (
             np.ravel_multi_index(tuple(idx[inner_rows] for idx in index), inner_shape)
-            if rows and k
+            if rows and len(dims)
             else np.zeros(int(inner_rows.sum()), dtype=np.int64)
         )
         inner_size = int(np.prod(inner_shape))
@@ -318,21 +375,9 @@ def assemble_grouped(
         else:
             inner_top = merge_top(np.tile(inner_flat, mag.top), t.reshape(-1), inner_size, mag.top)
         mags[mag.name] = MagnitudeSums(
-            total=from_magnitude_fixed(acc(np.asarray(sums), np.int64)),
+            total=from_magnitude_fixed(cells.add(np.asarray(sums), np.int64)),
             top=top_of_margins(
-                inner_top.reshape((mag.top, *inner_shape)), shape, plan.grouping_sets
+                inner_top.reshape((mag.top, *inner_shape)), cells.shape, plan.grouping_sets
             ),
         )
-    return CellAggregates(
-        dimensions=dims,
-        grouping_sets=plan.grouping_sets,
-        magnitudes=mags,
-        n=acc(np.asarray(n), np.int64),
-        cell_key=cell_key,
-        weight_sum=None
-        if weight_sum is None
-        else from_fixed(acc(np.asarray(weight_sum), np.int64)),
-        weight_sq_sum=None,
-        replicate_sums=reps,
-        computed=computed,
-    )
+    return mags

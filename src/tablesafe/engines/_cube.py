@@ -344,13 +344,48 @@ def _group(flat: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _derive(cube: _Cube, plan: TabulationPlan) -> CellAggregates:
     """The aggregates of ``plan`` from ``cube``: the rows its engine query would group."""
+    inner = _inner_cells(cube, plan)
+    sums, tops, weighted, replicates = _cell_sums(cube, plan, inner)
+    parts = _grouping_set_rows(plan, inner, sums)
+    return _assemble_parts(cube, plan, inner, parts, tops, weighted, replicates)
+
+
+@dataclass(frozen=True)
+class _InnerCells:
+    """The universe's rows of a cube grouped by the dimensions' columns (the query's inner cells).
+
+    Attributes:
+        rows: The cube rows in the universe.
+        columns: The dimensions' distinct columns, in dimension order.
+        sizes: Per column, its number of codes.
+        cells: Per inner cell, its flat index over ``sizes``.
+        inverse: Per row of ``rows``, its inner cell.
+        positions: Per column, each inner cell's code position.
+    """
+
+    rows: np.ndarray
+    columns: list[str]
+    sizes: list[int]
+    cells: np.ndarray
+    inverse: np.ndarray
+    positions: tuple[np.ndarray, ...]
+
+    def add(self, values: np.ndarray, dtype: type) -> np.ndarray:
+        """Sum per-cube-row ``values`` per inner cell, as ``dtype``."""
+        out: np.ndarray = np.zeros(self.cells.size, dtype=dtype)
+        np.add.at(out, self.inverse, values[self.rows].astype(dtype))
+        return out
+
+
+def _inner_cells(cube: _Cube, plan: TabulationPlan) -> _InnerCells:
+    """Step 1 of _derive: the universe's rows, grouped by the dimensions' columns."""
     keep = np.ones(cube.rows, dtype=bool)
     for column, allowed in plan.universe:
         inside = np.isin(cube.codes[column], np.asarray(allowed))
         keep &= inside[cube.positions[column]]
     rows = np.nonzero(keep)[0]
-    # Group the universe's rows by the dimensions' columns (the query's inner cells).
     dim_columns = list(dict.fromkeys(d.column for d in plan.dimensions))
+    sizes: list[int] = []
     if dim_columns:
         sizes = [cube.codes[c].size for c in dim_columns]
         flat = np.ravel_multi_index(
@@ -362,43 +397,66 @@ def _derive(cube: _Cube, plan: TabulationPlan) -> CellAggregates:
         cells = np.zeros(1 if rows.size else 0, dtype=np.int64)
         inverse = np.zeros(rows.size, dtype=np.int64)
         cell_pos = ()
-    m = cells.size
+    return _InnerCells(rows, dim_columns, sizes, cells, inverse, cell_pos)
 
-    def add(values: np.ndarray, dtype: type) -> np.ndarray:
-        out: np.ndarray = np.zeros(m, dtype=dtype)
-        np.add.at(out, inverse, values[rows].astype(dtype))
-        return out
 
-    n = add(cube.n, np.int64)
-    key = add(cube.key, np.uint64) % np.uint64(KEY_MODULUS)
-    weight = None if cube.weight is None or plan.weight is None else add(cube.weight, np.int64)
+def _cell_sums(
+    cube: _Cube, plan: TabulationPlan, inner: _InnerCells
+) -> tuple[list[np.ndarray], list[np.ndarray], bool, int | None]:
+    """Step 2 of _derive: the inner cells' integer sums and largest contributions.
+
+    Returns:
+        The per-cell arrays (count, key sum, then the weight sum and the
+        replicate sums where the plan asks and the cube holds them, then
+        per magnitude its sums), per magnitude its largest contributions
+        ``(top, cells)``, whether a weight sum is there, and how many
+        replicate sums (None without).
+    """
+    rows, m = inner.rows, inner.cells.size
+    n = inner.add(cube.n, np.int64)
+    key = inner.add(cube.key, np.uint64) % np.uint64(KEY_MODULUS)
+    weight = (
+        None if cube.weight is None or plan.weight is None else inner.add(cube.weight, np.int64)
+    )
     reps = None
     if cube.replicates is not None and plan.replicates:
-        reps = np.stack([add(r, np.int64) for r in cube.replicates])
-    # The cells' per-row arrays: integer sums, and per magnitude its sums and lists.
+        reps = np.stack([inner.add(r, np.int64) for r in cube.replicates])
     sums = [n, key] + ([] if weight is None else [weight]) + ([] if reps is None else list(reps))
     tops = []
     for mag in plan.magnitudes:
         fixed, top = cube.magnitudes[mag.name]
-        sums.append(add(fixed, np.int64))
+        sums.append(inner.add(fixed, np.int64))
         # The first rows of the cube's lists are the mag.top largest; a derived
         # cell's mag.top largest are the largest of its rows' (exact, no rounding).
         top = top[: mag.top, rows]
         if m != rows.size:
-            top = merge_top(np.tile(inverse, mag.top), top.reshape(-1), m, mag.top)
+            top = merge_top(np.tile(inner.inverse, mag.top), top.reshape(-1), m, mag.top)
         else:
             # One cube row per derived cell: its list as it is, in cell order.
             placed = np.empty_like(top)
-            placed[:, inverse] = top
+            placed[:, inner.inverse] = top
             top = placed
         tops.append(top)
-    # The query's rows: per grouping set, the cells added up by the set's columns
-    # and flagged as GROUPING() would flag them (integer sums: the same in any
-    # order). Largest contributions are read from the inner rows only; margins
-    # get zeros (assembly derives theirs from the inner cells).
+    return sums, tops, weight is not None, None if reps is None else len(reps)
+
+
+#: One grouping set's query rows: its GROUPING() flag, per column each row's
+#: code position, the per-row sums, and whether it is the inner set.
+_Part = tuple[int, list[np.ndarray], list[np.ndarray], bool]
+
+
+def _grouping_set_rows(
+    plan: TabulationPlan, inner: _InnerCells, sums: list[np.ndarray]
+) -> list[_Part]:
+    """Step 3 of _derive: the query's rows, per grouping set.
+
+    The cells added up by the set's columns and flagged as GROUPING() would
+    flag them (integer sums: the same in any order).
+    """
     k = len(plan.dimensions)
+    dim_columns, sizes, cell_pos, m = inner.columns, inner.sizes, inner.positions, inner.cells.size
     column_of = [dim_columns.index(d.column) for d in plan.dimensions]
-    parts: list[tuple[int, list[np.ndarray], list[np.ndarray], bool]] = []
+    parts: list[_Part] = []
     for gs in plan.grouping_sets:
         flag = sum(1 << (k - 1 - i) for i in range(k) if i not in gs)
         kept = sorted({column_of[i] for i in gs})
@@ -415,14 +473,32 @@ def _derive(cube: _Cube, plan: TabulationPlan) -> CellAggregates:
         else:
             into = np.zeros(m, dtype=np.int64)
             pos = [np.zeros(1 if m else 0, dtype=np.int64) for _ in dim_columns]
-        size = pos[0].size
+        parts.append((flag, pos, [_regroup(v, into, pos[0].size) for v in sums], False))
+    return parts
 
-        def regroup(values: np.ndarray, into: np.ndarray = into, size: int = size) -> np.ndarray:
-            out: np.ndarray = np.zeros(size, dtype=values.dtype)
-            np.add.at(out, into, values)
-            return out
 
-        parts.append((flag, pos, [regroup(v) for v in sums], False))
+def _regroup(values: np.ndarray, into: np.ndarray, size: int) -> np.ndarray:
+    """Sum ``values`` into ``size`` groups, value ``i`` into group ``into[i]``."""
+    out: np.ndarray = np.zeros(size, dtype=values.dtype)
+    np.add.at(out, into, values)
+    return out
+
+
+def _assemble_parts(
+    cube: _Cube,
+    plan: TabulationPlan,
+    inner: _InnerCells,
+    parts: list[_Part],
+    tops: list[np.ndarray],
+    weighted: bool,
+    replicates: int | None,
+) -> CellAggregates:
+    """Step 4 of _derive: the grouping sets' rows stacked and assembled as the engine's would be.
+
+    Largest contributions are read from the inner rows only; margins get
+    zeros (assembly derives theirs from the inner cells).
+    """
+    column_of = [inner.columns.index(d.column) for d in plan.dimensions]
     rows_of = [part[2][0].size for part in parts]
     grouping = np.concatenate(
         [np.full(r, flag, dtype=np.int64) for r, (flag, *_) in zip(rows_of, parts, strict=True)]
@@ -437,17 +513,17 @@ def _derive(cube: _Cube, plan: TabulationPlan) -> CellAggregates:
     ]
     j = 2
     weight_sum = None
-    if weight is not None:
+    if weighted:
         weight_sum, j = stacked(j), j + 1
     replicate_sums = None
-    if reps is not None:
-        replicate_sums = np.stack([stacked(j + r) for r in range(len(reps))])
-        j += len(reps)
+    if replicates is not None:
+        replicate_sums = np.stack([stacked(j + r) for r in range(replicates)])
+        j += replicates
     mags = []
     for i, (mag, top) in enumerate(zip(plan.magnitudes, tops, strict=True)):
         blocks = [
-            top if inner else np.zeros((mag.top, r), dtype=np.float64)
-            for r, (_, _, _, inner) in zip(rows_of, parts, strict=True)
+            top if inner_set else np.zeros((mag.top, r), dtype=np.float64)
+            for r, (_, _, _, inner_set) in zip(rows_of, parts, strict=True)
         ]
         mags.append((stacked(j + i), np.concatenate(blocks, axis=1)))
     return assemble_grouped(
