@@ -17,16 +17,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import DataError
 from tablesafe._request import TabulationPlan
+from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._magnitudes import from_magnitude_fixed
 from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
-from tablesafe.cells._fixed import from_fixed
+from tablesafe.cells._fixed import from_fixed, range_error
 from tablesafe.cells._magnitude_sums import MagnitudeSums, merge_top, top_of_margins
 from tablesafe.cells._selection import SelectedSums
 
@@ -35,7 +37,9 @@ __all__ = [
     "DatasetSummary",
     "Engine",
     "assemble_grouped",
+    "check_keys_and_weights",
     "file_fingerprint",
+    "weight_columns",
 ]
 
 
@@ -211,6 +215,50 @@ def _remember(dataset: Dataset, fingerprint: dict[str, object], summary: Dataset
     except OSError:
         # A read-only dataset folder: remembered in memory only.
         tmp.unlink(missing_ok=True)
+
+
+def weight_columns(catalog: Catalog) -> list[str]:
+    """The columns a dataset's weights are read from: its weight, then its replicate weights."""
+    weights = [catalog.weight] if catalog.weight else []
+    weights += list(catalog.replicates.columns) if catalog.replicates else []
+    return weights
+
+
+def check_keys_and_weights(catalog: Catalog, weights: Sequence[str], row: Sequence[Any]) -> None:
+    """A step of an SQL engine's validation: the record keys' and weights' figures of its scan.
+
+    Args:
+        catalog: The dataset's catalog.
+        weights: Its weight columns (:func:`weight_columns`).
+        row: The scan's figures: the records, the missing record keys, the
+            smallest and the largest record key, then per weight column its
+            missing, NaN or infinite values, its negative values, its largest
+            absolute value and the sum of its absolute values (a figure of an
+            empty scan may be None).
+
+    Raises:
+        DataError: naming the first problem found.
+    """
+    records, key_nulls, key_min, key_max = row[0], row[1], row[2], row[3]
+    if key_nulls:
+        raise DataError(f"record-key column {catalog.record_key} has {key_nulls} missing values")
+    if records and (key_min < 0 or key_max >= KEY_MODULUS):
+        raise DataError(
+            f"record keys in {catalog.record_key} must lie in 0 .. 2**32 - 1; use "
+            "`tablesafe keys add` to assign them"
+        )
+    pos = 4
+    for w in weights:
+        bad, neg = row[pos] or 0, row[pos + 1] or 0
+        largest, total = row[pos + 2] or 0.0, row[pos + 3] or 0.0
+        pos += 4
+        if bad:
+            raise DataError(f"weight column {w} has {bad} missing, NaN or infinite values")
+        too_large = range_error(w, float(largest), float(total))
+        if too_large:
+            raise DataError(too_large)
+        if neg and w == catalog.weight:
+            raise DataError(f"weight column {w} has {neg} negative values; weights must be >= 0")
 
 
 def assemble_grouped(

@@ -25,8 +25,7 @@ from tablesafe._request import TabulationPlan
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
-from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
-from tablesafe.cells._fixed import range_error
+from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._selection import (
     SelectedSums,
     mix32_staged_sql,
@@ -34,7 +33,13 @@ from tablesafe.cells._selection import (
     select_records,
     selection_rows,
 )
-from tablesafe.engines._base import DatasetSummary, Engine, assemble_grouped
+from tablesafe.engines._base import (
+    DatasetSummary,
+    Engine,
+    assemble_grouped,
+    check_keys_and_weights,
+    weight_columns,
+)
 from tablesafe.engines._sql import Dialect, ranking_sql, tabulation_sql
 
 __all__ = ["DuckDBEngine"]
@@ -179,6 +184,22 @@ class DuckDBEngine(Engine):
         """
         cat = dataset.catalog
         src = self._scan(dataset)
+        weights = weight_columns(cat)
+        types = self._check_types(dataset, src, weights)
+        records = self._check_scan(cat, src, weights)
+        self._check_codes(cat, src)
+        if cat.magnitudes:
+            self._check_magnitudes(cat, src, types)
+        self._check_structural_zeros(cat, src)
+        return DatasetSummary(records=int(records), columns=len(types))
+
+    def _check_types(self, dataset: Dataset, src: str, weights: list[str]) -> dict[str, str]:
+        """Step 1 of validate: the catalog's columns are there, with types that fit its codes.
+
+        Returns:
+            Every column's DuckDB type, by name.
+        """
+        cat = dataset.catalog
         described = self._run(f"DESCRIBE SELECT * FROM {src}", [])
         types = {row[0]: str(row[1]).upper() for row in described}
         missing = [c for c in cat.columns if c not in types]
@@ -206,12 +227,17 @@ class DuckDBEngine(Engine):
             raise DataError(
                 f"record-key column {cat.record_key} must hold integers, not {key_type}"
             )
-        weights = [cat.weight] if cat.weight else []
-        weights += list(cat.replicates.columns) if cat.replicates else []
         for w in weights:
             if not any(types[w].startswith(p) for p in (*_INT_TYPES, "DOUBLE", "FLOAT", "DECIMAL")):
                 raise DataError(f"weight column {w} must be numeric, not {types[w]}")
+        return types
 
+    def _check_scan(self, cat: Catalog, src: str, weights: list[str]) -> int:
+        """Step 2 of validate: record keys, weights and missing categories, in one scan.
+
+        Returns:
+            The number of records.
+        """
         k = _ident(cat.record_key)
         exprs = [
             "COUNT(*)",
@@ -231,27 +257,8 @@ class DuckDBEngine(Engine):
             exprs.append(f"COUNT(*) - COUNT({_ident(var.column)})")
         row = self._run(f"SELECT {', '.join(exprs)} FROM {src}", [], fetch="one")
         assert row is not None
-        records, key_nulls, key_min, key_max = row[:4]
-        if key_nulls:
-            raise DataError(f"record-key column {cat.record_key} has {key_nulls} missing values")
-        if records and (key_min < 0 or key_max >= KEY_MODULUS):
-            raise DataError(
-                f"record keys in {cat.record_key} must lie in 0 .. 2**32 - 1; use "
-                "`tablesafe keys add` to assign them"
-            )
-        pos = 4
-        for w in weights:
-            bad, neg, largest, total = row[pos : pos + 4]
-            pos += 4
-            if bad:
-                raise DataError(f"weight column {w} has {bad} missing, NaN or infinite values")
-            too_large = range_error(w, float(largest or 0.0), float(total or 0.0))
-            if too_large:
-                raise DataError(too_large)
-            if neg and w == cat.weight:
-                raise DataError(
-                    f"weight column {w} has {neg} negative values; weights must be >= 0"
-                )
+        check_keys_and_weights(cat, weights, row)
+        pos = 4 + 4 * len(weights)
         for var in cat.source_variables:
             if row[pos]:
                 raise DataError(
@@ -259,6 +266,10 @@ class DuckDBEngine(Engine):
                     "record needs a category (add a category such as 'not stated')"
                 )
             pos += 1
+        return int(row[0])
+
+    def _check_codes(self, cat: Catalog, src: str) -> None:
+        """Step 3 of validate: every variable's column holds only the catalog's codes."""
         for var in cat.source_variables:
             col = _ident(var.column)
             known = list(var.codes)
@@ -273,10 +284,6 @@ class DuckDBEngine(Engine):
                     f"column {var.column} holds code(s) {shown} that the catalog does not list "
                     f"for {var.name}"
                 )
-        if cat.magnitudes:
-            self._check_magnitudes(cat, src, types)
-        self._check_structural_zeros(cat, src)
-        return DatasetSummary(records=int(records), columns=len(types))
 
     def _check_magnitudes(self, cat: Catalog, src: str, types: dict[str, str]) -> None:
         """Continuous variables: numeric, finite, inside the bounds, summable exactly."""

@@ -26,8 +26,7 @@ from tablesafe._request import TabulationPlan
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
-from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
-from tablesafe.cells._fixed import range_error
+from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._selection import (
     MIX_MULTIPLIER,
     SelectedSums,
@@ -35,7 +34,13 @@ from tablesafe.cells._selection import (
     select_records,
     selection_rows,
 )
-from tablesafe.engines._base import DatasetSummary, Engine, assemble_grouped
+from tablesafe.engines._base import (
+    DatasetSummary,
+    Engine,
+    assemble_grouped,
+    check_keys_and_weights,
+    weight_columns,
+)
 from tablesafe.engines._sql import Dialect, ranking_sql, tabulation_sql
 
 __all__ = ["SparkEngine"]
@@ -44,6 +49,9 @@ __all__ = ["SparkEngine"]
 SparkSession = Any
 
 _M32 = 2**32
+
+#: Spark SQL's integer types, as their simple strings.
+_INT_TYPES = ("tinyint", "smallint", "int", "bigint")
 
 
 def _ident(name: str) -> str:
@@ -171,6 +179,21 @@ class SparkEngine(Engine):
         """
         cat = dataset.catalog
         view = self._view(dataset)
+        schema = self._check_types(dataset, view)
+        records = self._check_scan(cat, view, weight_columns(cat))
+        self._check_codes(cat, view)
+        self._check_structural_zeros(cat, view)
+        if cat.magnitudes:
+            self._check_magnitudes(cat, view, schema)
+        return DatasetSummary(records=int(records), columns=len(schema))
+
+    def _check_types(self, dataset: Dataset, view: str) -> dict[str, str]:
+        """Step 1 of validate: the catalog's columns are there, with types that fit its codes.
+
+        Returns:
+            Every column's Spark type (its simple string), by name.
+        """
+        cat = dataset.catalog
         schema = {f.name: f.dataType.simpleString() for f in self.spark.table(view).schema.fields}
         missing = [c for c in cat.columns if c not in schema]
         if missing:
@@ -179,10 +202,9 @@ class SparkEngine(Engine):
                 f"named by the catalog{missing_key_hint(cat.record_key, missing)}; "
                 f"it has: {', '.join(schema)}"
             )
-        ints = ("tinyint", "smallint", "int", "bigint")
         for var in cat.source_variables:
             t = schema[var.column]
-            if var.code_type is int and t not in ints:
+            if var.code_type is int and t not in _INT_TYPES:
                 raise DataError(
                     f"column {var.column} holds {t} values but the catalog gives {var.name} "
                     "integer codes"
@@ -192,9 +214,15 @@ class SparkEngine(Engine):
                     f"column {var.column} holds {t} values but the catalog gives {var.name} "
                     "text codes"
                 )
+        return schema
+
+    def _check_scan(self, cat: Catalog, view: str, weights: list[str]) -> int:
+        """Step 2 of validate: record keys, weights and missing categories, in one scan.
+
+        Returns:
+            The number of records.
+        """
         k = _ident(cat.record_key)
-        weights = [cat.weight] if cat.weight else []
-        weights += list(cat.replicates.columns) if cat.replicates else []
         exprs = ["COUNT(*)", f"COUNT(*) - COUNT({k})", f"MIN({k})", f"MAX({k})"]
         for w in weights:
             q = _ident(w)
@@ -207,33 +235,19 @@ class SparkEngine(Engine):
             exprs.append(f"SUM(ABS(CAST({q} AS DOUBLE)))")
         exprs += [f"COUNT(*) - COUNT({_ident(v.column)})" for v in cat.source_variables]
         row = self._run(f"SELECT {', '.join(exprs)} FROM {view}")[0]
-        records, key_nulls, key_min, key_max = row[0], row[1], row[2], row[3]
-        if key_nulls:
-            raise DataError(f"record-key column {cat.record_key} has {key_nulls} missing values")
-        if records and (key_min < 0 or key_max >= KEY_MODULUS):
-            raise DataError(
-                f"record keys in {cat.record_key} must lie in 0 .. 2**32 - 1; use "
-                "`tablesafe keys add` to assign them"
-            )
-        pos = 4
-        for w in weights:
-            bad, neg = row[pos] or 0, row[pos + 1] or 0
-            largest, total = row[pos + 2] or 0.0, row[pos + 3] or 0.0
-            pos += 4
-            if bad:
-                raise DataError(f"weight column {w} has {bad} missing, NaN or infinite values")
-            too_large = range_error(w, float(largest), float(total))
-            if too_large:
-                raise DataError(too_large)
-            if neg and w == cat.weight:
-                raise DataError(
-                    f"weight column {w} has {neg} negative values; weights must be >= 0"
-                )
+        check_keys_and_weights(cat, weights, row)
+        pos = 4 + 4 * len(weights)
         for var in cat.source_variables:
             if row[pos]:
                 raise DataError(f"column {var.column} ({var.name}) has {row[pos]} missing values")
             pos += 1
-        # One pass for the distinct codes of every variable.
+        return int(row[0])
+
+    def _check_codes(self, cat: Catalog, view: str) -> None:
+        """Step 3 of validate: every variable's column holds only the catalog's codes.
+
+        One pass for the distinct codes of every variable.
+        """
         sets = self._run(
             "SELECT "
             + ", ".join(f"collect_set({_ident(v.column)})" for v in cat.source_variables)
@@ -247,6 +261,9 @@ class SparkEngine(Engine):
                     f"column {var.column} holds code(s) {shown} that the catalog does not list "
                     f"for {var.name}"
                 )
+
+    def _check_structural_zeros(self, cat: Catalog, view: str) -> None:
+        """Step 4 of validate: no record falls in a structural zero."""
         for i, zero in enumerate(cat.structural_zeros):
             conds: list[str] = []
             params: dict[str, Any] = {}
@@ -262,19 +279,20 @@ class SparkEngine(Engine):
                     f"{n} records fall in structural zero {i + 1} ({', '.join(zero.codes)}), "
                     "which the catalog declares impossible"
                 )
-        if cat.magnitudes:
-            from tablesafe.catalog._magnitudes import (
-                magnitude_check_result,
-                magnitude_check_sql,
-                require_numeric,
-            )
 
-            mags = list(cat.magnitudes.values())
-            require_numeric(mags, schema, numeric=(*ints, "double", "float", "decimal"))
-            exprs = magnitude_check_sql(mags, _ident, cat.weight)
-            check = self._run(f"SELECT {', '.join(exprs)} FROM {view}")[0]
-            magnitude_check_result(mags, list(check), cat.weight is not None)
-        return DatasetSummary(records=int(records), columns=len(schema))
+    def _check_magnitudes(self, cat: Catalog, view: str, schema: dict[str, str]) -> None:
+        """Step 5 of validate: continuous variables numeric, finite, in bounds, summable."""
+        from tablesafe.catalog._magnitudes import (
+            magnitude_check_result,
+            magnitude_check_sql,
+            require_numeric,
+        )
+
+        mags = list(cat.magnitudes.values())
+        require_numeric(mags, schema, numeric=(*_INT_TYPES, "double", "float", "decimal"))
+        exprs = magnitude_check_sql(mags, _ident, cat.weight)
+        check = self._run(f"SELECT {', '.join(exprs)} FROM {view}")[0]
+        magnitude_check_result(mags, list(check), cat.weight is not None)
 
     # -- tabulation --------------------------------------------------------------------
 
