@@ -408,19 +408,42 @@ def controlled_rounding(
     Raises:
         ComputationError: if the solver fails or reaches ``time_limit``.
     """
-    from scipy import optimize, sparse  # imported when needed: a slow import
-
     shape = values.shape
-    k = len(shape)
     inner_shape = tuple(s - 1 for s in shape)
     x = values[tuple(slice(0, s) for s in inner_shape)].astype(np.float64).ravel()
-    nvar = x.size
     lo = np.floor(x + 1e-9)
     hi = np.ceil(x - 1e-9)
     hi = np.maximum(hi, lo)
-    rows, cols = [], []
-    lb, ub = [], []
-    idx = np.arange(nvar).reshape(inner_shape)
+    bands = _margin_bands(values, grouping_sets)
+    if not bands[2]:
+        out_inner = np.rint(x)
+        return _extend(out_inner.reshape(inner_shape).astype(np.int64), grouping_sets, shape)
+    y = _solve_rounding(x, lo, hi, bands, time_limit)
+    return _extend(y.reshape(inner_shape), grouping_sets, shape)
+
+
+#: The margin constraints of a controlled rounding: the constraint matrix as
+#: coordinates (per entry its row, a margin cell, and its column, an inner
+#: cell's flat index), then per row the floor and the ceiling of the margin.
+_Bands = tuple[list[int], list[int], list[float], list[float]]
+
+
+def _margin_bands(
+    values: npt.NDArray[np.floating], grouping_sets: tuple[tuple[int, ...], ...]
+) -> _Bands:
+    """Step 1 of controlled_rounding: one constraint per margin cell, its floor/ceiling band.
+
+    Returns:
+        The bands (no row without a margin).
+    """
+    shape = values.shape
+    k = len(shape)
+    inner_shape = tuple(s - 1 for s in shape)
+    rows: list[int] = []
+    cols: list[int] = []
+    lb: list[float] = []
+    ub: list[float] = []
+    idx = np.arange(int(np.prod(inner_shape))).reshape(inner_shape)
     r = 0
     for gs in grouping_sets:
         if len(gs) == k:
@@ -435,10 +458,29 @@ def controlled_rounding(
             lb.append(np.floor(target[j] + 1e-9))
             ub.append(np.ceil(target[j] - 1e-9))
             r += 1
-    if r == 0:
-        out_inner = np.rint(x)
-        return _extend(out_inner.reshape(inner_shape).astype(np.int64), grouping_sets, shape)
-    m = r
+    return rows, cols, lb, ub
+
+
+def _solve_rounding(
+    x: npt.NDArray[np.float64],
+    lo: npt.NDArray[np.float64],
+    hi: npt.NDArray[np.float64],
+    bands: _Bands,
+    time_limit: float,
+) -> npt.NDArray[np.int64]:
+    """Step 2 of controlled_rounding: the mixed-integer program, solved at its root node.
+
+    Returns:
+        The rounded inner cells, flat.
+
+    Raises:
+        ComputationError: if the solver fails or reaches ``time_limit``.
+    """
+    from scipy import optimize, sparse  # imported when needed: a slow import
+
+    rows, cols, lb, ub = bands
+    nvar = x.size
+    m = len(lb)
     # Variables: inner cells, then per margin constraint a non-negative slack
     # below and above the floor/ceiling band (zero when a true controlled
     # rounding exists).
@@ -470,8 +512,8 @@ def controlled_rounding(
         )
     if res.x is None:
         raise ComputationError(f"controlled rounding failed: {res.message}")
-    y = np.rint(res.x[:nvar]).astype(np.int64)
-    return _extend(y.reshape(inner_shape), grouping_sets, shape)
+    y: npt.NDArray[np.int64] = np.rint(res.x[:nvar]).astype(np.int64)
+    return y
 
 
 def _extend(

@@ -635,21 +635,55 @@ def cyclic_posterior(
         )
     if prior is not None:
         raise ParameterError("a table-level prior needs enumerate_tables=True")
+    hypotheses = _count_hypotheses(factors, max_factor_entries)
+    out = _cell_distributions(tp, cyc, factors, groups, width, max_factor_entries, progress)
+    probabilities = out.reshape((*tp.shape, offsets.size))
+    return CyclicPosterior(
+        tp, offsets, probabilities, probs[0], probs[1], skip, likelihood, hypotheses
+    )
 
+
+def _count_hypotheses(factors: list[Factor], max_entries: int) -> int:
+    """Step 1 of cyclic_posterior: how many tables could have been the original.
+
+    Raises:
+        ComputationError: if none could.
+    """
     indicator = [Factor(f.scope, (f.table > 0).astype(np.float64)) for f in factors]
-    count, log_count = marginal(indicator, (), max_entries=max_factor_entries)
+    count, log_count = marginal(indicator, (), max_entries=max_entries)
     hypotheses = round(float(count.sum()) * math.exp(log_count))
     if hypotheses == 0:
         raise ComputationError(
             "no table could have been the original: the published table is inconsistent "
             "with these cycles, skip rule and prior"
         )
+    return hypotheses
+
+
+def _cell_distributions(
+    tp: np.ndarray,
+    cyc: Sequence[np.ndarray],
+    factors: list[Factor],
+    groups: dict[tuple[int, ...], list[int]],
+    width: int,
+    max_entries: int,
+    progress: Callable[[int, int], None] | None,
+) -> np.ndarray:
+    """Step 2 of cyclic_posterior: per cell, its original's distribution by variable elimination.
+
+    Returns:
+        Per flat cell, the probability of each offset from ``-width`` to
+        ``width`` between the original and the published value.
+
+    Raises:
+        ComputationError: if no table has positive posterior probability.
+    """
     flat_tp = tp.ravel()
     flat_cyc = np.stack([c.ravel() for c in cyc])
-    out = np.zeros((flat_tp.size, offsets.size))
+    out = np.zeros((flat_tp.size, 2 * width + 1))
     total = len(groups)
     for done, (scope, cells) in enumerate(groups.items()):
-        joint, _ = marginal(factors, scope, max_entries=max_factor_entries)
+        joint, _ = marginal(factors, scope, max_entries=max_entries)
         joint = joint.ravel()
         z = joint.sum()
         if not z > 0:
@@ -660,10 +694,7 @@ def cyclic_posterior(
             np.add.at(out[x], delta + width, joint / z)
         if progress is not None:
             progress(done + 1, total)
-    probabilities = out.reshape((*tp.shape, offsets.size))
-    return CyclicPosterior(
-        tp, offsets, probabilities, probs[0], probs[1], skip, likelihood, hypotheses
-    )
+    return out
 
 
 def _enumerate(
