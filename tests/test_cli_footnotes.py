@@ -72,7 +72,7 @@ def test_cli_csv_with_footnotes_is_the_api_csv(demo_dir, site_file):
 def test_text_output_gains_the_footnotes(demo_dir):
     out = _cli(str(demo_dir), "--rows", "REGION", "--footnotes")
     tail = out.split("\n\n# ", 1)[1]
-    assert tail.startswith("Protection:") and "Source:" in out
+    assert tail.startswith("Universe: All records.\n# Protection:") and "Source:" in out
 
 
 def test_footnotes_of_an_unprotected_table_are_refused(demo_dir):

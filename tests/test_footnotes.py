@@ -96,7 +96,11 @@ def test_csv_ends_with_the_footnotes_and_the_cells_read_back(ckm_client):
     assert text.startswith(plain) and "#" not in plain
     tail = text[len(plain) :].splitlines()
     assert tail[0] == ""
-    assert [t.removeprefix("# ") for t in tail[1:]] == footnote_lines(doc["meta"]["footnotes"])
+    # The universe in words first (issue 30), then the footnotes.
+    assert [t.removeprefix("# ") for t in tail[1:]] == [
+        f"Universe: {doc['meta']['universe_label']}.",
+        *footnote_lines(doc["meta"]["footnotes"]),
+    ]
     cells = pd.read_csv(io.StringIO(text), comment="#")
     pd.testing.assert_frame_equal(cells, pd.read_csv(io.StringIO(plain)))
     assert cells["n"].tolist() == [c["n"] for c in doc["cells"]]

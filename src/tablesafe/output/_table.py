@@ -32,6 +32,8 @@ from tablesafe.output._render import (
 if TYPE_CHECKING:
     import pandas as pd
 
+    from tablesafe.catalog import Catalog
+
 __all__ = ["ProtectedTable"]
 
 
@@ -69,6 +71,8 @@ class ProtectedTable:
         magnitudes: Protected sums and means of continuous variables, by
             column name (``sum_VAR``, ``mean_VAR``; NaN where blank), or ``None``.
         sensitive: Cells the dominance or p% rule flags, by magnitude name, or ``None``.
+        catalog: The catalog the table was built from (public: labels, hierarchies,
+            magnitudes' units), for the outputs' words; ``None`` describes by codes.
     """
 
     request: TableRequest
@@ -90,6 +94,7 @@ class ProtectedTable:
     roundings: tuple[Rounding, ...] = ()
     magnitudes: Mapping[str, npt.NDArray[np.float64]] | None = None
     sensitive: Mapping[str, npt.NDArray[np.bool_]] | None = None
+    catalog: Catalog | None = field(default=None, repr=False)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -179,12 +184,46 @@ class ProtectedTable:
             cols["adjusted"] = self.adjusted
         return long_columns(self.dimensions, cols, self.computed, labels=labels)
 
+    @property
+    def title(self) -> str:
+        """The table's statistics by its dimensions, in words (the catalog's labels)."""
+        from tablesafe.output._describe import title
+
+        return title(
+            [d.label for d in self.dimensions], list(self.statistics()), self.catalog, self.metadata
+        )
+
+    @property
+    def universe_label(self) -> str:
+        """The universe in words: ``"Region is North or North East"``, or ``"All records"``."""
+        from tablesafe.output._describe import universe_label
+
+        return universe_label(self.request, self.catalog)
+
+    def statistic_labels(self) -> dict[str, str]:
+        """Each statistic column of :meth:`statistics` in words, in order."""
+        from tablesafe.output._describe import statistic_label
+
+        return {s: statistic_label(s, self.catalog, self.metadata) for s in self.statistics()}
+
+    def file_stem(self) -> str:
+        """A file name for the table's downloads, without extension: ``AGEGRP-by-SEX-North``."""
+        from tablesafe.output._describe import file_stem
+
+        return file_stem([d.name for d in self.dimensions], self.request, self.catalog)
+
     def public_metadata(self) -> dict[str, Any]:
-        """Everything published with the table besides its cells."""
+        """Everything published with the table besides its cells.
+
+        ``title`` and ``universe_label`` say in words what the table holds and
+        the population it covers; ``universe`` gives the same conditions as codes.
+        """
         return {
             "protected": True,
+            "title": self.title,
             "dimensions": [d.name for d in self.dimensions],
             "universe": {k: list(v) for k, v in self.request.universe.items()},
+            "universe_label": self.universe_label,
             "statistic": str(self.request.statistic),
             "mechanism": dict(self.mechanism),
             **dict(self.metadata),
@@ -207,15 +246,17 @@ class ProtectedTable:
             magnitudes=self.request.magnitudes,
         )
 
-    def to_csv(self, *, footnotes: bool = False) -> str:
+    def to_csv(self, *, footnotes: bool = False, labels: bool = False) -> str:
         """CSV text, one row per cell, with exact numbers.
 
         Args:
             footnotes: Append the footnotes after the cells: a blank line,
-                then one line per sentence starting with ``#`` (read the
-                cells back with ``pandas.read_csv(..., comment="#")``).
+                then one line per sentence starting with ``#``, the universe
+                first (read the cells back with ``pandas.read_csv(..., comment="#")``).
+            labels: Add a ``<name>_label`` column after each dimension's codes
+                (custom groups' labels included; ``Total`` for a total).
         """
-        text = to_csv(self.long_columns())
+        text = to_csv(self.long_columns(labels=labels))
         return text + "\n" + self.footnote_comments() if footnotes else text
 
     def to_json(self) -> str:
@@ -301,10 +342,10 @@ class ProtectedTable:
         return text + ("\n" + self.footnote_comments() if footnotes else "")
 
     def footnote_comments(self) -> str:
-        """The footnotes as ``#`` lines, one per sentence (the CSV's and the text's layout)."""
+        """The universe and the footnotes as ``#`` lines, one per sentence (CSV and text)."""
         from tablesafe.output._footnotes import footnote_lines
 
-        lines = footnote_lines(self.footnotes())
+        lines = [f"Universe: {self.universe_label}.", *footnote_lines(self.footnotes())]
         return "".join(f"# {line.replace(chr(10), ' ')}\n" for line in lines)
 
 

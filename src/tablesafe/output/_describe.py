@@ -1,0 +1,184 @@
+"""A protected table in words: its title, its universe, its statistics and its file name.
+
+Every output of a table states what it holds (issue 30): a title naming the
+statistics and the variables (``"Count and weighted count by Age group and
+Sex"``), the universe with the catalog's category labels (``"Region is North
+or North East"``), and a file name made from the table
+(``AGEGRP-by-SEX-North``). The words come from the catalog the table was
+built from (variable, category and magnitude labels); a table built without
+one (``ProtectedTable.catalog`` is ``None``) is described by its codes.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tablesafe._errors import RequestError
+
+if TYPE_CHECKING:
+    from tablesafe._request import TableRequest
+    from tablesafe.catalog import Catalog, Variable
+
+__all__ = [
+    "ALL_RECORDS",
+    "file_stem",
+    "statistic_label",
+    "title",
+    "universe_conditions",
+    "universe_label",
+]
+
+#: The universe of a table without conditions, in words.
+ALL_RECORDS = "All records"
+#: Universe conditions with more categories than this name the variable in a file name.
+_FILE_CATEGORIES = 3
+#: The longest file name stem (without the extension).
+_FILE_STEM_MAX = 120
+
+#: The statistics of the counts, in words (the columns of ``ProtectedTable.statistics``).
+_COUNT_WORDS = {
+    "n": "Count",
+    "weighted": "Weighted count",
+    "se": "Standard error of the weighted count",
+    "ci_low": "Weighted count, lower end of the 95% confidence interval",
+    "ci_high": "Weighted count, upper end of the 95% confidence interval",
+}
+
+
+def _catalog_variable(catalog: Catalog | None, name: str) -> Variable | None:
+    if catalog is None:
+        return None
+    try:
+        return catalog.variable(name)
+    except RequestError:
+        return None
+
+
+def _magnitude_words(catalog: Catalog | None, name: str) -> str:
+    """A continuous variable's label and unit: ``"Annual income (currency units)"``."""
+    mag = None if catalog is None else catalog.magnitudes.get(name)
+    if mag is None:
+        return name
+    return f"{mag.label} ({mag.unit})" if mag.unit else mag.label
+
+
+def statistic_label(column: str, catalog: Catalog | None, metadata: Mapping[str, Any]) -> str:
+    """One statistic column in words: ``"Weighted count"``, ``"Mean of Annual income (EUR)"``.
+
+    Args:
+        column: The column's name (``n``, ``weighted``, ``se``, ``sum_VAR``, ``mean_VAR``...).
+        catalog: The catalog (for magnitude labels and units), or ``None``.
+        metadata: The table's metadata (``magnitudes.weighted``: sums over weights).
+    """
+    if column in _COUNT_WORDS:
+        return _COUNT_WORDS[column]
+    kind, _, name = column.partition("_")
+    words = _magnitude_words(catalog, name)
+    if kind == "sum":
+        mags = metadata.get("magnitudes")
+        weighted = isinstance(mags, Mapping) and bool(mags.get("weighted"))
+        return f"{'Weighted sum' if weighted else 'Sum'} of {words}"
+    if kind == "mean":
+        return f"Mean of {words}"
+    return column
+
+
+def _listed(items: Sequence[str], conjunction: str) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    if len(items) <= 1:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} {conjunction} {items[-1]}"
+
+
+def title(
+    dimension_labels: Sequence[str],
+    statistics: Sequence[str],
+    catalog: Catalog | None,
+    metadata: Mapping[str, Any],
+) -> str:
+    """The table's title: its statistics by its dimensions, in words.
+
+    Standard errors and confidence intervals qualify the weighted count and
+    are not named in the title (each has its own label).
+
+    Args:
+        dimension_labels: The dimensions' labels, in table order.
+        statistics: The statistic columns, in order.
+        catalog: The catalog, or ``None``.
+        metadata: The table's metadata.
+    """
+    main = [s for s in statistics if s not in ("se", "ci_low", "ci_high")]
+    words = [statistic_label(s, catalog, metadata) for s in main]
+    # "Count and weighted count": each later statistic lower-cased at its start.
+    words = [w if i == 0 else w[:1].lower() + w[1:] for i, w in enumerate(words)]
+    return f"{_listed(words, 'and')} by {_listed(list(dimension_labels), 'and')}"
+
+
+def universe_conditions(
+    request: TableRequest, catalog: Catalog | None
+) -> list[tuple[str, str, list[str]]]:
+    """The universe's conditions: (name, variable label, category labels), in request order.
+
+    Codes are read with the catalog's variable (custom groupings of the
+    request included); a name or code the catalog does not know stays as given.
+    """
+    if catalog is not None and request.groupings:
+        from tablesafe.catalog._custom import extend_catalog
+
+        catalog = extend_catalog(catalog, request.groupings)
+    out = []
+    for name, codes in request.universe.items():
+        var = _catalog_variable(catalog, name)
+        if var is None:
+            out.append((name, name, [str(c) for c in codes]))
+            continue
+        labels = {c.code: c.label for c in var.categories}
+        shown = []
+        for code in codes:
+            try:
+                shown.append(labels.get(var.coerce(code), str(code)))
+            except RequestError:
+                shown.append(str(code))
+        out.append((name, var.label, shown))
+    return out
+
+
+def universe_label(request: TableRequest, catalog: Catalog | None) -> str:
+    """The universe in words: ``"Region is North or North East; Sex is Female"``.
+
+    ``"All records"`` for a table without conditions.
+    """
+    conditions = universe_conditions(request, catalog)
+    if not conditions:
+        return ALL_RECORDS
+    return "; ".join(f"{label} is {_listed(cats, 'or')}" for _, label, cats in conditions)
+
+
+def _file_part(text: str) -> str:
+    """Text as a file-name part: ASCII letters, digits and ``_``; anything else one ``-``."""
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    return re.sub(r"[^A-Za-z0-9_]+", "-", ascii_text).strip("-")
+
+
+def file_stem(dimensions: Sequence[str], request: TableRequest, catalog: Catalog | None) -> str:
+    """A file name for the table, without extension: ``AGEGRP-by-SEX-North``.
+
+    The dimensions' names joined by ``-by-``, then each universe condition's
+    category labels (or, above three categories, the variable's name and how
+    many it keeps: ``REGION-5-categories``). ASCII only, at most 120 characters,
+    cut at a ``-``.
+    """
+    parts = ["-by-".join(dimensions)]
+    for name, _, cats in universe_conditions(request, catalog):
+        if len(cats) > _FILE_CATEGORIES:
+            parts.append(f"{name}-{len(cats)}-categories")
+        else:
+            parts.extend(cats)
+    stem = "-".join(p for p in map(_file_part, parts) if p) or "table"
+    if len(stem) > _FILE_STEM_MAX:
+        cut = stem[: _FILE_STEM_MAX + 1]
+        stem = cut[: cut.rfind("-")] if "-" in cut else cut[:_FILE_STEM_MAX]
+    return stem
