@@ -363,6 +363,7 @@ class TableBuilder:
             roundings=self._roundings(request),
             magnitudes=None if mags is None else mags.columns,
             sensitive=None if mags is None else mags.sensitive,
+            catalog=self.dataset.catalog,
         )
 
     def _metadata(self) -> dict[str, Any]:
