@@ -24,7 +24,6 @@ _CORE = "core: split after the enum step"
 
 #: Long functions of the core, by ``path::qualified name``, with the reason they stay long.
 ALLOWED: dict[str, str] = {
-    "mechanisms/_magnitudes.py::protect_magnitudes": _CORE,
     "output/_footnotes.py::footnotes": _CORE,
 }
 

@@ -472,61 +472,31 @@ def protect_magnitudes(
             denominator is zero (nothing to average over).
     """
     from tablesafe._rounding import Rounding
-    from tablesafe.mechanisms._weighted import enclosing_means
 
-    columns: dict[str, npt.NDArray[np.float64]] = {}
-    sensitive: dict[str, npt.NDArray[np.bool_]] = {}
     denominators = weighted if weighted is not None else counts.astype(np.float64)
     r_sum, r_mean = Rounding.parse(prot.rounding), Rounding.parse(prot.mean_rounding)
     protected: dict[str, npt.NDArray[np.float64]] = {}
+    sensitive: dict[str, npt.NDArray[np.bool_]] = {}
     names = list(dict.fromkeys(item.split(":", 1)[1] for item in magnitudes))
     bounds = {n: variables[n].bound for n in names}
     for name in names:
-        sums = agg.magnitudes[name]
-        total, top = sums.total, sums.top
-        if top.shape[0] < prot.top_needed():
-            raise InternalError(
-                f"magnitude {name} comes with {top.shape[0]} largest contributions per cell; "
-                f"the protection needs {prot.top_needed()}"
-            )
-        flags = np.zeros(total.shape, dtype=bool)
-        if prot.dominance is not None:
-            flags |= dominance_rule(total, top, *prot.dominance)
-        if prot.p_percent is not None:
-            flags |= p_percent_rule(total, top, prot.p_percent)
-        flags &= computed
+        sensitive[name] = _sensitive_cells(name, agg, computed, prot)
         if prot.method == MagnitudeMethod.NONE:
-            value = total.copy()
+            protected[name] = agg.magnitudes[name].total.copy()
         else:
-            # A cell without records that the count mechanism publishes as non-zero
-            # gets the sum of n' records at the mean of its nearest enclosing margin,
-            # so a published sum does not tell a true zero from a real cell.
-            per = enclosing_means(total, agg.n, 0.0)
-            if empty_mean is not None:
-                # A function of the cell's definition alone, as its count is: the
-                # margins' means change with the table around the cell.
-                per = np.where(agg.n == 0, empty_mean(name), per)
-            empty = (agg.n == 0) & (counts > 0)
-            base = np.where(empty, per * counts, total)
-            top_eff = top.copy()
-            top_eff[0] = np.where(empty, np.abs(per), top[0])
-
-            uniforms = _magnitude_draws(agg, name, seeds, secret, definitions)
-            if prot.method == MagnitudeMethod.CKM:
-                value = base + ckm_noise(base, top_eff, prot, uniforms)
-            else:
-                if weighted is not None:
-                    raise RequestError(
-                        "this site protects magnitudes with differential privacy, which "
-                        "covers unweighted sums only; ask for statistic count with sum:VAR "
-                        "or mean:VAR"
-                    )
-                value = base + laplace(uniforms(0, "laplace"), bounds[name] / prot.epsilon)
-            if not variables[name].negative:
-                value = np.maximum(value, 0.0)
-            value = np.where(counts > 0, value, 0.0)
-        protected[name] = value
-        sensitive[name] = flags
+            protected[name] = _perturbed_sums(
+                name,
+                agg,
+                counts,
+                weighted,
+                variables[name],
+                prot,
+                seeds,
+                secret,
+                definitions,
+                empty_mean,
+            )
+    columns: dict[str, npt.NDArray[np.float64]] = {}
     for item in magnitudes:
         kind, name = item.split(":", 1)
         value = protected[name]
@@ -534,25 +504,119 @@ def protect_magnitudes(
         if kind == "sum":
             columns[f"sum_{name}"] = np.where(hide, np.nan, r_sum.apply(value))
         else:
-            # The universe's total where the table has it; without it (margins
-            # "none", or chosen margins), whether any cell shown has a count.
-            total_at = (-1,) * denominators.ndim
-            if bool(computed[total_at]):
-                nothing = float(denominators[total_at]) <= 0
-                where = "of the universe is"
-            else:
-                nothing = not bool(np.any(denominators[computed] > 0))
-                where = "of every cell shown is"
-            if nothing:
-                raise RequestError(
-                    f"mean:{name} has nothing to average over: the protected "
-                    f"{'weighted ' if weighted is not None else ''}count {where} 0"
-                )
-            mean = np.divide(
-                value, denominators, out=np.full(value.shape, np.nan), where=denominators > 0
-            )
+            mean = _mean(name, value, denominators, computed, weighted is not None)
             columns[f"mean_{name}"] = np.where(hide, np.nan, r_mean.apply(mean))
     meta = prot.describe({n: bounds[n] for n in names})
     meta["variables"] = names
     meta["weighted"] = weighted is not None
     return ProtectedMagnitudes(columns, sensitive, meta)
+
+
+def _sensitive_cells(
+    name: str, agg: CellAggregates, computed: npt.NDArray[np.bool_], prot: MagnitudeProtection
+) -> npt.NDArray[np.bool_]:
+    """Step 1 of protect_magnitudes: the cells the sensitivity rules find, for one variable.
+
+    Raises:
+        InternalError: if the engine computed fewer largest contributions
+            than the protection and the rules need.
+    """
+    sums = agg.magnitudes[name]
+    total, top = sums.total, sums.top
+    if top.shape[0] < prot.top_needed():
+        raise InternalError(
+            f"magnitude {name} comes with {top.shape[0]} largest contributions per cell; "
+            f"the protection needs {prot.top_needed()}"
+        )
+    flags = np.zeros(total.shape, dtype=bool)
+    if prot.dominance is not None:
+        flags |= dominance_rule(total, top, *prot.dominance)
+    if prot.p_percent is not None:
+        flags |= p_percent_rule(total, top, prot.p_percent)
+    flags &= computed
+    return flags
+
+
+def _perturbed_sums(
+    name: str,
+    agg: CellAggregates,
+    counts: npt.NDArray[np.int64],
+    weighted: npt.NDArray[np.float64] | None,
+    variable: Magnitude,
+    prot: MagnitudeProtection,
+    seeds: SeedScheme,
+    secret: bytes | None,
+    definitions: Definitions | None,
+    empty_mean: Callable[[str], float] | None,
+) -> npt.NDArray[np.float64]:
+    """Step 2 of protect_magnitudes: one variable's sums, perturbed by the site's method.
+
+    Raises:
+        RequestError: for differential privacy on a weighted table.
+    """
+    from tablesafe.mechanisms._weighted import enclosing_means
+
+    sums = agg.magnitudes[name]
+    total, top = sums.total, sums.top
+    # A cell without records that the count mechanism publishes as non-zero
+    # gets the sum of n' records at the mean of its nearest enclosing margin,
+    # so a published sum does not tell a true zero from a real cell.
+    per = enclosing_means(total, agg.n, 0.0)
+    if empty_mean is not None:
+        # A function of the cell's definition alone, as its count is: the
+        # margins' means change with the table around the cell.
+        per = np.where(agg.n == 0, empty_mean(name), per)
+    empty = (agg.n == 0) & (counts > 0)
+    base = np.where(empty, per * counts, total)
+    top_eff = top.copy()
+    top_eff[0] = np.where(empty, np.abs(per), top[0])
+
+    uniforms = _magnitude_draws(agg, name, seeds, secret, definitions)
+    if prot.method == MagnitudeMethod.CKM:
+        value = base + ckm_noise(base, top_eff, prot, uniforms)
+    else:
+        if weighted is not None:
+            raise RequestError(
+                "this site protects magnitudes with differential privacy, which "
+                "covers unweighted sums only; ask for statistic count with sum:VAR "
+                "or mean:VAR"
+            )
+        value = base + laplace(uniforms(0, "laplace"), variable.bound / prot.epsilon)
+    if not variable.negative:
+        value = np.maximum(value, 0.0)
+    out: npt.NDArray[np.float64] = np.where(counts > 0, value, 0.0)
+    return out
+
+
+def _mean(
+    name: str,
+    value: npt.NDArray[np.float64],
+    denominators: npt.NDArray[np.float64],
+    computed: npt.NDArray[np.bool_],
+    weighted: bool,
+) -> npt.NDArray[np.float64]:
+    """Step 3 of protect_magnitudes: protected sums over protected counts (NaN over 0).
+
+    A mean needs something to average over: the universe's protected count
+    where the table has it; without it (margins "none", or chosen margins),
+    any cell shown with a protected count.
+
+    Raises:
+        RequestError: where there is nothing to average over.
+    """
+    total_at = (-1,) * denominators.ndim
+    if bool(computed[total_at]):
+        nothing = float(denominators[total_at]) <= 0
+        where = "of the universe is"
+    else:
+        nothing = not bool(np.any(denominators[computed] > 0))
+        where = "of every cell shown is"
+    if nothing:
+        raise RequestError(
+            f"mean:{name} has nothing to average over: the protected "
+            f"{'weighted ' if weighted else ''}count {where} 0"
+        )
+    mean: npt.NDArray[np.float64] = np.divide(
+        value, denominators, out=np.full(value.shape, np.nan), where=denominators > 0
+    )
+    return mean
