@@ -219,6 +219,7 @@ OPTIONS: dict[str, list[str]] = {
         "--margins",
         "--se",
         "--format",
+        "--labels",
         "--footnotes",
         "--method",
         "--epsilon",

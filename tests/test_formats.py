@@ -14,8 +14,8 @@ from tablesafe.output._formats import OutputFormat, format_names, output_format,
 from tablesafe.server import create_app
 
 
-def _tsv(table, footnotes):
-    return table.to_csv(footnotes=footnotes).replace(",", "\t")
+def _tsv(table, options):
+    return table.to_csv(footnotes=options.footnotes).replace(",", "\t")
 
 
 @pytest.fixture
@@ -26,14 +26,15 @@ def tsv(monkeypatch):
 
 
 def test_builtin_formats():
-    assert format_names() == ("text", "csv", "json", "xlsx")
-    assert format_names(served=True) == ("csv", "json", "xlsx")
-    assert format_names(binary=False) == ("text", "csv", "json")
+    assert format_names() == ("text", "csv", "json", "xlsx", "jsonstat", "sdmx-csv")
+    assert format_names(served=True) == ("csv", "json", "xlsx", "jsonstat", "sdmx-csv")
+    assert format_names(binary=False) == ("text", "csv", "json", "jsonstat", "sdmx-csv")
     with pytest.raises(
-        RequestError, match=r"unknown format 'yaml'; allowed: text, csv, json, xlsx"
+        RequestError,
+        match=r"unknown format 'yaml'; allowed: text, csv, json, xlsx, jsonstat, sdmx-csv",
     ):
         output_format("yaml")
-    with pytest.raises(RequestError, match="allowed: text, csv, json$"):
+    with pytest.raises(RequestError, match="allowed: text, csv, json, jsonstat, sdmx-csv$"):
         output_format("xlsx", binary=False)
 
 
@@ -57,12 +58,13 @@ def test_a_registered_format_reaches_every_interface(tsv, demo_dir, tmp_path):
         )
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/tab-separated-values")
-        assert 'filename="demo-table.tsv"' in r.headers["content-disposition"]
+        # Named after the table (issue 30).
+        assert 'filename="SEX.tsv"' in r.headers["content-disposition"]
         assert r.text == table.to_csv().replace(",", "\t")
         bad = client.post("/api/datasets/demo/tables?format=text", json={"dimensions": ["SEX"]})
         assert bad.status_code == 400
         assert bad.json()["error"]["message"] == (
-            "unknown format 'text'; allowed: csv, json, xlsx, tsv"
+            "unknown format 'text'; allowed: csv, json, xlsx, jsonstat, sdmx-csv, tsv"
         )
 
 
@@ -70,5 +72,5 @@ def test_render_refuses_a_binary_format(demo_dir):
     table = ts.TableBuilder(ts.Dataset.open(demo_dir), Protection(None)).build(
         ts.TableRequest(("SEX",))
     )
-    with pytest.raises(RequestError, match="unknown format 'xlsx'; allowed: text, csv, json"):
+    with pytest.raises(RequestError, match="unknown format 'xlsx'; allowed: text, csv, json,"):
         table.render("xlsx")

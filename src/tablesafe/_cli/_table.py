@@ -117,7 +117,14 @@ def _engine(name: str, spark_master: str) -> Any:
 @click.option(
     "--se", "replicates", is_flag=True, help="Add replicate standard errors and 95% intervals."
 )
-@click.option("--format", "fmt", default="text", help="text, csv or json.")
+@click.option(
+    "--format", "fmt", default="text", help="text, csv, json, jsonstat (JSON-stat 2.0) or sdmx-csv."
+)
+@click.option(
+    "--labels",
+    is_flag=True,
+    help="CSV: add a label column after each dimension's codes; SDMX-CSV: 'ID: name'.",
+)
 @click.option(
     "--footnotes",
     is_flag=True,
@@ -172,6 +179,7 @@ def table(
     margins: str,
     replicates: bool,
     fmt: str,
+    labels: bool,
     footnotes: bool,
     method: str,
     epsilon: float,
@@ -194,7 +202,7 @@ def table(
     from tablesafe._builder import TableBuilder
     from tablesafe._cli._methods import protection_from_options
     from tablesafe.catalog._dataset import Dataset
-    from tablesafe.output._formats import output_format
+    from tablesafe.output._formats import WriteOptions, output_format
 
     # The registry's formats that print on a terminal (xlsx is bytes).
     output = output_format(fmt, binary=False)
@@ -233,7 +241,7 @@ def table(
     if owner_flags and fmt in ("csv", "json"):
         _echo_owner(result, fmt, footnotes)
         return
-    click.echo(output.write(result, footnotes), nl=False)
+    click.echo(output.write(result, WriteOptions(footnotes, labels)), nl=False)
 
 
 def _request(

@@ -9,7 +9,10 @@ and every interface offers it.
 
 The built-in formats: ``text`` (a readable table, the command line's
 default), ``csv`` (one row per cell), ``json`` (``{"meta", "cells"}``,
-streamed by the server) and ``xlsx`` (a workbook, binary).
+streamed by the server), ``xlsx`` (a workbook, binary), ``jsonstat``
+(a JSON-stat 2.0 dataset) and ``sdmx-csv`` (an SDMX-CSV 2.0 data message).
+A format writes a table with :class:`WriteOptions`: whether to add the
+footnotes, and whether to add the category labels beside the codes.
 """
 
 from __future__ import annotations
@@ -20,13 +23,13 @@ from typing import Any, Protocol
 
 from tablesafe._errors import ParameterError, RequestError
 
-__all__ = ["OutputFormat", "format_names", "output_format", "register_format"]
+__all__ = ["OutputFormat", "WriteOptions", "format_names", "output_format", "register_format"]
 
 
 class PublishedTable(Protocol):
     """What a format reads of a table (:class:`~tablesafe.ProtectedTable` provides it)."""
 
-    def to_csv(self, *, footnotes: bool = False) -> str: ...
+    def to_csv(self, *, footnotes: bool = False, labels: bool = False) -> str: ...
 
     def to_json(self) -> str: ...
 
@@ -38,6 +41,22 @@ class PublishedTable(Protocol):
 
 
 @dataclass(frozen=True)
+class WriteOptions:
+    """How a format writes a table.
+
+    Attributes:
+        footnotes: Add the footnotes where the format keeps them apart from
+            the cells (the CSV's ``#`` lines, SDMX-CSV's dataset attributes);
+            JSON, JSON-stat and XLSX always carry them.
+        labels: Add the category labels beside the codes (CSV: a
+            ``<name>_label`` column per dimension; SDMX-CSV: ``ID: name``).
+    """
+
+    footnotes: bool = True
+    labels: bool = False
+
+
+@dataclass(frozen=True)
 class OutputFormat:
     """One output format of a protected table.
 
@@ -45,7 +64,7 @@ class OutputFormat:
         name: The format's name in ``--format`` and the API's ``format``.
         media_type: Its HTTP media type.
         extension: Its file extension (without the dot).
-        write: ``write(table, footnotes)``: the whole document, text or bytes.
+        write: ``write(table, options)``: the whole document, text or bytes.
         stream: Optionally, the document in pieces (the server streams them).
         binary: Whether the document is bytes (not printable on a terminal).
         served: Whether the HTTP API offers it.
@@ -54,7 +73,7 @@ class OutputFormat:
     name: str
     media_type: str
     extension: str
-    write: Callable[[Any, bool], str | bytes]
+    write: Callable[[Any, WriteOptions], str | bytes]
     stream: Callable[[Any], Iterator[bytes]] | None = None
     binary: bool = False
     served: bool = True
@@ -104,15 +123,15 @@ def output_format(name: str, *, served: bool = False, binary: bool = True) -> Ou
     return _REGISTRY[name]
 
 
-def _text(table: PublishedTable, footnotes: bool) -> str:
-    return table.render_text(footnotes=footnotes)
+def _text(table: PublishedTable, options: WriteOptions) -> str:
+    return table.render_text(footnotes=options.footnotes)
 
 
-def _csv(table: PublishedTable, footnotes: bool) -> str:
-    return table.to_csv(footnotes=footnotes)
+def _csv(table: PublishedTable, options: WriteOptions) -> str:
+    return table.to_csv(footnotes=options.footnotes, labels=options.labels)
 
 
-def _json(table: PublishedTable, footnotes: bool) -> str:
+def _json(table: PublishedTable, options: WriteOptions) -> str:
     # The footnotes are always in the document's meta.
     return table.to_json() + "\n"
 
@@ -121,9 +140,22 @@ def _json_stream(table: PublishedTable) -> Iterator[bytes]:
     return table.iter_json()
 
 
-def _xlsx(table: PublishedTable, footnotes: bool) -> bytes:
+def _xlsx(table: PublishedTable, options: WriteOptions) -> bytes:
     # The footnotes are always in the workbook's "about" sheet.
     return table.to_xlsx_bytes()
+
+
+def _jsonstat(table: Any, options: WriteOptions) -> str:
+    # The footnotes are always in the dataset's note and extension.
+    from tablesafe.output._jsonstat import jsonstat_bytes
+
+    return jsonstat_bytes(table).decode()
+
+
+def _sdmx_csv(table: Any, options: WriteOptions) -> str:
+    from tablesafe.output._sdmx import sdmx_csv
+
+    return sdmx_csv(table, footnotes=options.footnotes, labels=options.labels)
 
 
 register_format(OutputFormat("text", "text/plain; charset=utf-8", "txt", _text, served=False))
@@ -136,5 +168,15 @@ register_format(
         "xlsx",
         _xlsx,
         binary=True,
+    )
+)
+# JSON-stat has no media type of its own: json-stat.org serves it as JSON.
+register_format(OutputFormat("jsonstat", "application/json", "json", _jsonstat))
+register_format(
+    OutputFormat(
+        "sdmx-csv",
+        "application/vnd.sdmx.data+csv; version=2.0.0; charset=utf-8",
+        "csv",
+        _sdmx_csv,
     )
 )

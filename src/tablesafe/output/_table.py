@@ -303,19 +303,25 @@ class ProtectedTable:
 
         return workbook_bytes([("cells", self.to_frame(labels=True)), ("about", about)])
 
-    def render(self, fmt: str = "text") -> str:
-        """Render in a text format of the registry: ``"text"``, ``"csv"`` or ``"json"``.
+    def render(self, fmt: str = "text", *, labels: bool = False) -> str:
+        """Render in a text format of the registry: ``text``, ``csv``, ``json``, ``jsonstat``...
 
         The formats are :mod:`tablesafe.output._formats`'; the footnotes are in JSON's
-        meta, and not appended to text or CSV.
+        meta and JSON-stat's note, and not appended to text, CSV or SDMX-CSV.
+
+        Args:
+            fmt: The format's name.
+            labels: Add the category labels beside the codes (CSV, SDMX-CSV).
 
         Raises:
             RequestError: for an unknown format, or a binary one (``xlsx``: use
                 :meth:`to_xlsx_bytes`).
         """
-        from tablesafe.output._formats import output_format
+        from tablesafe.output._formats import WriteOptions, output_format
 
-        out = output_format(fmt, binary=False).write(self, False)
+        out = output_format(fmt, binary=False).write(
+            self, WriteOptions(footnotes=False, labels=labels)
+        )
         assert isinstance(out, str)
         return out
 

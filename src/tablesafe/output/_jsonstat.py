@@ -1,0 +1,211 @@
+"""JSON-stat 2.0: a protected table as the dataset that PxWeb, Eurostat and Cantabular serve.
+
+One JSON-stat ``dataset`` (https://json-stat.org/full/): the table's
+dimensions in request order, then a ``STATISTIC`` dimension (role
+``metric``) with one category per published statistic, so the ``value``
+array is the table's cells in row-major order with the statistic varying
+fastest. Each dimension's categories are its codes in table order, then
+``_T`` (its total, the SDMX code) where the table publishes a margin over it;
+``child`` makes the total the parent of the categories it adds up. A
+dimension that is a grouping lists the source codes of each category in its
+``extension.members``; a level of one of the catalog's hierarchies names the
+level above and each category's parent there (``extension.hierarchy``).
+
+Cells that are not published are ``null``: suppressed cells, standard errors
+below the site's threshold, margins the request did not ask for. ``status``
+marks the flagged cells by their position in ``value`` (the codes are in
+:data:`STATUS`, their meanings for this table in ``extension.status``):
+
+``M``
+    a structural zero (SDMX's "missing value; data cannot exist"); the value is 0.
+``Q``
+    suppressed by the small-cell rule (SDMX's "missing value; suppressed"); ``null``.
+``<k``
+    suppressed and shown as ``"<k"`` by the site's rule; ``null``.
+``d``
+    a sum or mean the dominance or p% rule flags (blank if the site suppresses them).
+
+``label`` is the table's title, ``source`` the catalog's citation (or title),
+``note`` the universe in words and the protection statement, and
+``extension.meta`` the public metadata of the JSON format. Nothing depends on
+the clock: the same table gives the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+
+from tablesafe.output._render import TOTAL_CODE, TOTAL_LABEL, _plain
+
+if TYPE_CHECKING:
+    from tablesafe._request import DimensionPlan
+    from tablesafe.output._table import ProtectedTable
+
+__all__ = ["STATUS", "jsonstat_bytes", "jsonstat_dataset", "statistic_dimension_id"]
+
+#: The status codes of a cell (``<k`` stands for the site's ``"<k"`` display).
+STATUS = {
+    "structural_zero": "M",
+    "suppressed": "Q",
+    "sensitive": "d",
+}
+
+
+def statistic_dimension_id(names: list[str]) -> str:
+    """The id of the statistic dimension: ``STATISTIC``, or with ``_`` added until it is new."""
+    taken = {n.upper() for n in names}
+    out = "STATISTIC"
+    while out in taken:
+        out += "_"
+    return out
+
+
+def _kept(table: ProtectedTable) -> list[np.ndarray]:
+    """For each axis, the positions some published cell uses (a total only if a margin is)."""
+    computed = table.computed
+    out = []
+    for axis in range(computed.ndim):
+        other = tuple(a for a in range(computed.ndim) if a != axis)
+        out.append(np.nonzero(computed.any(axis=other) if other else computed)[0])
+    return out
+
+
+def _dimension(d: DimensionPlan, kept: np.ndarray, table: ProtectedTable) -> dict[str, Any]:
+    """One table dimension: its categories (and total), labels, child, members and hierarchy."""
+    codes = [*map(str, d.codes), TOTAL_CODE]
+    labels = [*d.labels, TOTAL_LABEL]
+    index = [codes[j] for j in kept]
+    category: dict[str, Any] = {
+        "index": index,
+        "label": {codes[j]: labels[j] for j in kept},
+    }
+    inner = [c for c in index if c != TOTAL_CODE]
+    if TOTAL_CODE in index and inner:
+        category["child"] = {TOTAL_CODE: inner}
+    out: dict[str, Any] = {"label": d.label, "category": category}
+    extension: dict[str, Any] = {}
+    if any(m != (c,) for c, m in zip(d.codes, d.members, strict=True)):
+        # A grouping: which codes of the microdata's variable each category holds.
+        extension["variable"] = d.column
+        extension["members"] = {
+            str(d.codes[j]): list(d.members[j]) for j in kept.tolist() if j < d.size
+        }
+    hierarchy = _hierarchy(d, inner, table)
+    if hierarchy:
+        extension["hierarchy"] = hierarchy
+    if extension:
+        out["extension"] = extension
+    return out
+
+
+def _hierarchy(d: DimensionPlan, inner: list[str], table: ProtectedTable) -> dict[str, Any]:
+    """The catalog hierarchy ``d`` is a level of below its top: the level above, each parent."""
+    catalog = table.catalog
+    if catalog is None:
+        return {}
+    for h in catalog.hierarchies:
+        if d.name in h.levels[1:]:
+            depth = h.levels.index(d.name)
+            var = catalog.variables[d.name]
+            parents = dict(zip(map(str, var.codes), h.parents[depth - 1], strict=True))
+            return {
+                "name": h.name,
+                "label": h.label,
+                "parent_level": h.levels[depth - 1],
+                "parent": {c: parents[c] for c in inner if c in parents},
+            }
+    return {}
+
+
+def _cells(
+    table: ProtectedTable, kept: list[np.ndarray]
+) -> tuple[list[Any], dict[str, str], list[str]]:
+    """The values (row-major, the statistic fastest), the status by position, the statistics."""
+    stats = table.statistics()
+    names = list(stats)
+    grid = np.ix_(*kept)
+    shape = (*(len(k) for k in kept), len(names))
+    values = np.empty(shape, dtype=object)
+    status = np.full(shape, "", dtype=object)
+    for s, name in enumerate(names):
+        arr = stats[name][grid]
+        col = arr.astype(object)
+        if arr.dtype.kind == "f":
+            col[np.isnan(arr)] = None
+        values[..., s] = col
+    computed = table.computed[grid]
+    values[~computed] = None
+    if table.sensitive:
+        for name, flag in table.sensitive.items():
+            for s, stat in enumerate(names):
+                if stat in (f"sum_{name}", f"mean_{name}"):
+                    status[..., s][flag[grid] & computed] = STATUS["sensitive"]
+    if table.suppressed is not None:
+        hidden = table.suppressed[grid] & computed
+        values[hidden] = None
+        status[hidden] = table.suppressed_display or STATUS["suppressed"]
+    status[table.structural_zero[grid] & computed] = STATUS["structural_zero"]
+    flat = status.reshape(-1)
+    marked = {str(i): str(flat[i]) for i in np.nonzero(flat != "")[0].tolist()}
+    return values.reshape(-1).tolist(), marked, names
+
+
+def _status_legend(table: ProtectedTable, notes: Mapping[str, Any]) -> dict[str, str]:
+    """Each status code this table can carry, with its meaning from the footnotes' flags."""
+    flags = dict(notes.get("flags", {}))
+    out = {STATUS["structural_zero"]: str(flags["structural_zero"])}
+    if "suppressed" in flags:
+        out[table.suppressed_display or STATUS["suppressed"]] = str(flags["suppressed"])
+    sensitive = [f"{k}: {v}" for k, v in flags.items() if k.startswith("sensitive_")]
+    if sensitive:
+        out[STATUS["sensitive"]] = "; ".join(sensitive)
+    return out
+
+
+def jsonstat_dataset(table: ProtectedTable) -> dict[str, Any]:
+    """The table as a JSON-stat 2.0 dataset (a dict ready for a JSON writer)."""
+    meta = table.public_metadata()
+    notes = meta["footnotes"]
+    kept = _kept(table)
+    values, status, names = _cells(table, kept)
+    stat_id = statistic_dimension_id([d.name for d in table.dimensions])
+    labels = table.statistic_labels()
+    dimension = {
+        d.name: _dimension(d, k, table) for d, k in zip(table.dimensions, kept, strict=True)
+    }
+    dimension[stat_id] = {
+        "label": "Statistic",
+        "category": {"index": names, "label": {n: labels[n] for n in names}},
+    }
+    catalog = table.catalog
+    source = meta.get("citation") or (catalog.title if catalog is not None else "")
+    doc: dict[str, Any] = {
+        "version": "2.0",
+        "class": "dataset",
+        "label": meta["title"],
+    }
+    if source:
+        doc["source"] = str(source).replace("`", "")
+    doc["note"] = [f"Universe: {meta['universe_label']}.", *notes["statement"]]
+    doc["id"] = [*dimension]
+    doc["size"] = [*(len(k) for k in kept), len(names)]
+    doc["role"] = {"metric": [stat_id]}
+    doc["dimension"] = dimension
+    doc["value"] = values
+    if status:
+        doc["status"] = status
+    doc["extension"] = {"status": _status_legend(table, notes), "meta": meta}
+    return doc
+
+
+def jsonstat_bytes(table: ProtectedTable) -> bytes:
+    """The JSON-stat document as UTF-8 bytes (the same table, the same bytes)."""
+    return orjson.dumps(
+        jsonstat_dataset(table),
+        option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE,
+        default=_plain,
+    )

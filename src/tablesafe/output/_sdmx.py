@@ -1,0 +1,228 @@
+"""SDMX-CSV 2.0: a protected table as the data message .Stat and Eurostat exchange.
+
+One row per published cell and statistic (SDMX-CSV 2.0, the field guide of
+sdmx-twg/sdmx-csv): ``STRUCTURE`` (``dataflow``), ``STRUCTURE_ID``,
+``ACTION`` (``I``, information), one column per dimension holding the
+category code (``_T``, SDMX's total code, for a margin), a ``STATISTIC``
+dimension naming the statistic (``n``, ``weighted``, ``se``, ``sum_VAR``...),
+then the measure ``OBS_VALUE`` and the attributes ``OBS_STATUS`` and
+``CONF_STATUS`` from SDMX's cross-domain code lists and ``COMMENT_OBS``:
+
+=========================  ==========  ===========  ==========================================
+cell                       OBS_VALUE   OBS_STATUS   CONF_STATUS
+=========================  ==========  ===========  ==========================================
+structural zero            0           M            F (free)
+suppressed (small count)   empty       Q            C (confidential)
+sensitive sum or mean      as shown    as shown     C where the site blanks it, F where shown
+not published (an SE       empty       O            F
+below the site's count)
+other, protection changes  the value   E            F
+values
+other, no protection       the value   A            F
+=========================  ==========  ===========  ==========================================
+
+``M`` is "missing value; data cannot exist", ``Q`` "missing value;
+suppressed", ``O`` "missing value", ``E`` "estimated value" and ``A``
+"normal value" (CL_OBS_STATUS); ``C`` is "confidential statistical
+information" and ``F`` "free" (CL_CONF_STATUS). ``E`` is table-wide: every
+value of a statistic the protection changes (or derives from changed
+figures) is marked, never the cells it happened to change, which would tell
+which published values are exact. ``COMMENT_OBS`` holds the footnotes' flag
+legend on a flagged row.
+
+With footnotes (the default), the message adds the dataset-level attributes
+``TITLE`` (the table's title) and ``COMMENT_DSET`` (the universe in words
+and the protection statement) in a first row whose dimensions are empty,
+as SDMX-CSV writes attributes attached to no key. With ``labels``, every
+header, code and coded attribute is written ``ID: name`` (the field guide's
+``labels=both``).
+
+The site declares no SDMX structure (no data structure definition or code
+lists are published): the dataflow is ``TABLESAFE:<dataset>(1.0)``, the
+dataset's name as served, with characters SDMX ids cannot hold replaced by
+``_``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tablesafe.output._jsonstat import statistic_dimension_id
+from tablesafe.output._render import TOTAL_CODE, TOTAL_LABEL, to_csv
+
+if TYPE_CHECKING:
+    from tablesafe.output._table import ProtectedTable
+
+__all__ = ["AGENCY", "CONF_STATUS", "OBS_STATUS", "VERSION", "dataflow", "sdmx_csv"]
+
+#: The maintenance agency and version of the dataflow every table names.
+AGENCY = "TABLESAFE"
+VERSION = "1.0"
+#: The codes used, with their names in SDMX's cross-domain code lists.
+OBS_STATUS = {
+    "A": "Normal value",
+    "E": "Estimated value",
+    "M": "Missing value; data cannot exist",
+    "O": "Missing value",
+    "Q": "Missing value; suppressed",
+}
+CONF_STATUS = {"C": "Confidential statistical information", "F": "Free"}
+_COUNTS = ("n", "weighted", "se", "ci_low", "ci_high")
+
+
+def dataflow(dataset: str) -> str:
+    """The ``STRUCTURE_ID`` of a dataset's tables: ``TABLESAFE:demo(1.0)``."""
+    ident = re.sub(r"[^A-Za-z0-9_@$-]", "_", dataset) or "TABLE"
+    return f"{AGENCY}:{ident}({VERSION})"
+
+
+def _changes(table: ProtectedTable, statistic: str) -> bool:
+    """Whether the protection changes (or derives from changed) values of ``statistic``."""
+    counts = str(table.mechanism.get("name", "none")) != "none"
+    mags = table.metadata.get("magnitudes")
+    sums = isinstance(mags, Mapping) and str(mags.get("method", "none")) != "none"
+    if statistic in _COUNTS:
+        return counts
+    if statistic.startswith("mean_"):
+        return counts or sums
+    return sums
+
+
+def _missing(values: np.ndarray) -> np.ndarray:
+    """Which values are not published: NaN, or ``None`` in an object column."""
+    if values.dtype.kind == "f":
+        out: np.ndarray = np.isnan(values)
+        return out
+    if values.dtype.kind == "O":
+        return np.array([v is None or v != v for v in values.tolist()], dtype=bool)
+    return np.zeros(values.shape, dtype=bool)
+
+
+def _named(codes: np.ndarray, names: Mapping[str, str]) -> np.ndarray:
+    """``ID: name`` for each code (SDMX-CSV's ``labels=both``); empty stays empty."""
+    out = np.array([f"{c}: {names[c]}" if c else "" for c in codes.tolist()], dtype=object)
+    return out
+
+
+def _rows(table: ProtectedTable) -> dict[str, np.ndarray]:
+    """The observation columns: dimension positions, statistic, value, statuses, comment."""
+    stats = table.statistics()
+    names = list(stats)
+    cells = np.nonzero(table.computed.reshape(-1))[0]
+    n_cells, n_stats = len(cells), len(names)
+    values = np.empty((n_cells, n_stats), dtype=object)
+    obs = np.empty((n_cells, n_stats), dtype=object)
+    conf = np.full((n_cells, n_stats), "F", dtype=object)
+    comment = np.full((n_cells, n_stats), "", dtype=object)
+    flags = dict(table.footnotes()["flags"])
+    for s, name in enumerate(names):
+        arr = stats[name].reshape(-1)[cells]
+        col = arr.astype(object)
+        missing = _missing(arr)
+        col[missing] = None
+        values[:, s] = col
+        obs[:, s] = np.where(missing, "O", "E" if _changes(table, name) else "A")
+        for mag, flag in (table.sensitive or {}).items():
+            if name in (f"sum_{mag}", f"mean_{mag}"):
+                hit = flag.reshape(-1)[cells]
+                obs[hit & missing, s] = "Q"
+                conf[hit & missing, s] = "C"
+                comment[hit, s] = flags.get(f"sensitive_{mag}", "")
+    if table.suppressed is not None:
+        hidden = table.suppressed.reshape(-1)[cells]
+        values[hidden] = None
+        obs[hidden] = "Q"
+        conf[hidden] = "C"
+        comment[hidden] = flags.get("suppressed", "")
+    zero = table.structural_zero.reshape(-1)[cells]
+    obs[zero] = "M"
+    comment[zero] = flags["structural_zero"]
+    multi = np.unravel_index(cells, table.shape)
+    out: dict[str, np.ndarray] = {}
+    for d, pos in zip(table.dimensions, multi, strict=True):
+        out[d.name] = np.repeat(
+            np.array([*map(str, d.codes), TOTAL_CODE], dtype=object)[pos], n_stats
+        )
+    out["STATISTIC"] = np.tile(np.array(names, dtype=object), n_cells)
+    out["OBS_VALUE"] = values.reshape(-1)
+    out["OBS_STATUS"] = obs.reshape(-1)
+    out["CONF_STATUS"] = conf.reshape(-1)
+    out["COMMENT_OBS"] = comment.reshape(-1)
+    return out
+
+
+def _labelled(table: ProtectedTable, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The rows with every code written ``ID: name``."""
+    stat_names = table.statistic_labels()
+    for d in table.dimensions:
+        names = dict(zip([*map(str, d.codes), TOTAL_CODE], [*d.labels, TOTAL_LABEL], strict=True))
+        rows[d.name] = _named(rows[d.name], names)
+    rows["STATISTIC"] = _named(rows["STATISTIC"], stat_names)
+    rows["OBS_STATUS"] = _named(rows["OBS_STATUS"], OBS_STATUS)
+    rows["CONF_STATUS"] = _named(rows["CONF_STATUS"], CONF_STATUS)
+    return rows
+
+
+def sdmx_csv(table: ProtectedTable, *, footnotes: bool = True, labels: bool = False) -> str:
+    """The table as an SDMX-CSV 2.0 data message.
+
+    Args:
+        table: The protected table.
+        footnotes: Add the dataset-level ``TITLE`` and ``COMMENT_DSET`` (a first row).
+        labels: Write ``ID: name`` for every column header and code.
+    """
+    meta = table.public_metadata()
+    rows = _rows(table)
+    if labels:
+        rows = _labelled(table, rows)
+    stat_id = statistic_dimension_id([d.name for d in table.dimensions])
+    rows = {(stat_id if k == "STATISTIC" else k): v for k, v in rows.items()}
+    n = len(rows["OBS_VALUE"])
+    structure = dataflow(str(meta.get("dataset", "")))
+    if labels:
+        structure = f"{structure}: {meta['title']}"
+    head: dict[str, Any] = {}
+    if footnotes:
+        # Dataset-level attributes: a first row attached to no key (every dimension empty).
+        statement = [f"Universe: {meta['universe_label']}.", *meta["footnotes"]["statement"]]
+        rows["TITLE"] = np.full(n, "", dtype=object)
+        rows["COMMENT_DSET"] = np.full(n, "", dtype=object)
+        head = {"TITLE": meta["title"], "COMMENT_DSET": " ".join(statement)}
+    columns: dict[str, np.ndarray] = {
+        "STRUCTURE": np.full(n, "dataflow", dtype=object),
+        "STRUCTURE_ID": np.full(n, structure, dtype=object),
+        "ACTION": np.full(n, "I", dtype=object),
+        **rows,
+    }
+    if footnotes:
+        first = {"STRUCTURE": "dataflow", "STRUCTURE_ID": structure, "ACTION": "I", **head}
+        columns = {
+            k: np.concatenate([np.array([first.get(k, "")], dtype=object), v])
+            for k, v in columns.items()
+        }
+    if labels:
+        columns = {_header(k, table, stat_id): v for k, v in columns.items()}
+    return to_csv(columns)
+
+
+_ATTRIBUTE_NAMES = {
+    "OBS_VALUE": "Observation value",
+    "OBS_STATUS": "Observation status",
+    "CONF_STATUS": "Confidentiality status",
+    "COMMENT_OBS": "Observation comment",
+    "TITLE": "Title",
+    "COMMENT_DSET": "Dataset comment",
+}
+
+
+def _header(column: str, table: ProtectedTable, stat_id: str) -> str:
+    """A column header with its name (``labels=both``); the structure columns stay as they are."""
+    dims = {d.name: d.label for d in table.dimensions}
+    name = dims.get(column) or _ATTRIBUTE_NAMES.get(column)
+    if column == stat_id:
+        name = "Statistic"
+    return f"{column}: {name}" if name else column
