@@ -2,11 +2,8 @@
 
 A function is measured from its ``def`` to its last line. One over the limit
 needs a comment starting ``# long:`` on the line just above it (above its
-first decorator, if it has any) saying why it is long, or an entry in
-:data:`ALLOWED` below, for the core modules whose split waits for the
-options' enum step. An allowed function that is no longer long fails too,
-so that the list only shrinks; and so does a ``# long:`` reason above a
-function that is not long.
+first decorator, if it has any) saying why it is long. A ``# long:``
+reason above a function that is not long fails too.
 """
 
 from __future__ import annotations
@@ -19,13 +16,6 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tablesafe"
 
 #: The most lines a function may have without a reason.
 LIMIT = 80
-
-_CORE = "core: split after the enum step"
-
-#: Long functions of the core, by ``path::qualified name``, with the reason they stay long.
-ALLOWED: dict[str, str] = {
-    "output/_footnotes.py::footnotes": _CORE,
-}
 
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -85,7 +75,7 @@ def _offenders(measured: dict[str, tuple[int, str]]) -> list[str]:
     return sorted(
         f"{name}: {length} lines"
         for name, (length, above) in measured.items()
-        if length > LIMIT and not _has_reason(above) and name not in ALLOWED
+        if length > LIMIT and not _has_reason(above)
     )
 
 
@@ -115,19 +105,6 @@ def test_no_function_is_long_without_a_reason():
     assert not offenders, "split these, or write '# long: <why>' on the line above the def:\n" + (
         "\n".join(offenders)
     )
-
-
-def test_allowed_functions_are_still_long():
-    shrunk = sorted(
-        f"{name}: {MEASURED[name][0]} lines" if name in MEASURED else f"{name}: gone"
-        for name in ALLOWED
-        if name not in MEASURED or MEASURED[name][0] <= LIMIT
-    )
-    assert not shrunk, "take these off ALLOWED:\n" + "\n".join(shrunk)
-
-
-def test_allowed_functions_carry_a_reason():
-    assert all(reason.strip() for reason in ALLOWED.values())
 
 
 def test_long_reasons_sit_above_long_functions_only():

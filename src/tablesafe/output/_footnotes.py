@@ -152,24 +152,7 @@ def footnotes(
     additivity = str(metadata.get("additivity", "")).split(" ")[0]
     additive = additivity in (Additivity.AGGREGATE, Additivity.IPF)
     if changes:
-        # Cells fitted to their totals (ipf) and dynamic seeds depend on the table
-        # around a cell: then only the same table is the same for every user.
-        consistent = additivity != Additivity.IPF and mechanism.get("seeds") != SeedScheme.DYNAMIC
-        statement.append(
-            "Values have been changed slightly to protect the confidentiality of respondents; "
-            "small differences between this table and others are deliberate, and "
-            + (
-                "the same cell always gets the same value, for every user."
-                if consistent
-                else "the same table always gets the same values, for every user."
-            )
-        )
-        if statistic != Statistic.WEIGHTED and additivity in _ADDITIVITY:
-            statement.append(_ADDITIVITY[additivity])
-        statement.append(
-            "Totals may not add up across tables, and figures derived from them (rates, "
-            "differences) carry the protection's uncertainty."
-        )
+        _change_notes(mechanism, additivity, statistic, statement)
     if statistic != Statistic.COUNT and "weighted" in metadata:
         words, exact = _rounding_words(roundings)
         adds = (
@@ -182,27 +165,11 @@ def footnotes(
             + (" with added noise" if changes else "")
             + f", {words}; {adds}."
         )
-    if "se_min_count" in metadata:
-        statement.append(
-            "Standard errors and 95% confidence intervals are shown only where the protected "
-            f"count is at least {metadata['se_min_count']}."
-        )
-    if metadata.get("ci_lower_bound") == 0:
-        statement.append(
-            "A weighted count cannot be negative, so an interval that would reach below 0 "
-            "starts at 0."
-        )
+    _interval_notes(metadata, statement)
     flags = {"structural_zero": "this combination cannot occur (a structural zero)"}
     rule = metadata.get("small_cell_rule")
     if isinstance(rule, Mapping):
-        k = rule.get("min_cell_size")
-        upper = int(k) - 1 if isinstance(k, int) else k
-        shown = "left blank" if suppressed_display is None else f'shown as "{suppressed_display}"'
-        statement.append(
-            f"Protected counts from 1 to {upper} are {shown}"
-            + (", and totals include them." if additive else ".")
-        )
-        flags["suppressed"] = f"a protected count from 1 to {upper}, {shown}"
+        _small_cell_notes(rule, suppressed_display, additive, statement, flags)
     mags = metadata.get("magnitudes")
     if isinstance(mags, Mapping):
         _magnitude_notes(mags, magnitudes, statement, flags)
@@ -214,6 +181,65 @@ def footnotes(
         "flags": flags,
         "citation": citation if citation else None,
     }
+
+
+def _change_notes(
+    mechanism: Mapping[str, Any],
+    additivity: str,
+    statistic: Statistic | str,
+    statement: list[str],
+) -> None:
+    """Step 1 of footnotes: what a protection that changes values says of them."""
+    # Cells fitted to their totals (ipf) and dynamic seeds depend on the table
+    # around a cell: then only the same table is the same for every user.
+    consistent = additivity != Additivity.IPF and mechanism.get("seeds") != SeedScheme.DYNAMIC
+    statement.append(
+        "Values have been changed slightly to protect the confidentiality of respondents; "
+        "small differences between this table and others are deliberate, and "
+        + (
+            "the same cell always gets the same value, for every user."
+            if consistent
+            else "the same table always gets the same values, for every user."
+        )
+    )
+    if statistic != Statistic.WEIGHTED and additivity in _ADDITIVITY:
+        statement.append(_ADDITIVITY[additivity])
+    statement.append(
+        "Totals may not add up across tables, and figures derived from them (rates, "
+        "differences) carry the protection's uncertainty."
+    )
+
+
+def _interval_notes(metadata: Mapping[str, Any], statement: list[str]) -> None:
+    """Step 2 of footnotes: where standard errors are shown and where intervals start."""
+    if "se_min_count" in metadata:
+        statement.append(
+            "Standard errors and 95% confidence intervals are shown only where the protected "
+            f"count is at least {metadata['se_min_count']}."
+        )
+    if metadata.get("ci_lower_bound") == 0:
+        statement.append(
+            "A weighted count cannot be negative, so an interval that would reach below 0 "
+            "starts at 0."
+        )
+
+
+def _small_cell_notes(
+    rule: Mapping[str, Any],
+    suppressed_display: str | None,
+    additive: bool,
+    statement: list[str],
+    flags: dict[str, str],
+) -> None:
+    """Step 3 of footnotes: what the small-cell rule did, and its flag."""
+    k = rule.get("min_cell_size")
+    upper = int(k) - 1 if isinstance(k, int) else k
+    shown = "left blank" if suppressed_display is None else f'shown as "{suppressed_display}"'
+    statement.append(
+        f"Protected counts from 1 to {upper} are {shown}"
+        + (", and totals include them." if additive else ".")
+    )
+    flags["suppressed"] = f"a protected count from 1 to {upper}, {shown}"
 
 
 def _magnitude_notes(
