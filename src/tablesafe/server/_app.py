@@ -5,7 +5,7 @@ Endpoints::
     GET  /api/health                      liveness and the number of datasets
     GET  /api/datasets                    datasets served
     GET  /api/datasets/{name}             variables, categories, labels, rules, protection
-    POST /api/datasets/{name}/tables      a protected table (?format=json|csv|xlsx)
+    POST /api/datasets/{name}/tables      a protected table (?format=json|csv|xlsx|jsonstat|...)
     GET  /api/admin/audit                 the audit log (admin keys only)
     GET  /api/admin/datasets/{name}/reconstruction   reconstruction audits over time (admin)
     POST /api/admin/datasets/{name}/reconstruction   run the reconstruction audit now (admin)
@@ -41,7 +41,7 @@ from starlette.types import ASGIApp
 
 from tablesafe._errors import TablesafeError, UserError
 from tablesafe._settings import SiteConfig
-from tablesafe.output._formats import format_names, output_format
+from tablesafe.output._formats import WriteOptions, format_names, output_format
 from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Authenticator, AuthError, Principal
 from tablesafe.server._bodies import TableBody
@@ -226,12 +226,15 @@ def _add_dataset_routes(app: FastAPI, service: TableService) -> None:
             str, Query(description="An output format: " + ", ".join(format_names(served=True)))
         ] = "json",
         footnotes: Annotated[bool, Query()] = True,
+        labels: Annotated[bool, Query()] = False,
     ) -> Response:
-        """A protected table, in an output format of the registry: JSON (default), CSV or XLSX.
+        """A protected table in an output format of the registry: JSON (default), CSV, XLSX...
 
-        The CSV ends with the table's footnotes (lines starting with ``#``)
-        unless ``footnotes=false``; JSON carries them in ``meta.footnotes``,
-        the XLSX in its ``about`` sheet.
+        The CSV ends with the universe and the table's footnotes (lines
+        starting with ``#``) unless ``footnotes=false``; JSON carries them in
+        ``meta``, JSON-stat in ``note``, the XLSX in its ``about`` sheet.
+        ``labels=true`` adds the category labels beside the codes (CSV, SDMX-CSV).
+        The file is named after the table (``AGEGRP-by-SEX-North.csv``).
         """
         request.state.body = {**body.model_dump(), "format": format}
         fmt = output_format(format, served=True)
@@ -240,9 +243,9 @@ def _add_dataset_routes(app: FastAPI, service: TableService) -> None:
         if fmt.stream is not None:
             # Streamed in pieces: a 100k-cell table starts arriving at once.
             return StreamingResponse(fmt.stream(result), media_type=fmt.media_type)
-        filename = f"{name}-table.{fmt.extension}"
+        filename = f"{result.file_stem()}.{fmt.extension}"
         return Response(
-            fmt.write(result, footnotes),
+            fmt.write(result, WriteOptions(footnotes=footnotes, labels=labels)),
             media_type=fmt.media_type,
             headers={"content-disposition": f'attachment; filename="{filename}"'},
         )
