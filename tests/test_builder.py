@@ -304,7 +304,8 @@ def test_exports(random_data, tmp_path):
     assert csv["n"].sum() == frame["n"].sum()
     path = table.to_xlsx(tmp_path / "t.xlsx")
     book = pd.read_excel(path, sheet_name=None)
-    assert set(book) == {"cells", "about"}
+    # A cross-tab sheet per statistic first (issue 30), then cells and about.
+    assert list(book) == ["Count", "Weighted count", "cells", "about"]
     assert book["cells"]["n"].tolist() == frame["n"].tolist()
     # Every cell of the sheet, as pandas reads it back (through openpyxl).
     pd.testing.assert_frame_equal(book["cells"], frame, check_dtype=False)

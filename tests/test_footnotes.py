@@ -109,11 +109,19 @@ def test_csv_ends_with_the_footnotes_and_the_cells_read_back(ckm_client):
 def test_xlsx_about_sheet_starts_with_the_footnotes(ckm_client):
     doc = ckm_client.post("/api/datasets/demo/tables", json=BODY).json()
     raw = ckm_client.post("/api/datasets/demo/tables?format=xlsx", json=BODY).content
-    about = pd.read_excel(io.BytesIO(raw), sheet_name="about")
+    about = pd.read_excel(io.BytesIO(raw), sheet_name="about", header=None)
+    items = dict(zip(about[0], about[1], strict=True))
+    assert items["Title"] == doc["meta"]["title"]
+    assert items["Universe"] == doc["meta"]["universe_label"]
+    # The statement, then the flag legend: the CSV's lines, sentence by sentence.
     lines = footnote_lines(doc["meta"]["footnotes"])
-    notes = about.loc[about["key"] == "note", "value"].tolist()
-    assert notes == lines and about["key"].tolist()[: len(lines)] == ["note"] * len(lines)
-    assert "mechanism" in about["key"].tolist()
+    notes = [
+        v if k == "Note" else f"{k}: {v}."
+        for k, v in zip(about[0], about[1], strict=True)
+        if k == "Note" or str(k).startswith("Flag ")
+    ]
+    assert notes == lines
+    assert "Mechanism" in items and "{" not in " ".join(map(str, about[1]))
 
 
 def test_unprotected_tables_say_so(demo_dir, tmp_path):

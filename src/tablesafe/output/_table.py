@@ -272,11 +272,7 @@ class ProtectedTable:
         return iter_json(self.long_columns(), self.public_metadata())
 
     def to_xlsx(self, path: str | Path) -> Path:
-        """Write an Excel workbook: sheet ``cells`` (long format) and sheet ``about``.
-
-        The ``about`` sheet is the metadata sheet: the footnotes (statement,
-        flag legend, citation) first, one per row, then every public fact.
-        """
+        """Write an Excel workbook (:meth:`to_xlsx_bytes`) to ``path`` (ending in ``.xlsx``)."""
         path = Path(path)
         if path.suffix.lower() != ".xlsx":
             raise FormatError(f"an Excel export must end in .xlsx, not {path.suffix!r}")
@@ -286,22 +282,18 @@ class ProtectedTable:
     def to_xlsx_bytes(self) -> bytes:
         """The Excel workbook as bytes, identical for identical tables.
 
-        Written column by column (:mod:`tablesafe.output._xlsx`), with no document
-        properties and a fixed date on the zip entries, so the same table
-        always gives the same bytes (the API promises byte-identical answers).
+        One sheet per statistic laid out as the cross-tab the page shows
+        (rows by columns, layers as blocks, labels, the title and universe
+        above, the protection statement below), then ``cells`` (one row per
+        cell, codes and labels) and ``about`` (the table in words, its source,
+        notes, flag legend and settings); see :mod:`tablesafe.output._workbook`.
+        Written with no document properties and a fixed date on the zip
+        entries (:mod:`tablesafe.output._xlsx`), so the same table always gives
+        the same bytes (the API promises byte-identical answers).
         """
-        import pandas as pd
+        from tablesafe.output._workbook import table_workbook
 
-        from tablesafe.output._footnotes import footnote_lines
-
-        meta = self.public_metadata()
-        notes = meta.pop("footnotes")
-        rows: list[tuple[str, object]] = [("note", line) for line in footnote_lines(notes)]
-        rows += [(k, _flat(v)) for k, v in meta.items()]
-        about = pd.DataFrame(rows, columns=["key", "value"])
-        from tablesafe.output._xlsx import workbook_bytes
-
-        return workbook_bytes([("cells", self.to_frame(labels=True)), ("about", about)])
+        return table_workbook(self)
 
     def render(self, fmt: str = "text", *, labels: bool = False) -> str:
         """Render in a text format of the registry: ``text``, ``csv``, ``json``, ``jsonstat``...

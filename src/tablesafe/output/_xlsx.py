@@ -27,6 +27,7 @@ import math
 import re
 import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape
@@ -36,7 +37,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["workbook_bytes"]
+__all__ = ["BOLD", "NUMBER", "PLAIN", "Grid", "workbook_bytes"]
 
 _DECL = '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
 _MAIN = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
@@ -47,20 +48,54 @@ _CT = "application/vnd.openxmlformats-officedocument.spreadsheetml"
 _DATE = (1980, 1, 1, 0, 0, 0)
 _ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
-# One font, and a bold one for header rows (style 1).
+#: Cell styles (indexes into ``cellXfs``): plain, bold (header rows), and numbers
+#: with thousands separators and 0, 1, 2 or 3 decimals (the ``#,##0...`` formats).
+PLAIN, BOLD = 0, 1
+_NUMBER_FORMATS = ("#,##0", "#,##0.0", "#,##0.00", "#,##0.000")
+NUMBER = {decimals: 2 + decimals for decimals in range(len(_NUMBER_FORMATS))}
+
+# One font, and a bold one for header rows (style 1); styles 2 to 5 are number formats.
 _STYLES = (
     f'{_DECL}<styleSheet xmlns="{_MAIN}">'
+    f'<numFmts count="{len(_NUMBER_FORMATS)}">'
+    + "".join(
+        f'<numFmt numFmtId="{164 + i}" formatCode="{code}"/>'
+        for i, code in enumerate(_NUMBER_FORMATS)
+    )
+    + "</numFmts>"
     '<fonts count="2"><font><sz val="11"/><name val="Calibri"/></font>'
     '<font><b/><sz val="11"/><name val="Calibri"/></font></fonts>'
     '<fills count="2"><fill><patternFill patternType="none"/></fill>'
     '<fill><patternFill patternType="gray125"/></fill></fills>'
     '<borders count="1"><border><left/><right/><top/><bottom/><diagonal/></border></borders>'
     '<cellStyleXfs count="1"><xf numFmtId="0" fontId="0" fillId="0" borderId="0"/></cellStyleXfs>'
-    '<cellXfs count="2"><xf numFmtId="0" fontId="0" fillId="0" borderId="0" xfId="0"/>'
-    '<xf numFmtId="0" fontId="1" fillId="0" borderId="0" xfId="0" applyFont="1"/></cellXfs>'
+    f'<cellXfs count="{2 + len(_NUMBER_FORMATS)}">'
+    '<xf numFmtId="0" fontId="0" fillId="0" borderId="0" xfId="0"/>'
+    '<xf numFmtId="0" fontId="1" fillId="0" borderId="0" xfId="0" applyFont="1"/>'
+    + "".join(
+        f'<xf numFmtId="{164 + i}" fontId="0" fillId="0" borderId="0" xfId="0" '
+        'applyNumberFormat="1"/>'
+        for i in range(len(_NUMBER_FORMATS))
+    )
+    + "</cellXfs>"
     '<cellStyles count="1"><cellStyle name="Normal" xfId="0" builtinId="0"/></cellStyles>'
     "</styleSheet>"
 )
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A sheet laid out cell by cell (a cross-tab for people), not a frame.
+
+    Attributes:
+        rows: The rows, top first; each a list of cells, a cell a value or
+            ``(value, style)`` (:data:`PLAIN`, :data:`BOLD` or a :data:`NUMBER`
+            style); ``None`` is an empty cell.
+        widths: Column widths in characters, first column first (others default).
+    """
+
+    rows: Sequence[Sequence[object]]
+    widths: Sequence[float] = ()
 
 
 class _Strings:
@@ -127,16 +162,41 @@ def _sheet_xml(frame: pd.DataFrame, strings: _Strings) -> str:
     )
 
 
-def workbook_bytes(sheets: Sequence[tuple[str, pd.DataFrame]]) -> bytes:
-    """An ``.xlsx`` workbook of the frames, one sheet each, the columns' names as header row.
+def _grid_xml(grid: Grid, strings: _Strings) -> str:
+    """A sheet of rows of cells, each with its style (a few hundred to a few thousand cells)."""
+    rows = []
+    for r, row in enumerate(grid.rows, start=1):
+        cells = []
+        for cell in row:
+            value, style = cell if isinstance(cell, tuple) else (cell, PLAIN)
+            frag = _value_cell(value, strings)
+            attr = f' s="{style}"' if style else ""
+            cells.append(f"<c{attr}{frag}" if frag is not None else f"<c{attr}/>")
+        rows.append(f'<row r="{r}">{"".join(cells)}</row>')
+    cols = "".join(
+        f'<col min="{i}" max="{i}" width="{w:g}" customWidth="1"/>'
+        for i, w in enumerate(grid.widths, start=1)
+    )
+    return (
+        f'{_DECL}<worksheet xmlns="{_MAIN}" xmlns:r="{_REL}">'
+        + (f"<cols>{cols}</cols>" if cols else "")
+        + f"<sheetData>{''.join(rows)}</sheetData></worksheet>"
+    )
+
+
+def workbook_bytes(sheets: Sequence[tuple[str, pd.DataFrame | Grid]]) -> bytes:
+    """An ``.xlsx`` workbook: one sheet per frame (its columns' names as header row) or grid.
 
     Args:
-        sheets: (sheet name, frame) pairs, in order; names at most 31 characters.
+        sheets: (sheet name, frame or :class:`Grid`) pairs, in order; names at
+            most 31 characters.
     """
     strings = _Strings()
     parts = {
-        f"xl/worksheets/sheet{i}.xml": _sheet_xml(frame, strings)
-        for i, (_, frame) in enumerate(sheets, start=1)
+        f"xl/worksheets/sheet{i}.xml": (
+            _grid_xml(sheet, strings) if isinstance(sheet, Grid) else _sheet_xml(sheet, strings)
+        )
+        for i, (_, sheet) in enumerate(sheets, start=1)
     }
     n = len(sheets)
     sheet_list = "".join(

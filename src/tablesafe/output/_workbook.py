@@ -1,0 +1,198 @@
+"""The XLSX of a protected table, laid out for people first and machines last.
+
+The workbook opens on the table as the web page shows it: one sheet per
+statistic, each the cross-tab of the first dimension (rows) by the second
+(columns) with their totals, one block per layer of a 3- or 4-way table
+(headed ``Region = North``), category labels rather than codes, suppressed
+cells blank or ``"<k"`` as the site shows them, and numbers formatted per
+statistic (whole numbers with thousands separators; sums and means with the
+decimals of their rounding). Each sheet starts with the table's title and
+universe in words and ends with the protection statement. Then comes the
+long ``cells`` sheet (one row per cell, codes and labels, the flags) for
+machines, and the ``about`` sheet: what the table is, where it comes from and
+how it was protected, in sentences and ``setting: value`` lines.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tablesafe.output._describe import title
+from tablesafe.output._render import TOTAL_LABEL
+from tablesafe.output._xlsx import BOLD, NUMBER, Grid, workbook_bytes
+
+if TYPE_CHECKING:
+    from tablesafe.output._table import ProtectedTable
+
+__all__ = ["sheet_names", "table_workbook"]
+
+#: Short sheet names of the count statistics (Excel allows 31 characters).
+_SHEET = {
+    "n": "Count",
+    "weighted": "Weighted count",
+    "se": "Standard error",
+    "ci_low": "95% CI lower",
+    "ci_high": "95% CI upper",
+}
+_MAX_SHEET = 31
+
+
+def sheet_names(statistics: Sequence[str]) -> dict[str, str]:
+    """Each statistic's sheet name: ``Count``, ``Mean INCOME``; unique, at most 31 characters."""
+    out: dict[str, str] = {}
+    taken = {"cells", "about"}
+    for s in statistics:
+        kind, _, name = s.partition("_")
+        base = _SHEET.get(s) or f"{kind.capitalize()} {name}"
+        base = base[:_MAX_SHEET]
+        sheet, i = base, 2
+        while sheet.lower() in taken:
+            suffix = f" {i}"
+            sheet, i = base[: _MAX_SHEET - len(suffix)] + suffix, i + 1
+        taken.add(sheet.lower())
+        out[s] = sheet
+    return out
+
+
+def _decimals(table: ProtectedTable, statistic: str, values: np.ndarray) -> int:
+    """Decimals a statistic's number format shows: none for whole numbers, else its rounding's."""
+    numbers = [v for v in values.reshape(-1).tolist() if isinstance(v, int | float)]
+    if all(float(v).is_integer() for v in numbers if math.isfinite(v)):
+        return 0
+    mags = table.metadata.get("magnitudes")
+    rounding = mags.get("rounding", {}) if isinstance(mags, Mapping) else {}
+    step = str(rounding.get(statistic.partition("_")[0], "0.01"))
+    decimals = len(step.partition(".")[2]) if "." in step else 2
+    return min(max(decimals, 1), 3)
+
+
+def _cell(value: object, style: int) -> object:
+    """A figure with its number format; text (``"<k"``) and blanks as they are."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        return value
+    return (value, style)
+
+
+def _block(
+    table: ProtectedTable, values: np.ndarray, layer: tuple[int, ...], style: int
+) -> list[list[object]]:
+    """One layer's cross-tab: a header row of column labels, then a row per row category."""
+    dims = table.dimensions
+    rows = dims[0]
+    where: tuple[Any, ...] = (slice(None), *(() if len(dims) == 1 else (slice(None),)), *layer)
+    sub, computed = values[where], table.computed[where]
+    row_labels = [*rows.labels, TOTAL_LABEL]
+    if len(dims) == 1:
+        header: list[object] = [(rows.label, BOLD), ("Value", BOLD)]
+        body = [
+            [lab, _cell(sub[i], style) if computed[i] else None]
+            for i, lab in enumerate(row_labels)
+            if computed[i]
+        ]
+        return [header, *body]
+    cols = dims[1]
+    keep_cols = [j for j in range(cols.size + 1) if computed[:, j].any()]
+    col_labels = [*cols.labels, TOTAL_LABEL]
+    header = [(f"{rows.label} \\ {cols.label}", BOLD), *((col_labels[j], BOLD) for j in keep_cols)]
+    body = [
+        [row_labels[i], *(_cell(sub[i, j], style) if computed[i, j] else None for j in keep_cols)]
+        for i in range(rows.size + 1)
+        if computed[i].any()
+    ]
+    return [header, *body]
+
+
+def _statistic_sheet(
+    table: ProtectedTable, statistic: str, values: np.ndarray, notes: Sequence[str]
+) -> Grid:
+    """One statistic's cross-tab, layer by layer, between the title and the statement."""
+    dims = table.dimensions
+    style = NUMBER[_decimals(table, statistic, values)]
+    heading = title([d.label for d in dims], [statistic], table.catalog, table.metadata)
+    out: list[list[object]] = [
+        [(heading, BOLD)],
+        [f"Universe: {table.universe_label}"],
+        [],
+    ]
+    layer_dims = dims[2:]
+    for layer in itertools.product(*[range(d.size + 1) for d in layer_dims]):
+        where: tuple[Any, ...] = (slice(None), slice(None), *layer)
+        if layer and not table.computed[where].any():
+            continue
+        if layer_dims:
+            name = ", ".join(
+                f"{d.label} = {[*d.labels, TOTAL_LABEL][j]}"
+                for d, j in zip(layer_dims, layer, strict=True)
+            )
+            out.append([(name, BOLD)])
+        out.extend(_block(table, values, layer, style))
+        out.append([])
+    out.extend([line] for line in notes)
+    width = max((len(str(r[0])) for r in out[3:] if r and isinstance(r[0], str)), default=10)
+    return Grid(out, widths=[min(max(width, 12), 60)])
+
+
+def _words(value: object) -> str:
+    """A published setting as text for people: ``key: value; key: value``, lists with commas."""
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}: {_words(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(_words(v) for v in value)
+    return str(value)
+
+
+def _about(table: ProtectedTable, meta: Mapping[str, Any]) -> Grid:
+    """The about sheet: the table in words, its source, its notes, then its settings."""
+    notes = meta["footnotes"]
+    catalog = table.catalog
+    labels = table.statistic_labels()
+    rows: list[list[object]] = [
+        [("About this table", BOLD)],
+        ["Title", meta["title"]],
+        ["Universe", meta["universe_label"]],
+        ["Dimensions", "; ".join(f"{d.label} ({d.name})" for d in table.dimensions)],
+        ["Statistics", "; ".join(f"{label} ({s})" for s, label in labels.items())],
+    ]
+    if table.request.universe:
+        rows.append(["Universe in codes", _words(meta["universe"])])
+    dataset = str(meta.get("dataset", ""))
+    if catalog is not None and catalog.title:
+        dataset = f"{catalog.title} ({dataset})"
+    rows.append(["Dataset", dataset])
+    if notes.get("citation"):
+        rows.append(["Source", str(notes["citation"]).replace("`", "")])
+    if table.rounding and "weighted" in meta:
+        rows.append(["Rounding of weighted figures", table.rounding])
+    rows.extend(["Note", line] for line in notes["statement"])
+    rows.extend([f"Flag {k}", v] for k, v in dict(notes["flags"]).items())
+    rows.append(
+        [
+            "Sheets",
+            "Each statistic's sheet shows the table as rows by columns (layers as blocks); "
+            "the sheet cells has one row per cell, with codes and labels, for machines.",
+        ]
+    )
+    skip = {"title", "universe_label", "universe", "footnotes", "dimensions", "citation", "dataset"}
+    rows.extend(
+        [k.replace("_", " ").capitalize(), _words(v)] for k, v in meta.items() if k not in skip
+    )
+    return Grid(rows, widths=[28, 100])
+
+
+def table_workbook(table: ProtectedTable) -> bytes:
+    """The table's workbook: a sheet per statistic (cross-tab), ``cells`` and ``about``."""
+    meta = table.public_metadata()
+    shown = table.shown_statistics()
+    names = sheet_names(list(shown))
+    notes = list(meta["footnotes"]["statement"])
+    sheets: list[tuple[str, Any]] = [
+        (names[s], _statistic_sheet(table, s, values, notes)) for s, values in shown.items()
+    ]
+    sheets.append(("cells", table.to_frame(labels=True)))
+    sheets.append(("about", _about(table, meta)))
+    return workbook_bytes(sheets)
