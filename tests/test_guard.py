@@ -765,7 +765,8 @@ def test_without_sketches_every_set_near_in_size_is_counted(demo_dir):
 
 def test_a_family_kept_up_to_date_agrees_with_one_computed_afresh():
     """Sets added one at a time or in batches (a restart reads them back in one),
-    the atoms a new table makes derivable are those of a rank computed afresh."""
+    the atoms a new table makes derivable are those of a rank computed afresh,
+    and their records follow from the sets' sizes."""
     from tablesafe.rules._guard import Family
 
     rng = np.random.default_rng(27)
@@ -788,12 +789,20 @@ def test_a_family_kept_up_to_date_agrees_with_one_computed_afresh():
         new = [
             frozenset(int(c) for c in rng.choice(12, size=int(rng.integers(1, 6)), replace=False))
         ]
+        records = rng.integers(0, 9, size=12)  # per code: a set's size is their sum
+        size = {s: int(sum(records[c] for c in s)) for s in [*sets, *new]}
         family = Family(tuple(codes))
         cut = int(rng.integers(0, len(sets) + 1))
         for s in sets[:cut]:
             family.add(s)
-        family.add_many(sets[cut:])
-        got = {frozenset(a) for a in family.newly_derivable(new)}
+        family.add_many(sets[cut:], [size[s] for s in sets[cut:]])
+        for s in sets[:cut]:
+            family.sizes.setdefault(s, size[s])
+        derived = family.newly_derivable(new)
+        got = {frozenset(a) for a in derived}
+        # Each atom's records, from the sets' sizes alone, are the sum over its codes.
+        counts = family.counts(derived, {s: size[s] for s in new})
+        assert counts == [int(sum(records[c] for c in a)) for a in derived]
         # Afresh: the atoms of all sets, derivable now and not before, not published.
         everything = [*sets, *new]
         covered = {c for s in everything for c in s}

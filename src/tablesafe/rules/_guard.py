@@ -446,13 +446,11 @@ class SetIndex:
         defined = self.defined_as(context)
         done_rows, done_defined = family.seen
         full = frozenset(codes)
+        members = [row for row in rows[done_rows:] if self._member(row, breakdown, only)]
+        whole = [row for row in defined[done_defined:] if self._member(row, breakdown, only)]
         family.add_many(
-            [
-                _codes_on(self.sets[row], column, codes)
-                for row in rows[done_rows:]
-                if self._member(row, breakdown, only)
-            ]
-            + [full for row in defined[done_defined:] if self._member(row, breakdown, only)]
+            [_codes_on(self.sets[row], column, codes) for row in members] + [full] * len(whole),
+            [self.sets[row].size for row in (*members, *whole)],
         )
         family.seen = (len(rows), len(defined))
         return family
@@ -722,15 +720,15 @@ def _codes_on(s: RecordSet, column: str, full: Sequence[Code]) -> frozenset[Code
 
 def _members(
     check: _Check, where: SetIndex, context: str, column: str, full: Sequence[Code], own: bool
-) -> list[tuple[frozenset[Code], frozenset[str]]]:
-    """Sets of ``where`` defined as ``context`` plus any condition on ``column``."""
+) -> list[tuple[frozenset[Code], frozenset[str], int]]:
+    """Sets of ``where`` defined as ``context`` plus any condition on ``column``, with sizes."""
     rows = where.family(context, column) + where.defined_as(context)
     out = []
     for row in rows:
         if not own and check.only is not None and where.keys[row] != check.only:
             continue
         s = where.sets[row]
-        out.append((_codes_on(s, column, full), s.columns))
+        out.append((_codes_on(s, column, full), s.columns, s.size))
     return out
 
 
@@ -757,7 +755,8 @@ def _families(
         new_all = _members(check, check.table, ctx_text, column, full, own=True)
         for w in ws:
             seen.add((ctx_text, column, w))
-            new = [codes for codes, cols in new_all if w in cols]
+            sized = {codes: size for codes, cols, size in new_all if w in cols}
+            new = [codes for codes, cols, _ in new_all if w in cols]
             if not new:
                 continue
             family = check.index.family_state(ctx_text, column, w, check.only, full)
@@ -766,10 +765,8 @@ def _families(
             atoms = family.newly_derivable(new)
             if not atoms:
                 continue
-            per_code = check.counts.by_code(context, column)
             low = 0 if check.identical_is_near else 1
-            for atom in atoms:
-                n = sum(per_code.get(code, 0) for code in atom)
+            for atom, n in zip(atoms, family.counts(atoms, sized), strict=True):
                 if n == 0 and publicly_empty({**dict(context_box), column: atom}, check.zeros):
                     continue  # the catalog says it is empty: nothing to tell
                 if low <= n < check.m:
@@ -798,6 +795,7 @@ class Family:
     labels: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     covered: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
     published: set[frozenset[Code]] = field(default_factory=set)
+    sizes: dict[frozenset[Code], int] = field(default_factory=dict)  # records of each set
     members: int = 0
     seen: tuple[int, int] = (0, 0)  # rows of the index read: (family, defined as)
 
@@ -819,9 +817,17 @@ class Family:
         """Publish one more code set in the family."""
         self.add_many([codes])
 
-    def add_many(self, sets: Sequence[frozenset[Code]]) -> None:
-        """Publish code sets in the family (folded into the basis when next needed)."""
+    def add_many(self, sets: Sequence[frozenset[Code]], sizes: Sequence[int] | None = None) -> None:
+        """Publish code sets in the family (folded into the basis when next needed).
+
+        Args:
+            sets: The code sets on the family's column.
+            sizes: Their records (the same code set in one context always has
+                the same records), if known.
+        """
         self.members += len(sets)
+        for s, n in zip(sets, sizes or (), strict=False):
+            self.sizes.setdefault(s, n)
         fresh = [s for s in dict.fromkeys(sets) if s not in self.published]
         self.published.update(fresh)
         self._unbuilt.extend(fresh)
@@ -859,6 +865,29 @@ class Family:
         before = _in_span(e, self.basis)
         now = _in_span(e, _extend_basis(self.basis, vectors))
         return [a for a, b, n in zip(candidates, before, now, strict=True) if n and not b]
+
+    def counts(
+        self, atoms: Sequence[frozenset[Code]], new: Mapping[frozenset[Code], int]
+    ) -> list[int]:
+        """The records of derivable ``atoms``, from the sizes of the sets that derive them.
+
+        A set's size is the sum of its codes' records, so an atom's indicator
+        written as a combination of sets' indicators gives its records as the
+        same combination of their sizes: no query of the microdata.
+
+        Args:
+            atoms: Code sets in the span of the published and ``new`` sets.
+            new: The new table's code sets with their sizes.
+        """
+        if not atoms:
+            return []
+        known = {**new, **self.sizes}
+        sets = list(known)
+        matrix = np.array([self.indicator(s) for s in sets]).T  # codes x sets
+        targets = np.array([self.indicator(a) for a in atoms]).T  # codes x atoms
+        coef, *_ = np.linalg.lstsq(matrix, targets, rcond=None)
+        records = coef.T @ np.array([known[s] for s in sets], dtype=np.float64)
+        return [round(float(r)) for r in records]
 
 
 def _extend_basis(

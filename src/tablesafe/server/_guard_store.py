@@ -56,7 +56,7 @@ CREATE TABLE IF NOT EXISTS guard_sets (
 CREATE INDEX IF NOT EXISTS guard_sets_identity ON guard_sets (identity, id);
 """
 
-#: Rows read back in one catch-up after which the collector is told they stay.
+#: Sets added to the indexes after which the collector is told they stay.
 _FREEZE_AFTER = 10_000
 
 
@@ -115,6 +115,7 @@ class SQLiteGuardStore:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._unfrozen = 0  # sets added to the indexes since the last gc.freeze()
         self._shards: dict[str, _Shard] = {}
 
     def _connect(self) -> sqlite3.Connection:
@@ -142,7 +143,7 @@ class SQLiteGuardStore:
             con = shard.con
             con.execute("BEGIN IMMEDIATE")
             try:
-                self._catch_up(con, identity, shard.index)
+                read = self._catch_up(con, identity, shard.index)
                 tx = _Transaction(shard.index)
                 yield tx
                 self._write(con, identity, tx.rows)
@@ -150,6 +151,21 @@ class SQLiteGuardStore:
                 con.execute("ROLLBACK")
                 raise
             con.execute("COMMIT")
+            self._grown(read)  # (its own rows are read back by the next catch-up)
+
+    def _grown(self, rows: int) -> None:
+        """Count sets added to the indexes; past ``_FREEZE_AFTER``, freeze them for the collector.
+
+        The sets live as long as the process. Python's full collection walked
+        100,000 of them in 0.3 to 1.5 s, a request's worth of latency now and
+        then (docs/benchmarks.md); frozen, the collector no longer walks them.
+        """
+        with self._lock:
+            self._unfrozen += rows
+            if self._unfrozen < _FREEZE_AFTER:
+                return
+            self._unfrozen = 0
+        gc.freeze()
 
     def transaction(self, identity: str) -> AbstractContextManager[GuardTransaction]:
         """Serialise one check and its write for the microdata ``identity``.
@@ -160,7 +176,7 @@ class SQLiteGuardStore:
         """
         return self._transaction(identity)
 
-    def _catch_up(self, con: sqlite3.Connection, identity: str, index: SetIndex) -> None:
+    def _catch_up(self, con: sqlite3.Connection, identity: str, index: SetIndex) -> int:
         rows = con.execute(
             "SELECT id, key_id, fingerprint, size, sketch, columns, definition, ancestors "
             "FROM guard_sets WHERE identity = ? AND id > ? ORDER BY id",
@@ -183,11 +199,7 @@ class SQLiteGuardStore:
             )
             for row_id, key_id, fp, size, sketch, columns, definition, ancestors in rows
         )
-        if len(rows) >= _FREEZE_AFTER:
-            # A store read back (a restart, another replica's many writes): its sets
-            # live as long as the process. Frozen, the collector no longer walks
-            # them, which took half a second with 100,000 sets (docs/benchmarks.md).
-            gc.freeze()
+        return len(rows)
 
     def _write(
         self, con: sqlite3.Connection, identity: str, rows: Sequence[tuple[str, RecordSet]]
