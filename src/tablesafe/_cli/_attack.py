@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tablesafe._cli import PATH, app
-from tablesafe._cli._methods import protection_options
+from tablesafe._cli._methods import METHODS, protection_options
+from tablesafe._protection_limits import ProtectionMethod
+from tablesafe._seeds import SeedScheme
 
 if TYPE_CHECKING:
     from tablesafe._protection import Protection
@@ -29,7 +31,7 @@ def attack_app() -> None:
 @click.option(
     "--method",
     default="none,ckm,dp,q,q-records",
-    help="Comma-separated: none, ckm, dp, pram, q, q-records, ptable:FILE.",
+    help=f"Comma-separated: {', '.join(METHODS)}.",
 )
 @protection_options("epsilon", "cap", "rate")
 @click.option("--limit", type=int, default=None, help="Attack a random sample of records.")
@@ -71,7 +73,7 @@ def sliver(
     results = []
     with Progress(console=Console(stderr=True), transient=True) as progress:
         for m in [m.strip() for m in method.split(",") if m.strip()]:
-            seeds = "dynamic" if m == "q-records" else "cellkey"
+            seeds = SeedScheme.DYNAMIC if m == ProtectionMethod.Q_RECORDS else SeedScheme.CELLKEY
             prot = protection_from_options(m, epsilon=epsilon, cap=cap, rate=rate, seeds=seeds)
             task = progress.add_task(f"{m}: differencing pairs", total=None)
 
@@ -179,7 +181,7 @@ def weighted(
                 epsilon=epsilon,
                 cap=cap,
                 rate=rate,
-                seeds="dynamic" if m == "q-records" else "cellkey",
+                seeds=SeedScheme.DYNAMIC if m == ProtectionMethod.Q_RECORDS else SeedScheme.CELLKEY,
                 weight_noise=weight_noise,
                 rounding=rounding,
             )
@@ -253,12 +255,12 @@ def _with_integer_weights(dataset: Dataset, folder: Path) -> Dataset:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from tablesafe.catalog._dataset import Dataset
+    from tablesafe.catalog._dataset import DataFormat, Dataset
 
     cat = dataset.catalog
     names = [cat.weight] if cat.weight else []
     names += list(cat.replicates.columns) if cat.replicates else []
-    data = pq.read_table(dataset.path) if dataset.format == "parquet" else None
+    data = pq.read_table(dataset.path) if dataset.format == DataFormat.PARQUET else None
     if data is None:
         import pyarrow.csv as pacsv
 
@@ -268,7 +270,7 @@ def _with_integer_weights(dataset: Dataset, folder: Path) -> Dataset:
         data = data.set_column(i, name, pc.round(data.column(name).cast(pa.float64())))
     shutil.copytree(dataset.path.parent, folder / "data", dirs_exist_ok=True)
     target = folder / "data" / dataset.path.name
-    if dataset.format == "parquet":
+    if dataset.format == DataFormat.PARQUET:
         pq.write_table(data, target)
     else:
         import pyarrow.csv as pacsv
@@ -297,8 +299,8 @@ def _guarded_site(data_dir: Path, config: Path | None, m: int | None, method: st
     else:
         os.environ.setdefault("TABLESAFE_SECRET", secrets.token_hex(32))
         protection: dict[str, Any] = {"method": method}
-        if method != "none":
-            protection |= {"seeds": "keyed", "secret_env": "TABLESAFE_SECRET"}
+        if method != ProtectionMethod.NONE:
+            protection |= {"seeds": SeedScheme.KEYED, "secret_env": "TABLESAFE_SECRET"}
         settings = {"path": str(Path(data_dir).resolve()), "protection": protection, "rules": {}}
     if m is not None:
         settings["rules"] = {**settings.get("rules", {}), "sliver_min_difference": m}

@@ -10,13 +10,14 @@ import click
 
 from tablesafe._cli import PATH
 from tablesafe._cli._attack import attack_app
-from tablesafe._cli._methods import protection_options
+from tablesafe._cli._methods import METHODS, protection_options
+from tablesafe._protection_limits import ProtectionMethod
 
 if TYPE_CHECKING:
     from tablesafe._protection import Protection
     from tablesafe.catalog._dataset import Dataset
 
-_METHODS_HELP = "Comma-separated: ckm, dp, pram, q, q-records, ptable:FILE."
+_METHODS_HELP = f"Comma-separated: {', '.join(m for m in METHODS if m != ProtectionMethod.NONE)}."
 
 
 def _codes(text: str, what: str) -> list[str]:

@@ -24,14 +24,23 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import click
 
 from tablesafe._errors import ParameterError
-from tablesafe._protection_limits import BOUNDS, CHOICES, INTEGERS
+from tablesafe._protection_limits import BOUNDS, CHOICES, INTEGERS, ProtectionMethod
+from tablesafe._seeds import SeedScheme
 
 if TYPE_CHECKING:
     from tablesafe._protection import Protection
     from tablesafe._settings import ProtectionSettings
 
-#: Methods the command line knows, for messages.
-METHODS = ("none", "ckm", "dp", "pram", "q", "q-records", "ptable:FILE")
+#: Methods the command line knows, for messages: no protection first, a ptable by its file.
+METHODS: tuple[str, ...] = (
+    str(ProtectionMethod.NONE),
+    *(
+        str(m)
+        for m in ProtectionMethod
+        if m not in (ProtectionMethod.NONE, ProtectionMethod.PTABLE)
+    ),
+    f"{ProtectionMethod.PTABLE}:FILE",
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -94,11 +103,11 @@ def _checked(options: dict[str, Any]) -> _CheckedOptions | None:
     for name, allowed in CHOICES.items():
         if options[name] not in allowed:
             return None
-    if options["method"] == "ptable" and not options.get("ptable_file"):
+    if options["method"] == ProtectionMethod.PTABLE and not options.get("ptable_file"):
         return None
-    if options["method"] == "q-records" and options["seeds"] == "cellkey":
+    if options["method"] == ProtectionMethod.Q_RECORDS and options["seeds"] == SeedScheme.CELLKEY:
         return None
-    if options["seeds"] != "cellkey" and not options.get("secret_env"):
+    if options["seeds"] != SeedScheme.CELLKEY and not options.get("secret_env"):
         return None
     if not isinstance(options["rounding"], str):
         return None
@@ -155,17 +164,17 @@ def protection_from_options(
         "rounding": rounding,
         "se_min_count": se_min_count,
     }
-    if method.startswith("ptable:"):
-        options.update(method="ptable", ptable_file=method.split(":", 1)[1])
+    if method.startswith(f"{ProtectionMethod.PTABLE}:"):
+        options.update(method=ProtectionMethod.PTABLE, ptable_file=method.split(":", 1)[1])
     elif method in METHODS:
         options["method"] = method
     else:
         raise ParameterError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
     secret = None
-    if seeds != "cellkey" or method == "q-records":
+    if seeds != SeedScheme.CELLKEY or method == ProtectionMethod.Q_RECORDS:
         # Record-level drop/add-up-to-q draws from keyed hashes: keyed seeds unless
         # Li & Krenzke's dynamic ones are asked for.
-        scheme = "keyed" if seeds == "cellkey" else seeds
+        scheme = SeedScheme.KEYED if seeds == SeedScheme.CELLKEY else seeds
         name = secret_env or "TABLESAFE_SECRET"
         value = os.environ.get(name)
         if not value:

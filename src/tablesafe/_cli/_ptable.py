@@ -37,13 +37,12 @@ _keys = click.option(
 
 
 def _write(table: PTable, out: Path, layout: str, keys: int) -> None:
-    from tablesafe._errors import ParameterError
+    from tablesafe._errors import choice
     from tablesafe.ptable._io import write_ptable
+    from tablesafe.ptable._ptable import Layout
 
-    if layout not in ("destatis", "abs"):
-        raise ParameterError(f"unknown layout {layout!r}; allowed: destatis, abs")
     # Converted in memory first, so a ptable the layout cannot hold leaves no file behind.
-    write_ptable(table, out, "abs" if layout == "abs" else "destatis", keys=keys)
+    write_ptable(table, out, choice(Layout, layout, "layout"), keys=keys)
     fig = table.privacy()
     click.echo(
         f"wrote {table.name} ptable ({table.n_rows} rows, {layout} layout) to {out}; "

@@ -14,6 +14,8 @@ from tablesafe._cli import PATH
 from tablesafe._cli._attack import attack_app
 from tablesafe._cli._methods import protection_options
 from tablesafe._cli._server import audit_app
+from tablesafe._protection_limits import ProtectionMethod
+from tablesafe._seeds import SeedScheme
 
 if TYPE_CHECKING:
     from tablesafe._request import TableRequest
@@ -162,7 +164,7 @@ def reconstruct(
     requests = _published_requests(dataset, tables, all_k_way, variables)
     # The attack is the data owner's experiment: without a configured secret a
     # fresh random one stands in (dynamic seeds behave the same for any secret).
-    if (seeds == "dynamic" or method == "q-records") and secret_env is None:
+    if (seeds == SeedScheme.DYNAMIC or method == ProtectionMethod.Q_RECORDS) and secret_env is None:
         os.environ.setdefault("TABLESAFE_SECRET", secrets.token_hex(32))
     protection = protection_from_options(
         method,

@@ -40,6 +40,7 @@ _format = click.option("--format", "fmt", default="text", help="text or json.")
 
 def _print(table_path: Path, res: object, fmt: str) -> None:
     from tablesafe.mechanisms import ResamplingResult
+    from tablesafe.mechanisms._resampling import Resampling
 
     assert isinstance(res, ResamplingResult)
     data = read_table(table_path)
@@ -54,13 +55,13 @@ def _print(table_path: Path, res: object, fmt: str) -> None:
         return
     click.echo("# released table")
     click.echo(format_table(data, res.table), nl=False)
-    params = f"S {res.s:g}" + (f", M {res.m}" if res.method == "bootstrap" else "")
+    params = f"S {res.s:g}" + (f", M {res.m}" if res.method == Resampling.BOOTSTRAP else "")
     click.echo(
         f"# published: {pub['method']}; {params}; preserved: {res.preserved}; zeros stay zero"
     )
     cost = (
         f"{res.tables_drawn} bootstrap tables drawn"
-        if res.method == "bootstrap"
+        if res.method == Resampling.BOOTSTRAP
         else f"{res.cell_draws} binomial draws, {res.compensation_units} units compensated"
     )
     click.echo(f"# cost (not for publication): {cost}")

@@ -10,6 +10,7 @@ import click
 from tablesafe._cli import PATH, app
 from tablesafe._cli._methods import protection_options
 from tablesafe._errors import ConfigError, RequestError
+from tablesafe._protection_limits import ProtectionMethod
 
 if TYPE_CHECKING:
     from tablesafe._protection import Protection
@@ -216,7 +217,7 @@ def table(
     rules: Any = None
     if config is not None:
         protection, magnitudes, rules = _site_protection(config, data_dir)
-    elif method == "none":
+    elif method == ProtectionMethod.NONE:
         _echo_unprotected(dataset, request, eng, fmt, footnotes)
         return
     else:

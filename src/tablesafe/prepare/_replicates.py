@@ -55,8 +55,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import CatalogError, DataError, ParameterError
-from tablesafe.catalog._catalog import REPLICATE_METHODS, Catalog, check_name, toml_value
+from tablesafe._errors import CatalogError, DataError, ParameterError, choice
+from tablesafe.catalog._catalog import Catalog, check_name, toml_value
 from tablesafe.catalog._catalog import ReplicateMethod as Method
 
 __all__ = [
@@ -168,54 +168,55 @@ def replicate_weights(
         DataError: for missing strata or PSUs, a stratum with one PSU, or
             (JK2, BRR) a stratum without exactly two PSUs.
     """
-    _check_method(method, fay)
+    kind = _check_method(method, fay)
     d = _psus(strata, psu, strata_column, psu_column)
-    if method in ("JK2", "BRR"):
+    if kind in (Method.JK2, Method.BRR):
         other = np.flatnonzero(d.n_h != 2)
         if other.size:
             raise DataError(
-                f"{method} needs exactly two PSUs per stratum; {d.where(int(other[0]))} of "
+                f"{kind} needs exactly two PSUs per stratum; {d.where(int(other[0]))} of "
                 f"{strata_column} has {d.n_h[other[0]]}. Use JK1 or bootstrap, or pair the PSUs"
             )
-    natural = {"JK1": d.n_psu, "JK2": d.n_strata}
-    if method in natural and replicates is not None and replicates != natural[method]:
+    natural = {Method.JK1: d.n_psu, Method.JK2: d.n_strata}
+    if kind in natural and replicates is not None and replicates != natural[kind]:
         raise ParameterError(
-            f"{method} makes one replicate per {'PSU' if method == 'JK1' else 'stratum'}: "
-            f"{natural[method]} here, not {replicates}; leave out --replicates"
+            f"{kind} makes one replicate per {'PSU' if kind == Method.JK1 else 'stratum'}: "
+            f"{natural[kind]} here, not {replicates}; leave out --replicates"
         )
-    if method == "JK1":
+    if kind == Method.JK1:
         factors, coefficient = _jk1(d)
-    elif method == "JK2":
+    elif kind == Method.JK2:
         factors, coefficient = _jk2(d)
-    elif method == "BRR":
+    elif kind == Method.BRR:
         factors, coefficient = _brr(d, replicates, fay)
     else:
         factors, coefficient = _bootstrap(d, replicates, rng)
     return DesignReplicates(
         factors=factors,
         psu_index=d.psu_index.astype(np.int64),
-        method=method,  # type: ignore[arg-type]
+        method=kind,
         coefficient=coefficient,
         fay=float(fay),
         strata=d.n_strata,
     )
 
 
-def _check_method(method: str, fay: float) -> None:
+def _check_method(method: str, fay: float) -> Method:
     """Check the method and Fay's factor.
+
+    Returns:
+        The method, as its member.
 
     Raises:
         ParameterError: for an unknown method, or a Fay factor outside [0, 1)
             or with another method than BRR.
     """
-    if method not in REPLICATE_METHODS:
-        raise ParameterError(
-            f"unknown replication method {method!r}; allowed: {', '.join(REPLICATE_METHODS)}"
-        )
+    kind = choice(Method, method, "replication method")
     if not isinstance(fay, int | float) or not 0 <= fay < 1:
         raise ParameterError(f"Fay's factor must lie in [0, 1), not {fay!r}")
-    if fay and method != "BRR":
-        raise ParameterError(f"Fay's factor applies to BRR only, not to {method}")
+    if fay and kind != Method.BRR:
+        raise ParameterError(f"Fay's factor applies to BRR only, not to {kind}")
+    return kind
 
 
 @dataclass(frozen=True)
@@ -601,7 +602,7 @@ def _catalog_with(
     method = design.method
     lines = [
         f"# replicate weights made by `tablesafe replicates add`: {method}"
-        + (f" (Fay {fay:g})" if method == "BRR" and fay else "")
+        + (f" (Fay {fay:g})" if method == Method.BRR and fay else "")
         + f" from strata {strata or '(none)'} and PSUs {psu}",
         "replicate_weights = [",
         *(
@@ -612,7 +613,7 @@ def _catalog_with(
         f"replicate_method = {toml_value(method)}",
         f"replicate_coefficient = {toml_value(design.coefficient)}",
     ]
-    if method == "BRR":
+    if method == Method.BRR:
         lines.append(f"fay = {toml_value(float(fay))}")
     text = _edit_catalog(catalog_path.read_text(encoding="utf-8"), lines)
     new_catalog = Catalog.from_dict(tomllib.loads(text), base=catalog_path.parent)
@@ -694,7 +695,9 @@ def _read(dataset: Any) -> Any:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    if dataset.format == "parquet":
+    from tablesafe.catalog._dataset import DataFormat
+
+    if dataset.format == DataFormat.PARQUET:
         return pq.read_table(dataset.path)
     return pacsv.read_csv(dataset.path)
 
