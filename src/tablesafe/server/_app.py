@@ -9,7 +9,7 @@ Endpoints::
     GET  /api/admin/audit                 the audit log (admin keys only)
     GET  /api/admin/datasets/{name}/reconstruction   reconstruction audits over time (admin)
     POST /api/admin/datasets/{name}/reconstruction   run the reconstruction audit now (admin)
-    GET  /                                the web page
+    GET  /                                the web page (and /favicon.ico, its icon)
     GET  /openapi.json                    the OpenAPI schema
     GET  /docs, /redoc                    its interactive pages ([server] api_docs only)
 
@@ -27,6 +27,7 @@ reaches the application in the same shape.
 
 from __future__ import annotations
 
+import html
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -40,7 +41,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
 from tablesafe._errors import TablesafeError, UserError
-from tablesafe._request import Statistic
 from tablesafe._settings import SiteConfig
 from tablesafe.output._formats import WriteOptions, format_names, output_format
 from tablesafe.server._audit import AuditLog
@@ -67,9 +67,8 @@ def _validation_message(exc: RequestValidationError) -> str:
         elif err.get("type") == "json_invalid":
             where, msg = "body", f"not valid JSON (at character {err.get('loc', ('', 0))[-1]})"
         elif err.get("type") == "string_pattern_mismatch" and where == "statistic":
-            *others, last = Statistic
             msg = (
-                f"unknown statistic {err.get('input')!r}; allowed: {', '.join(others)} or {last}, "
+                f"unknown statistic {err.get('input')!r}; allowed: count, weighted or both, "
                 "optionally followed by sum:VAR or mean:VAR items, comma-separated "
                 "(e.g. 'count,sum:INCOME')"
             )
@@ -96,7 +95,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
     _add_error_handlers(app)
     _add_dataset_routes(app, service)
     _add_admin_routes(app, site, service, auth, audit)
-    _add_pages(app)
+    _add_pages(app, site)
     return app
 
 
@@ -304,12 +303,26 @@ def _add_admin_routes(
         return out
 
 
-def _add_pages(app: FastAPI) -> None:
-    """The web page and its static files."""
+def _add_pages(app: FastAPI, site: SiteConfig) -> None:
+    """The web page, its static files and its icon.
+
+    The page carries the site's title and whether the site asks for API keys
+    (then the page shows a key field), so both are there before any API call.
+    """
+    page = (
+        _static("index.html")
+        .replace("__SITE_TITLE__", html.escape(site.server.title))
+        .replace("__API_KEYS__", "required" if site.keys else "none")
+    )
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def index() -> HTMLResponse:
-        return HTMLResponse(_static("index.html"))
+        return HTMLResponse(page)
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        icon = resources.files("tablesafe.server").joinpath("static", "favicon.ico").read_bytes()
+        return Response(icon, media_type="image/x-icon")
 
     @app.get("/static/{file}", include_in_schema=False)
     def static(file: str) -> Response:

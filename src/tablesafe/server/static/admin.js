@@ -5,12 +5,14 @@
 
 (() => {
   const $ = (id) => document.getElementById(id);
-  const key = new URLSearchParams(location.search).get("key") || localStorage.getItem("tablesafe-key");
+  // The key the page keeps in this tab's sessionStorage (app.js), read at each call: it
+  // can be entered, changed or forgotten while the page is open.
+  const key = () => sessionStorage.getItem("tablesafe-key");
   const pct = (x) => (x === undefined || x === null ? "" : `${(100 * x).toFixed(1)}%`);
 
   async function call(path, options = {}) {
     const headers = { "content-type": "application/json" };
-    if (key) headers["x-api-key"] = key;
+    if (key()) headers["x-api-key"] = key();
     const response = await fetch(path, Object.assign({}, options, { headers }));
     if (!response.ok) {
       let message = `request failed (${response.status})`;
@@ -109,10 +111,14 @@
     }
   }
 
-  window.addEventListener("load", () => {
-    if (!key || !$("risk-admin")) return;
-    $("risk-run").addEventListener("click", run);
-    $("dataset").addEventListener("change", refresh);
-    setTimeout(refresh, 300);
-  });
+  async function refreshIfKeyed() {
+    if (key()) await refresh();
+    else $("risk-admin").hidden = true;
+  }
+
+  if (!$("risk-admin")) return;
+  $("risk-run").addEventListener("click", run);
+  // app.js says when a dataset is loaded (first, or chosen) and when the key changes.
+  document.addEventListener("tablesafe-dataset", refreshIfKeyed);
+  document.addEventListener("tablesafe-key", refreshIfKeyed);
 })();

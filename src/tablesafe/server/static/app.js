@@ -1,21 +1,80 @@
 // tablesafe table builder: plain JavaScript, no build step, no network beyond this server.
 "use strict";
 
-const state = { datasets: [], meta: null, conditions: {}, groups: [], last: null, doc: null, controller: null };
+const state = {
+  datasets: [], meta: null, conditions: {}, groups: [],
+  last: null, doc: null, index: null, layer: null, controller: null,
+};
 const $ = (id) => document.getElementById(id);
 const FLAG_SYMBOL = { structural_zero: "z", suppressed: "x" };
-const apiKey = new URLSearchParams(location.search).get("key") || localStorage.getItem("tablesafe-key");
+const DIMENSIONS = ["rows", "cols", "layers"];
+const PLACE = { rows: "rows", cols: "columns", layers: "layers" };
+const KEY_STORE = "tablesafe-key";
+const SITE_TITLE = document.title;
+
+// The API key lives in this tab's sessionStorage only. A ?key= in the address (an older
+// kind of link) is moved there and taken out of the address before anything else runs,
+// so no link, bookmark or history entry the page makes holds it.
+(function keepKeyOutOfTheAddress() {
+  localStorage.removeItem(KEY_STORE); // where an older version of the page kept it
+  const params = new URLSearchParams(location.search);
+  if (!params.has("key")) return;
+  if (params.get("key")) sessionStorage.setItem(KEY_STORE, params.get("key"));
+  params.delete("key");
+  const rest = params.toString();
+  history.replaceState(null, "", `${location.pathname}${rest ? "?" + rest : ""}${location.hash}`);
+})();
+const keysRequired = () => document.body.dataset.keys === "required";
+const apiKey = () => sessionStorage.getItem(KEY_STORE);
 
 async function api(path, options = {}) {
   const headers = Object.assign({ "content-type": "application/json" }, options.headers || {});
-  if (apiKey) headers["x-api-key"] = apiKey;
+  const key = apiKey();
+  if (key) headers["x-api-key"] = key;
   const response = await fetch(path, Object.assign({}, options, { headers }));
   if (!response.ok) {
     let message = `request failed (${response.status})`;
     try { message = (await response.json()).error.message; } catch (e) { /* keep the default */ }
-    throw new Error(message);
+    if (response.status === 401) message = keyMessage(message);
+    const error = new Error(message);
+    error.status = response.status;
+    throw error;
   }
   return response;
+}
+
+// The server's 401 texts are written for API clients (which header to send); the page has a field.
+function keyMessage(serverText) {
+  const text = apiKey()
+    ? `The site did not accept the API key in use (${serverText}): enter another one under "API key".`
+    : 'This site needs an API key: enter it under "API key" at the top of the page.';
+  showKeyForm(true);
+  $("key-status").textContent = text;
+  return text;
+}
+
+function showKeyForm(focus) {
+  $("key-form").hidden = false;
+  $("key-status").textContent = apiKey() ? "A key is in use in this tab." : "No key entered yet.";
+  if (focus) $("api-key").focus();
+}
+
+async function useKey(event) {
+  event.preventDefault();
+  const key = $("api-key").value.trim();
+  if (!key) { $("key-status").textContent = "Enter a key first."; return; }
+  sessionStorage.setItem(KEY_STORE, key);
+  $("api-key").value = "";
+  showKeyForm(false);
+  document.dispatchEvent(new Event("tablesafe-key"));
+  await loadSite();
+}
+
+function forgetKey() {
+  sessionStorage.removeItem(KEY_STORE);
+  clearResult();
+  showKeyForm(true);
+  document.dispatchEvent(new Event("tablesafe-key"));
 }
 
 // Custom groups are sent as one grouping per variable, named VAR_C, with "Other" for the rest.
@@ -37,24 +96,78 @@ function varInfo(name) {
   return { name, label: g.label, categories: [...g.groups.map((x) => ({ code: x.code, label: x.label })), { code: "other", label: "Other" }] };
 }
 
+function allVariables() {
+  return [...state.meta.variables, ...customGroupings().map((g) => varInfo(g.name))];
+}
+
+// The microdata variable a variable classifies: a grouping (a hierarchy's upper level, a
+// custom grouping) classifies its source's. A table may not classify one variable twice.
+function rootOf(name) {
+  const v = state.meta.variables.find((x) => x.name === name);
+  if (v) return v.grouping_of && v.grouping_of !== name ? rootOf(v.grouping_of) : v.name;
+  const g = customGroupings().find((x) => x.name === name);
+  return g ? rootOf(g.variable) : name;
+}
+
 function option(value, text) {
   const o = document.createElement("option");
   o.value = value; o.textContent = text; return o;
 }
 
 function fillVariables() {
-  const vars = [...state.meta.variables, ...customGroupings().map((g) => varInfo(g.name))];
+  const vars = allVariables();
   for (const [id, optional] of [["rows", false], ["cols", true], ["layers", true], ["uvar", false], ["gvar", false]]) {
     const select = $(id);
     const keep = select.value;
+    const list = id === "gvar" ? state.meta.variables : vars;
     select.replaceChildren();
     if (optional) select.appendChild(option("", "(none)"));
-    for (const v of (id === "gvar" ? state.meta.variables : vars)) select.appendChild(option(v.name, `${v.label} (${v.name})`));
-    if (keep && vars.some((v) => v.name === keep)) select.value = keep;
-    else if (id === "cols" && vars.length > 1) select.value = vars[1].name;
+    for (const v of list) select.appendChild(option(v.name, `${v.label} (${v.name})`));
+    if (keep && list.some((v) => v.name === keep)) select.value = keep;
   }
   fillCategories();
   fillGroupCategories();
+}
+
+// A fresh dataset's table: its first variable as rows and, as columns, the first variable
+// that classifies another microdata variable (never a grouping of the rows'), no layers.
+function defaultDimensions() {
+  const vars = state.meta.variables;
+  if (!vars.length) return;
+  $("rows").value = vars[0].name;
+  const other = vars.find((v) => rootOf(v.name) !== rootOf(vars[0].name));
+  $("cols").value = other ? other.name : "";
+  $("layers").value = "";
+  $("dims-status").textContent = "";
+}
+
+// Put a variable in one place of the table. Another place that holds a variable of the same
+// microdata variable would make the table refused, so that place takes the chosen place's
+// previous variable when it fits, or else the first variable that fits (rows) or nothing.
+function useAs(place, name) {
+  const before = $(place).value;
+  $(place).value = name;
+  const notes = [`${varInfo(name).label} is now the ${PLACE[place]}.`];
+  for (const other of DIMENSIONS) {
+    const held = $(other).value;
+    if (other === place || !held || rootOf(held) !== rootOf(name)) continue;
+    const used = DIMENSIONS.filter((p) => p !== other && $(p).value).map((p) => rootOf($(p).value));
+    const fits = (v) => Boolean(v) && !used.includes(rootOf(v));
+    const first = allVariables().find((v) => fits(v.name));
+    const next = fits(before) ? before : other === "rows" && first ? first.name : "";
+    $(other).value = next;
+    const was = `${PLACE[other][0].toUpperCase()}${PLACE[other].slice(1)} changed from ${varInfo(held).label} to`;
+    notes.push(`${was} ${next ? varInfo(next).label : "(none)"}: a table cannot classify ${varInfo(rootOf(name)).label} twice.`);
+  }
+  $("dims-status").textContent = notes.join(" ");
+}
+
+// A level of a classification replaces the level of the same classification already in
+// the table, wherever it is; otherwise it becomes the rows.
+function useLevel(level) {
+  const place = DIMENSIONS.find((p) => $(p).value && rootOf($(p).value) === rootOf(level)) || "rows";
+  useAs(place, level);
+  $(place).focus();
 }
 
 function fillGroupCategories() {
@@ -71,10 +184,32 @@ function renderGroups() {
     const remove = document.createElement("button");
     remove.type = "button"; remove.textContent = "Remove";
     remove.setAttribute("aria-label", `Remove group ${g.label}`);
-    remove.addEventListener("click", () => { state.groups.splice(i, 1); renderGroups(); fillVariables(); });
+    remove.addEventListener("click", () => {
+      state.groups.splice(i, 1);
+      groupsChanged(g.variable);
+    });
     li.appendChild(remove);
     list.appendChild(li);
   });
+}
+
+// A grouping's codes (g1, g2, other) change meaning when its groups change: a condition
+// on it is dropped rather than kept with codes that now mean other records.
+function groupsChanged(variable) {
+  delete state.conditions[`${variable}_C`];
+  renderGroups(); fillVariables(); renderConditions();
+}
+
+function addGroup() {
+  const members = [...$("gcats").selectedOptions].map((o) => o.value);
+  const label = $("glabel").value.trim();
+  if (!members.length || !label) { $("message").textContent = "Select categories and give the group a name."; return; }
+  const v = varInfo($("gvar").value);
+  const numeric = v.categories.length && typeof v.categories[0].code === "number";
+  $("message").textContent = "";
+  state.groups.push({ variable: v.name, label, members: members.map((c) => (numeric ? Number(c) : c)) });
+  $("glabel").value = "";
+  groupsChanged(v.name);
 }
 
 function search() {
@@ -91,7 +226,7 @@ function search() {
       const b = document.createElement("button");
       b.type = "button"; b.textContent = text;
       b.setAttribute("aria-label", `Use ${v.label} as ${text.toLowerCase()}`);
-      b.addEventListener("click", () => { $(target).value = v.name; $(target).focus(); });
+      b.addEventListener("click", () => { useAs(target, v.name); $(target).focus(); });
       li.appendChild(b);
     }
     list.appendChild(li);
@@ -99,29 +234,61 @@ function search() {
   if (!list.children.length) { const li = document.createElement("li"); li.textContent = "No variable matches."; list.appendChild(li); }
 }
 
+// The universe editor: ticking a category is the condition; there is no other state.
 function fillCategories() {
-  const v = varInfo($("uvar").value);
-  const select = $("ucats");
-  select.replaceChildren();
-  if (!v) return;
-  for (const c of v.categories) select.appendChild(option(String(c.code), c.label));
+  const name = $("uvar").value;
+  const v = varInfo(name);
+  $("ucats-legend").textContent = `Categories of ${v.label}`;
+  const chosen = state.conditions[name] || [];
+  $("ucats-list").replaceChildren(...v.categories.map((c) => {
+    const label = document.createElement("label");
+    const box = document.createElement("input");
+    box.type = "checkbox"; box.value = String(c.code); box.checked = chosen.includes(String(c.code));
+    box.addEventListener("change", () => setCondition(name));
+    label.append(box, ` ${c.label}`);
+    return label;
+  }));
 }
 
+function setCondition(name) {
+  const codes = [...$("ucats-list").querySelectorAll("input:checked")].map((b) => b.value);
+  if (codes.length) state.conditions[name] = codes; else delete state.conditions[name];
+  $("message").textContent = "";
+  renderConditions();
+}
+
+function addCondition(name, codes) {
+  const had = state.conditions[name] || [];
+  state.conditions[name] = [...had, ...codes.filter((c) => !had.includes(c))];
+  $("message").textContent = "";
+  renderConditions();
+}
+
+function orList(items) {
+  return items.length < 2 ? items.join("") : `${items.slice(0, -1).join(", ")} or ${items[items.length - 1]}`;
+}
+
+// The universe in the words of the table's own metadata (meta.universe_label, the same
+// text as in every download): "Region is North or North East; Sex is Female".
+function universeLabel(universe) {
+  const parts = Object.entries(universe).map(([name, codes]) => `${varInfo(name).label} is ${orList(codes.map((c) => labelOf(name, c)))}`);
+  return parts.length ? parts.join("; ") : "All records";
+}
+const universeWords = (universe) => `Universe: ${universeLabel(universe)}.`;
+const tableUniverse = (meta) => `Universe: ${meta.universe_label || universeLabel(meta.universe || {})}.`;
+
 function renderConditions() {
-  const list = $("conditions");
-  list.replaceChildren();
-  for (const [name, codes] of Object.entries(state.conditions)) {
+  $("universe-words").textContent = universeWords(state.conditions);
+  $("conditions").replaceChildren(...Object.keys(state.conditions).map((name) => {
     const li = document.createElement("li");
-    const v = varInfo(name);
-    const labels = codes.map((c) => (v.categories.find((k) => String(k.code) === String(c)) || {}).label || c);
-    li.textContent = `${v.label} in {${labels.join(", ")}} `;
     const remove = document.createElement("button");
-    remove.type = "button"; remove.textContent = "Remove";
-    remove.setAttribute("aria-label", `Remove condition on ${v.label}`);
-    remove.addEventListener("click", () => { delete state.conditions[name]; renderConditions(); });
+    remove.type = "button"; remove.textContent = `Remove the condition on ${varInfo(name).label}`;
+    remove.addEventListener("click", () => { delete state.conditions[name]; renderConditions(); $("uvar").focus(); });
     li.appendChild(remove);
-    list.appendChild(li);
-  }
+    return li;
+  }));
+  const shown = state.conditions[$("uvar").value] || [];
+  for (const box of $("ucats-list").querySelectorAll("input")) box.checked = shown.includes(box.value);
 }
 
 // Hierarchies: levels of one classification, broadest first, and the tree of their categories.
@@ -139,8 +306,8 @@ function renderHierarchies() {
       const b = document.createElement("button");
       b.type = "button"; b.className = "level"; b.dataset.level = level;
       b.textContent = varInfo(level).label;
-      b.setAttribute("aria-label", `Use ${varInfo(level).label} (level ${i + 1} of ${h.levels.length} of ${h.label}) as rows`);
-      b.addEventListener("click", () => { $("rows").value = level; $("rows").focus(); });
+      b.setAttribute("aria-label", `Use ${varInfo(level).label} (level ${i + 1} of ${h.levels.length} of ${h.label}) in the table`);
+      b.addEventListener("click", () => useLevel(level));
       p.appendChild(b);
     });
     div.appendChild(p);
@@ -179,15 +346,9 @@ function treeList(nodes) {
   return ul;
 }
 
-function addCondition(name, codes) {
-  const had = state.conditions[name] || [];
-  state.conditions[name] = [...had, ...codes.filter((c) => !had.includes(c))];
-  $("message").textContent = "";
-  renderConditions();
-}
-
 async function loadDataset() {
   const name = $("dataset").value;
+  clearResult();
   state.meta = await (await api(`/api/datasets/${encodeURIComponent(name)}`)).json();
   state.conditions = {}; state.groups = [];
   const weighted = state.meta.weighted;
@@ -196,10 +357,12 @@ async function loadDataset() {
     if (!weighted) r.checked = r.value === "count";
   }
   fillVariables();
+  defaultDimensions();
   fillMagnitudes();
   renderConditions();
   renderGroups();
   renderHierarchies();
+  document.dispatchEvent(new Event("tablesafe-dataset"));
 }
 
 // Continuous variables (sum:/mean:), listed by the dataset description.
@@ -257,66 +420,124 @@ function statTitle(stat) {
   return `${kind === "sum" ? "Sum" : "Mean"} of ${label}`;
 }
 
-function renderTable(doc) {
-  const section = $("result");
-  section.replaceChildren();
-  const dims = doc.meta.dimensions;
+function statsOf(doc) {
   const magCols = (doc.meta.magnitudes ? doc.meta.magnitudes.variables : []).flatMap((v) => [`sum_${v}`, `mean_${v}`]);
-  const stats = ["n", "weighted", ...magCols].filter((s) => doc.cells.length && s in doc.cells[0]);
-  const rowsDim = dims[0], colsDim = dims[1], layerDim = dims[2];
-  const order = (dim) => [...varInfo(dim).categories.map((c) => String(c.code)), "_T"];
-  const layers = layerDim ? order(layerDim) : [null];
-  for (const stat of stats) {
-    for (const layer of layers) {
-      const cells = doc.cells.filter((c) => !layerDim || String(c[layerDim]) === layer);
-      const rowCodes = order(rowsDim).filter((r) => cells.some((c) => String(c[rowsDim]) === r));
-      const colCodes = colsDim ? order(colsDim).filter((r) => cells.some((c) => String(c[colsDim]) === r)) : [null];
-      const table = document.createElement("table");
-      table.className = "cross";
-      const caption = document.createElement("caption");
-      caption.textContent = statTitle(stat) +
-        (layerDim ? ` — ${labelOf(layerDim, layer)}` : "");
-      table.appendChild(caption);
-      const head = document.createElement("tr");
-      const corner = document.createElement("th");
-      corner.scope = "col";
-      corner.textContent = colsDim ? `${labelOf(rowsDim, "_x")}` : "";
-      corner.textContent = varInfo(rowsDim).label;
-      head.appendChild(corner);
-      for (const cc of colCodes) {
-        const th = document.createElement("th"); th.scope = "col";
-        th.textContent = colsDim ? labelOf(colsDim, cc) : (stat === "n" ? "Count" : stat === "weighted" ? "Weighted" : statTitle(stat).split(" ")[0]);
-        head.appendChild(th);
-      }
-      table.appendChild(head);
-      for (const rc of rowCodes) {
-        const tr = document.createElement("tr");
-        if (rc === "_T") tr.className = "total";
-        const th = document.createElement("th"); th.scope = "row"; th.textContent = labelOf(rowsDim, rc);
-        tr.appendChild(th);
-        for (const cc of colCodes) {
-          const cell = cells.find((c) => String(c[rowsDim]) === rc && (!colsDim || String(c[colsDim]) === cc));
-          const td = document.createElement("td");
-          if (cc === "_T") td.className = "total";
-          td.textContent = cell ? fmt(cell[stat], stat) : "";
-          const magFlag = stat.includes("_") ? `sensitive_${stat.split("_").slice(1).join("_")}` : null;
-          for (const flag of ["structural_zero", "suppressed", ...(magFlag ? [magFlag] : [])]) {
-            if (cell && cell[flag]) {
-              const sup = document.createElement("sup");
-              sup.className = "flag"; sup.textContent = FLAG_SYMBOL[flag] || "s";
-              sup.title = (doc.meta.footnotes && doc.meta.footnotes.flags[flag]) ||
-                (flag.startsWith("sensitive_") ? "sensitive: the site's dominance or p% rule flags this sum (a few contributors make most of it)" : flag);
-              td.appendChild(document.createTextNode(" ")); td.appendChild(sup);
-            }
-          }
-          tr.appendChild(td);
-        }
-        table.appendChild(tr);
-      }
-      section.appendChild(table);
+  return ["n", "weighted", ...magCols].filter((s) => doc.cells.length && s in doc.cells[0]);
+}
+
+const tableTitle = (dims) => dims.map((d) => varInfo(d).label).join(" by ");
+const categoryOrder = (dim) => [...varInfo(dim).categories.map((c) => String(c.code)), "_T"];
+const cellKey = (codes) => codes.map(String).join("\u0001");
+
+function cellIndex(doc) {
+  const index = new Map();
+  for (const c of doc.cells) index.set(cellKey(doc.meta.dimensions.map((d) => c[d])), c);
+  return index;
+}
+
+// The result: its title, its universe in words, a layer picker for a 3-way table, one
+// table per statistic (for the layer shown), and what was done to protect it.
+function renderResult(doc) {
+  const dims = doc.meta.dimensions;
+  const title = document.createElement("h2");
+  title.id = "table-title"; title.textContent = doc.meta.title || tableTitle(dims);
+  const universe = document.createElement("p");
+  universe.id = "universe-line"; universe.textContent = tableUniverse(doc.meta);
+  const tables = document.createElement("div");
+  tables.id = "tables";
+  $("result").replaceChildren(title, universe, ...(dims[2] ? [layerPicker(doc)] : []), tables, renderFootnotes(doc.meta));
+  renderTables(doc);
+}
+
+function layerCodes(doc) {
+  const dim = doc.meta.dimensions[2];
+  const present = new Set(doc.cells.map((c) => String(c[dim])));
+  return categoryOrder(dim).filter((c) => present.has(c));
+}
+
+function layerPicker(doc) {
+  const dim = doc.meta.dimensions[2];
+  const codes = layerCodes(doc);
+  if (!codes.includes(state.layer)) state.layer = codes[0];
+  const box = document.createElement("div");
+  box.className = "row layer-pick";
+  const label = document.createElement("label");
+  label.htmlFor = "layer"; label.textContent = `Layer: ${varInfo(dim).label}`;
+  const select = document.createElement("select");
+  select.id = "layer";
+  codes.forEach((c, i) => select.appendChild(option(c, `${labelOf(dim, c)} (${i + 1} of ${codes.length})`)));
+  select.value = state.layer;
+  select.addEventListener("change", () => {
+    state.layer = select.value;
+    renderTables(state.doc); drawChart(state.doc); saveToUrl($("dataset").value, state.last);
+  });
+  box.append(label, select);
+  return box;
+}
+
+function renderTables(doc) {
+  const [rowsDim, colsDim, layerDim] = doc.meta.dimensions;
+  const layer = layerDim ? state.layer : null;
+  const cells = layerDim ? doc.cells.filter((c) => String(c[layerDim]) === layer) : doc.cells;
+  const present = (dim) => { const s = new Set(cells.map((c) => String(c[dim]))); return categoryOrder(dim).filter((c) => s.has(c)); };
+  const rowCodes = present(rowsDim);
+  const colCodes = colsDim ? present(colsDim) : [null];
+  const find = (rc, cc) => state.index.get(cellKey([rc, ...(colsDim ? [cc] : []), ...(layerDim ? [layer] : [])]));
+  const caption = (stat) => statTitle(stat) + (layerDim ? ` — ${varInfo(layerDim).label}: ${labelOf(layerDim, layer)}` : "");
+  $("tables").replaceChildren(...statsOf(doc).map((stat) => crossTable(doc, stat, caption(stat), rowCodes, colCodes, find)));
+}
+
+// One statistic as a cross-tab, in a box that scrolls sideways when the table is wider
+// than the screen (the page itself never does).
+function crossTable(doc, stat, captionText, rowCodes, colCodes, find) {
+  const [rowsDim, colsDim] = doc.meta.dimensions;
+  const table = document.createElement("table");
+  table.className = "cross";
+  const caption = document.createElement("caption");
+  caption.textContent = captionText;
+  table.appendChild(caption);
+  const head = document.createElement("tr");
+  const corner = document.createElement("th");
+  corner.scope = "col"; corner.textContent = varInfo(rowsDim).label;
+  head.appendChild(corner);
+  for (const cc of colCodes) {
+    const th = document.createElement("th"); th.scope = "col";
+    th.textContent = colsDim ? labelOf(colsDim, cc) : (stat === "n" ? "Count" : stat === "weighted" ? "Weighted" : statTitle(stat).split(" ")[0]);
+    head.appendChild(th);
+  }
+  table.appendChild(head);
+  for (const rc of rowCodes) {
+    const tr = document.createElement("tr");
+    if (rc === "_T") tr.className = "total";
+    const th = document.createElement("th"); th.scope = "row"; th.textContent = labelOf(rowsDim, rc);
+    tr.appendChild(th);
+    for (const cc of colCodes) tr.appendChild(dataCell(doc, stat, find(rc, cc), cc === "_T"));
+    table.appendChild(tr);
+  }
+  const box = document.createElement("div");
+  box.className = "table-scroll";
+  box.tabIndex = 0; // a box that may scroll is reachable by keyboard
+  box.setAttribute("role", "region");
+  box.setAttribute("aria-label", captionText);
+  box.appendChild(table);
+  return box;
+}
+
+function dataCell(doc, stat, cell, total) {
+  const td = document.createElement("td");
+  if (total) td.className = "total";
+  td.textContent = cell ? fmt(cell[stat], stat) : "";
+  const magFlag = stat.includes("_") ? `sensitive_${stat.split("_").slice(1).join("_")}` : null;
+  for (const flag of ["structural_zero", "suppressed", ...(magFlag ? [magFlag] : [])]) {
+    if (cell && cell[flag]) {
+      const sup = document.createElement("sup");
+      sup.className = "flag"; sup.textContent = FLAG_SYMBOL[flag] || "s";
+      sup.title = (doc.meta.footnotes && doc.meta.footnotes.flags[flag]) ||
+        (flag.startsWith("sensitive_") ? "sensitive: the site's dominance or p% rule flags this sum (a few contributors make most of it)" : flag);
+      td.appendChild(document.createTextNode(" ")); td.appendChild(sup);
     }
   }
-  section.appendChild(renderFootnotes(doc.meta));
+  return td;
 }
 
 // The table's footnotes: the statement of its protection, the flag legend, the citation.
@@ -340,13 +561,44 @@ function renderFootnotes(meta) {
     legend.append(dt, dd);
   }
   box.appendChild(legend);
+  box.append(...technicalLines(meta));
+  return box;
+}
+
+// Parameters of the protection description in words, where their meaning is one
+// (docs/ptable.md): a ptable's largest change and variance, and where draws come from.
+const SEED_WORDS = { cellkey: "the cell key", keyed: "a keyed hash of the cell's records" };
+function parameterWords(m, k, v) {
+  if (typeof v === "object" && v !== null) return `${k} = ${JSON.stringify(v)}`;
+  if (k === "D" && m.name === "ckm") return `largest change D = ${v}`;
+  if (k === "V" && m.name === "ckm") return `variance of the change V = ${v}`;
+  if (k === "js" && m.name === "ckm" && v > 0) return `js = ${v} (no count from 1 to ${v} is published)`;
+  if (k === "cap" && (m.name === "dp" || m.name === "q")) return `largest change cap = ${v}`;
+  if (k === "seeds") return `noise drawn from ${SEED_WORDS[v] || v}`;
+  return `${k} = ${v}`;
+}
+const sig = (x) => Number(x.toPrecision(3)).toString();
+
+// The technical line, and the privacy figures explained next to them: epsilon and delta of
+// a perturbation table compare one cell's count with the same count plus one record.
+function technicalLines(meta) {
   const m = meta.mechanism;
-  const params = Object.entries(m).filter(([k]) => k !== "name" && k !== "paper").map(([k, v]) => `${k} = ${typeof v === "object" ? JSON.stringify(v) : v}`).join(", ");
+  const skip = new Set(["name", "paper", "epsilon", "delta"]);
+  const params = Object.entries(m).filter(([k]) => !skip.has(k)).map(([k, v]) => parameterWords(m, k, v)).join(", ");
   const tech = document.createElement("p");
   tech.className = "technical";
   tech.textContent = `Technical: ${m.name}${params ? " (" + params + ")" : ""}; additivity: ${meta.additivity}.`;
-  box.appendChild(tech);
-  return box;
+  if (typeof m.epsilon !== "number" || typeof m.delta !== "number") return [tech];
+  const figures = document.createElement("p");
+  figures.className = "technical"; figures.id = "privacy-figures";
+  const worst = m.name === "dp"
+    ? "Epsilon is the one the site set; delta is the table's worst case over all counts."
+    : "Both are the table's worst case over all counts.";
+  figures.textContent = `Privacy figures of the perturbation table: epsilon = ${sig(m.epsilon)}, delta = ${sig(m.delta)}. ` +
+    "They hold for one cell: between a count and the same count with one record more, the chance of " +
+    `publishing any set of values differs by at most a factor of e^epsilon (here ${sig(Math.exp(m.epsilon))}), plus delta. ` +
+    `${worst} They say nothing of several cells or tables taken together.`;
+  return [tech, figures];
 }
 
 // Long requests: a progress line (time waited, then data received) and a Cancel button
@@ -370,11 +622,25 @@ async function readWithProgress(response, started) {
   return new TextDecoder().decode(await new Blob(chunks).arrayBuffer());
 }
 
+// Nothing of a previous table stays on screen once another is asked for: its table,
+// chart, share link and downloads go, so a refusal never leaves a stale result.
+function clearResult() {
+  state.last = null; state.doc = null; state.index = null;
+  $("result").replaceChildren();
+  $("chart").replaceChildren();
+  $("chart-caption").textContent = "";
+  $("chart-box").hidden = true;
+  $("outputs").hidden = true;
+  $("share").setAttribute("href", "/");
+  document.title = SITE_TITLE;
+}
+
 async function build(event) {
   if (event) event.preventDefault();
   $("message").textContent = "";
   const body = requestBody();
   if (state.controller) state.controller.abort();
+  clearResult();
   const controller = new AbortController();
   state.controller = controller;
   const started = Date.now();
@@ -389,13 +655,13 @@ async function build(event) {
     const name = $("dataset").value;
     const response = await api(`/api/datasets/${encodeURIComponent(name)}/tables`, { method: "POST", body: JSON.stringify(body), signal: controller.signal });
     const doc = JSON.parse(await readWithProgress(response, started));
-    state.last = body; state.doc = doc;
-    renderTable(doc);
-    drawChart(doc);
-    for (const id of ["download-csv", "download-xlsx", "download-svg", "download-png"]) $(id).disabled = false;
-    saveToUrl(name, body);
+    if (state.controller !== controller) return;
+    showTable(name, body, doc);
   } catch (e) {
+    if (state.controller !== controller) return; // a newer request took over
     $("message").textContent = e.name === "AbortError" ? "Cancelled: the table was not built. Change the request or build it again." : e.message;
+    // A link kept while the key is missing still builds the table once a key is entered.
+    if (e.status !== 401) history.replaceState(null, "", location.pathname);
   } finally {
     clearInterval(tick);
     if (state.controller === controller) {
@@ -407,14 +673,24 @@ async function build(event) {
   }
 }
 
+function showTable(name, body, doc) {
+  state.last = body; state.doc = doc; state.index = cellIndex(doc);
+  if (!doc.meta.dimensions[2]) state.layer = null;
+  renderResult(doc);
+  drawChart(doc);
+  $("outputs").hidden = false;
+  document.title = `${doc.meta.title || tableTitle(doc.meta.dimensions)} — ${SITE_TITLE}`;
+  saveToUrl(name, body);
+}
+
 // The page state lives in the URL (never the API key): reopening it rebuilds the same table.
 function saveToUrl(name, body) {
   const params = new URLSearchParams();
   params.set("dataset", name);
   params.set("table", JSON.stringify({ ...body, groups: state.groups }));
+  if (state.layer !== null) params.set("layer", state.layer);
   history.replaceState(null, "", `${location.pathname}?${params}`);
   $("share").href = `${location.origin}${location.pathname}?${params}`;
-  $("share-line").hidden = false;
 }
 
 async function restoreFromUrl() {
@@ -430,12 +706,13 @@ async function restoreFromUrl() {
   $("rows").value = dims[0] || ""; $("cols").value = dims[1] || ""; $("layers").value = dims[2] || "";
   state.conditions = {};
   for (const [k, v] of Object.entries(t.universe || {})) state.conditions[k] = v.map(String);
-  renderConditions();
+  fillCategories(); renderConditions();
   const radio = document.querySelector(`input[name="statistic"][value="${t.statistic}"]`);
   if (radio) radio.checked = true;
   const mags = Array.isArray(t.magnitudes) ? t.magnitudes.map((m) => String(m).split(":")) : [];
   $("magvar").value = mags.length && magnitudeInfo(mags[0][1]) ? mags[0][1] : "";
   for (const c of document.querySelectorAll('input[name="magstat"]')) c.checked = mags.some((m) => m[0] === c.value);
+  state.layer = params.get("layer");
   await build();
 }
 
@@ -448,58 +725,128 @@ function el(tag, attrs, text) {
   return e;
 }
 
-function drawChart(doc) {
-  const dims = doc.meta.dimensions;
+// What a chart shows: the inner cells of the table (of the layer shown), by rows and series.
+function chartData(doc) {
+  const [rowsDim, colsDim, layerDim] = doc.meta.dimensions;
   const stat = doc.cells.length && "weighted" in doc.cells[0] ? "weighted" : "n";
-  const num = (c) => (c && typeof c[stat] === "number" ? c[stat] : 0);
-  const rowsDim = dims[0], colsDim = dims[1];
-  const inner = doc.cells.filter((c) => dims.every((d, i) => (i < 2 ? String(c[d]) !== "_T" : String(c[d]) === "_T")));
-  const rows = varInfo(rowsDim).categories.map((c) => String(c.code)).filter((r) => inner.some((c) => String(c[rowsDim]) === r));
-  const series = colsDim ? varInfo(colsDim).categories.map((c) => String(c.code)).filter((r) => inner.some((c) => String(c[colsDim]) === r)) : [null];
-  const find = (r, s) => inner.find((c) => String(c[rowsDim]) === r && (s === null || String(c[colsDim]) === s));
+  const layer = layerDim ? state.layer : null;
+  const inner = doc.cells.filter((c) => String(c[rowsDim]) !== "_T" && (!colsDim || String(c[colsDim]) !== "_T") &&
+    (!layerDim || String(c[layerDim]) === layer));
+  const codes = (dim) => { const s = new Set(inner.map((c) => String(c[dim]))); return varInfo(dim).categories.map((c) => String(c.code)).filter((c) => s.has(c)); };
+  const rows = codes(rowsDim);
+  const series = colsDim ? codes(colsDim) : [null];
+  const find = (r, s) => state.index.get(cellKey([r, ...(colsDim ? [s] : []), ...(layerDim ? [layer] : [])]));
+  const value = (r, s) => { const c = find(r, s); return c && typeof c[stat] === "number" ? c[stat] : 0; };
   const isAge = (d) => /^AGE/i.test(varInfo(d).name) || /^age/i.test(varInfo(d).label);
-  const isSex = (d) => d && /^SEX$/i.test(d) && series.length === 2;
-  const pyramid = colsDim && isAge(rowsDim) && isSex(colsDim);
-  const W = 720, rowH = 18, top = 30, left = 170, H = top + rows.length * (pyramid ? rowH : rowH * Math.max(1, series.length) + 4) + 40;
-  const svg = el("svg", { xmlns: SVGNS, width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img" });
+  const pyramid = Boolean(colsDim) && isAge(rowsDim) && /^SEX$/i.test(colsDim) && series.length === 2;
   const what = stat === "n" ? "unweighted counts" : "weighted counts";
-  const title = pyramid ? `Population pyramid: ${varInfo(rowsDim).label} by ${varInfo(colsDim).label} (protected ${what})`
-    : `${varInfo(rowsDim).label}${colsDim ? " by " + varInfo(colsDim).label : ""} (protected ${what})`;
-  svg.appendChild(el("title", {}, title));
-  svg.appendChild(el("rect", { x: 0, y: 0, width: W, height: H, fill: "#ffffff" }));
-  svg.appendChild(el("text", { x: 8, y: 18, "font-weight": "600" }, title));
-  const colors = ["#1f5f99", "#c4541a", "#3a8a3a", "#7b4ea3", "#a0761c", "#2a8a8a", "#9c2f5a", "#555555"];
-  const max = Math.max(1, ...rows.flatMap((r) => series.map((sv) => num(find(r, sv)))));
-  if (pyramid) {
-    const mid = left + (W - left - 20) / 2, half = (W - left - 30) / 2;
-    // Oldest at the top, as population pyramids are drawn.
-    [...rows].reverse().forEach((r, i) => {
-      const y = top + i * rowH;
-      svg.appendChild(el("text", { x: left - 6, y: y + 12, "text-anchor": "end" }, labelOf(rowsDim, r)));
-      series.forEach((sv, k) => {
-        const w = (num(find(r, sv)) / max) * half;
-        svg.appendChild(el("rect", { x: k === 0 ? mid - w : mid, y, width: w, height: rowH - 3, fill: colors[k] }));
-      });
-    });
-    series.forEach((sv, k) => svg.appendChild(el("text", { x: k === 0 ? left : W - 20, y: H - 12, "text-anchor": k === 0 ? "start" : "end", fill: colors[k] }, labelOf(colsDim, sv))));
-  } else {
-    let y = top;
-    for (const r of rows) {
-      svg.appendChild(el("text", { x: left - 6, y: y + 12, "text-anchor": "end" }, labelOf(rowsDim, r)));
-      series.forEach((sv, k) => {
-        const v = num(find(r, sv));
-        svg.appendChild(el("rect", { x: left, y, width: (v / max) * (W - left - 90), height: rowH - 3, fill: colors[k % colors.length] }));
-        svg.appendChild(el("text", { x: left + (v / max) * (W - left - 90) + 4, y: y + 12 }, fmt(find(r, sv) ? find(r, sv)[stat] : null, stat)));
-        y += rowH;
-      });
-      y += 4;
-    }
-    if (colsDim) series.forEach((sv, k) => svg.appendChild(el("text", { x: left + k * 110, y: H - 12, fill: colors[k % colors.length] }, labelOf(colsDim, sv))));
+  const where = layerDim ? `, ${varInfo(layerDim).label}: ${labelOf(layerDim, layer)}` : "";
+  const name = `${varInfo(rowsDim).label}${colsDim ? " by " + varInfo(colsDim).label : ""}${where}`;
+  const title = pyramid ? `Population pyramid: ${name} (protected ${what})` : `${name} (protected ${what})`;
+  return { rowsDim, colsDim, stat, rows, series, find, value, pyramid, title, axis: stat === "n" ? "Count" : "Weighted count" };
+}
+
+// A value axis with round steps (1, 2, 2.5 or 5 times a power of ten) reaching past the largest value.
+function niceScale(max) {
+  const raw = Math.max(max, 1) / 4;
+  const power = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * power).find((s) => s >= raw);
+  const top = Math.ceil(Math.max(max, 1) / step) * step;
+  const ticks = [];
+  for (let t = 0; t <= top + step / 2; t += step) ticks.push(t);
+  return { top, ticks };
+}
+
+// The lines under an exported chart: the universe, the source and the protection.
+function chartNotes(doc) {
+  const statement = (doc.meta.footnotes && doc.meta.footnotes.statement) || [];
+  const citation = doc.meta.footnotes && doc.meta.footnotes.citation;
+  const source = statement.find((s) => s.startsWith("Source:")) || (citation ? `Source: ${citation}` : null);
+  const protection = statement.find((s) => s.startsWith("Protection:"));
+  const lines = [tableUniverse(doc.meta), source, protection, "Suppressed cells are drawn as zero."];
+  return lines.filter(Boolean).flatMap((line) => wrap(line, 115));
+}
+
+function wrap(text, width) {
+  const lines = [];
+  let line = "";
+  for (const word of text.split(" ")) {
+    if (line && line.length + word.length + 1 > width) { lines.push(line); line = word; } else line = line ? `${line} ${word}` : word;
   }
+  return line ? [...lines, line] : lines;
+}
+
+function drawChart(doc) {
+  const data = chartData(doc);
+  const notes = chartNotes(doc);
+  const W = 720, rowH = 18, top = 30, left = 170;
+  const plotH = data.rows.length * (data.pyramid ? rowH : rowH * Math.max(1, data.series.length) + 4);
+  const legendY = top + plotH + 44;
+  const H = legendY + 12 + notes.length * 14 + 8;
+  // Fonts as attributes, not page CSS: an exported SVG carries them too.
+  const svg = el("svg", { xmlns: SVGNS, width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "font-family": "system-ui, sans-serif", "font-size": 11, fill: "#1a1a1a" });
+  svg.appendChild(el("title", {}, data.title));
+  svg.appendChild(el("rect", { x: 0, y: 0, width: W, height: H, fill: "#ffffff" }));
+  svg.appendChild(el("text", { x: 8, y: 18, "font-weight": "600" }, data.title));
+  const max = Math.max(1, ...data.rows.flatMap((r) => data.series.map((s) => data.value(r, s))));
+  const scale = niceScale(max);
+  const geometry = { W, rowH, top, left, plotH, legendY };
+  if (data.pyramid) drawPyramid(svg, data, scale, geometry); else drawBars(svg, data, scale, geometry);
+  notes.forEach((line, i) => svg.appendChild(el("text", { x: 8, y: legendY + 24 + i * 14, "font-size": 10, class: "note" }, line)));
   $("chart").replaceChildren(svg);
-  svg.setAttribute("aria-label", title);
-  $("chart-caption").textContent = `${title}. Drawn from the protected values in the table above; suppressed cells are drawn as zero.`;
+  svg.setAttribute("aria-label", data.title);
+  $("chart-caption").textContent = `${data.title}. Drawn from the protected values in the table above; suppressed cells are drawn as zero.`;
   $("chart-box").hidden = false;
+}
+
+const COLORS = ["#1f5f99", "#c4541a", "#3a8a3a", "#7b4ea3", "#a0761c", "#2a8a8a", "#9c2f5a", "#555555"];
+
+// A value axis along y = at, from x0 (value 0) to x1 (value top); sign -1 runs leftwards.
+function valueAxis(svg, scale, x0, x1, at) {
+  svg.appendChild(el("line", { x1: Math.min(x0, x1), x2: Math.max(x0, x1), y1: at, y2: at, stroke: "#555", class: "axis" }));
+  for (const t of scale.ticks) {
+    const x = x0 + ((x1 - x0) * t) / scale.top;
+    svg.appendChild(el("line", { x1: x, x2: x, y1: at, y2: at + 4, stroke: "#555" }));
+    svg.appendChild(el("text", { x, y: at + 15, "text-anchor": "middle", class: "tick" }, Math.round(t).toLocaleString()));
+  }
+}
+
+function drawPyramid(svg, data, scale, g) {
+  const mid = g.left + (g.W - g.left - 20) / 2, half = (g.W - g.left - 60) / 2;
+  // Oldest at the top, as population pyramids are drawn.
+  [...data.rows].reverse().forEach((r, i) => {
+    const y = g.top + i * g.rowH;
+    svg.appendChild(el("text", { x: g.left - 6, y: y + 12, "text-anchor": "end" }, labelOf(data.rowsDim, r)));
+    data.series.forEach((s, k) => {
+      const w = (data.value(r, s) / scale.top) * half;
+      svg.appendChild(el("rect", { x: k === 0 ? mid - w : mid, y, width: w, height: g.rowH - 3, fill: COLORS[k] }));
+    });
+  });
+  const at = g.top + g.plotH + 2;
+  valueAxis(svg, scale, mid, mid - half, at);
+  valueAxis(svg, scale, mid, mid + half, at);
+  svg.appendChild(el("text", { x: mid, y: at + 30, "text-anchor": "middle", class: "axis-title" }, data.axis));
+  data.series.forEach((s, k) => svg.appendChild(el("text", { x: k === 0 ? mid - half : mid + half, y: g.legendY, "text-anchor": k === 0 ? "start" : "end", fill: COLORS[k] }, labelOf(data.colsDim, s))));
+}
+
+function drawBars(svg, data, scale, g) {
+  const width = g.W - g.left - 90;
+  let y = g.top;
+  for (const r of data.rows) {
+    svg.appendChild(el("text", { x: g.left - 6, y: y + 12, "text-anchor": "end" }, labelOf(data.rowsDim, r)));
+    data.series.forEach((s, k) => {
+      const w = (data.value(r, s) / scale.top) * width;
+      const cell = data.find(r, s);
+      svg.appendChild(el("rect", { x: g.left, y, width: w, height: g.rowH - 3, fill: COLORS[k % COLORS.length] }));
+      svg.appendChild(el("text", { x: g.left + w + 4, y: y + 12 }, fmt(cell ? cell[data.stat] : null, data.stat)));
+      y += g.rowH;
+    });
+    y += 4;
+  }
+  const at = g.top + g.plotH + 2;
+  valueAxis(svg, scale, g.left, g.left + width, at);
+  svg.appendChild(el("text", { x: g.left + width / 2, y: at + 30, "text-anchor": "middle", class: "axis-title" }, data.axis));
+  if (data.colsDim) data.series.forEach((s, k) => svg.appendChild(el("text", { x: g.left + k * 110, y: g.legendY, fill: COLORS[k % COLORS.length] }, labelOf(data.colsDim, s))));
 }
 
 function chartSvgText() {
@@ -512,8 +859,30 @@ function save(blob, filename) {
   document.body.appendChild(a); a.click(); a.remove();
 }
 
+// A chart's file name is the table's (output/_describe.file_stem, which names the server's
+// downloads): AGEGRP-by-SEX, then each condition's category labels, or above three
+// categories the variable and how many it keeps (REGION-5-categories); ASCII, 120 at most.
+const filePart = (text) => String(text).normalize("NFKD").replace(/[^\x00-\x7f]/g, "").replace(/[^A-Za-z0-9_]+/g, "-").replace(/^-+|-+$/g, "");
+function fileStem(doc) {
+  const parts = [doc.meta.dimensions.join("-by-")];
+  for (const [name, codes] of Object.entries(doc.meta.universe || {})) {
+    if (codes.length > 3) parts.push(`${name}-${codes.length}-categories`);
+    else parts.push(...codes.map((c) => labelOf(name, c)));
+  }
+  const stem = parts.map(filePart).filter(Boolean).join("-") || "table";
+  if (stem.length <= 120) return stem;
+  const cut = stem.slice(0, 121);
+  return cut.includes("-") ? cut.slice(0, cut.lastIndexOf("-")) : cut.slice(0, 120);
+}
+
+function attachmentName(response, fallback) {
+  const match = /filename="([^"]+)"/.exec(response.headers.get("content-disposition") || "");
+  return match ? match[1] : fallback;
+}
+
 async function exportChart(format) {
-  const name = `${$("dataset").value}-chart.${format}`;
+  if (!state.doc) return;
+  const name = `${fileStem(state.doc)}-chart.${format}`;
   const text = chartSvgText();
   if (format === "svg") { save(new Blob([text], { type: "image/svg+xml" }), name); return; }
   const svg = $("chart").querySelector("svg");
@@ -526,60 +895,59 @@ async function exportChart(format) {
   canvas.toBlob((blob) => save(blob, name), "image/png");
 }
 
+// A download is always of the table on screen (state.last is cleared with it).
 async function download(format) {
-  if (!state.last) return;
+  const body = state.last, doc = state.doc;
+  if (!body || !doc) return;
   $("message").textContent = "";
   try {
     const name = $("dataset").value;
-    const response = await api(`/api/datasets/${encodeURIComponent(name)}/tables?format=${format}`, { method: "POST", body: JSON.stringify(state.last) });
-    const blob = await response.blob();
-    const a = document.createElement("a");
-    a.href = URL.createObjectURL(blob);
-    a.download = `${name}-table.${format}`;
-    document.body.appendChild(a); a.click(); a.remove();
+    const response = await api(`/api/datasets/${encodeURIComponent(name)}/tables?format=${format}`, { method: "POST", body: JSON.stringify(body) });
+    save(await response.blob(), attachmentName(response, `${fileStem(doc)}.${format}`));
   } catch (e) {
     $("message").textContent = e.message;
   }
 }
 
-async function start() {
+async function loadSite() {
+  $("message").textContent = "";
   try {
     const list = await (await api("/api/datasets")).json();
     state.datasets = list.datasets;
-    for (const d of list.datasets) $("dataset").appendChild(option(d.name, d.title));
+    $("dataset").replaceChildren(...list.datasets.map((d) => option(d.name, d.title)));
     await loadDataset();
   } catch (e) {
     $("message").textContent = e.message;
+    return;
   }
-  $("dataset").addEventListener("change", loadDataset);
+  await restoreFromUrl();
+}
+
+function wire() {
+  $("key-form").addEventListener("submit", useKey);
+  $("key-forget").addEventListener("click", forgetKey);
+  $("dataset").addEventListener("change", () => loadDataset().catch((e) => { $("message").textContent = e.message; }));
   $("uvar").addEventListener("change", fillCategories);
-  $("add-condition").addEventListener("click", () => {
-    const codes = [...$("ucats").selectedOptions].map((o) => o.value);
-    if (!codes.length) { $("message").textContent = "Select at least one category for the condition."; return; }
-    $("message").textContent = "";
-    state.conditions[$("uvar").value] = codes;
-    renderConditions();
-  });
+  for (const id of DIMENSIONS) $(id).addEventListener("change", () => { $("dims-status").textContent = ""; });
   $("builder").addEventListener("submit", build);
   $("cancel").addEventListener("click", () => { if (state.controller) state.controller.abort(); });
   $("var-search").addEventListener("input", search);
   $("gvar").addEventListener("change", fillGroupCategories);
-  $("add-group").addEventListener("click", () => {
-    const members = [...$("gcats").selectedOptions].map((o) => o.value);
-    const label = $("glabel").value.trim();
-    if (!members.length || !label) { $("message").textContent = "Select categories and give the group a name."; return; }
-    const v = varInfo($("gvar").value);
-    const numeric = v.categories.length && typeof v.categories[0].code === "number";
-    $("message").textContent = "";
-    state.groups.push({ variable: v.name, label, members: members.map((c) => (numeric ? Number(c) : c)) });
-    $("glabel").value = "";
-    renderGroups(); fillVariables();
-  });
+  $("add-group").addEventListener("click", addGroup);
   $("download-svg").addEventListener("click", () => exportChart("svg"));
   $("download-png").addEventListener("click", () => exportChart("png"));
-  await restoreFromUrl();
   $("download-csv").addEventListener("click", () => download("csv"));
   $("download-xlsx").addEventListener("click", () => download("xlsx"));
+}
+
+async function start() {
+  wire();
+  if (keysRequired()) showKeyForm(!apiKey());
+  if (keysRequired() && !apiKey()) {
+    $("key-status").textContent = 'This site needs an API key: enter it above and press "Use this key".';
+    return;
+  }
+  await loadSite();
 }
 
 start();
