@@ -163,6 +163,10 @@ class CubeCache(Engine):
             self._cubes.clear()
         self.engine.close()
 
+    def bucket_counts(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates | None:
+        """The wrapped engine's (key buckets are not in the cubes)."""
+        return self.engine.bucket_counts(dataset, plan)
+
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """The aggregates of ``plan``, derived from its cube when one serves."""
         cube_plan = self._cube_plan(dataset, plan)

@@ -9,6 +9,7 @@ a useful cross-check.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -184,6 +185,19 @@ class MemoryEngine(Engine):
             np.ravel_multi_index(tuple(index), shape) if len(sub) else np.zeros(0, dtype=np.int64)
         )
         return sub, flat, shape
+
+    def bucket_counts(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
+        """Counts per cell and key bucket (``record key % B``, the last dimension's ``B`` codes)."""
+        self.ensure_valid(dataset)
+        buckets = plan.dimensions[-1].size
+        sub, flat, shape = self._cells(dataset, replace(plan, dimensions=plan.dimensions[:-1]))
+        bucket = sub[plan.record_key].to_numpy().astype(np.int64) % buckets
+        size = int(np.prod(shape)) * buckets
+        n = np.bincount(flat * buckets + bucket, minlength=size).astype(np.int64)
+        n = n.reshape((*shape, buckets))
+        return CellAggregates.from_inner(
+            plan.dimensions, plan.grouping_sets, n=n, key_sum=np.zeros(n.shape, dtype=np.uint64)
+        )
 
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """Aggregate the inner cells with numpy and add up the margins."""

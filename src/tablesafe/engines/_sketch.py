@@ -9,11 +9,12 @@ count. Record keys are uniform random integers, so unrelated sets of the
 same size are far apart (two sets of 1,000 records: about 290 apart for
 ``B = 64``).
 
-The sketch is one extra ``GROUP BY GROUPING SETS`` query, the table's own
-with the bucket added to every grouping set, written with the engine's
-tabulation query (:func:`~tablesafe.engines._sql.tabulation_sql`) over the
-records with a bucket column. Counts are integers, so every engine gives
-the same sketch.
+The sketch is one extra query, the table's own with the bucket added to
+every grouping set: each engine answers it with
+:meth:`~tablesafe.engines.Engine.bucket_counts` (DuckDB: a ``GROUP BY
+GROUPING SETS`` over the records with a bucket column; memory: a
+``bincount``; the cube cache asks the engine it wraps). Counts are
+integers, so every engine gives the same sketch.
 """
 
 from __future__ import annotations
@@ -26,12 +27,9 @@ import numpy.typing as npt
 
 from tablesafe._request import DimensionPlan, TabulationPlan
 from tablesafe.catalog._dataset import Dataset
-from tablesafe.cells._aggregates import CellAggregates
 
 if TYPE_CHECKING:
     from tablesafe.engines._base import Engine
-    from tablesafe.engines._duckdb import DuckDBEngine
-    from tablesafe.engines._memory import MemoryEngine
 
 __all__ = ["BUCKET_COLUMN", "key_buckets"]
 
@@ -78,64 +76,9 @@ def key_buckets(
         dimension's last slot its total), or ``None`` for an engine that
         cannot compute them (Spark): the guard then counts every candidate.
     """
-    from tablesafe.engines._cube import CubeCache
-    from tablesafe.engines._duckdb import DuckDBEngine
-    from tablesafe.engines._memory import MemoryEngine
-
-    while isinstance(engine, CubeCache):
-        engine = engine.engine
-    ext = _bucket_plan(plan, buckets)
-    if isinstance(engine, DuckDBEngine):
-        agg = _duckdb(engine, dataset, ext, buckets)
-    elif isinstance(engine, MemoryEngine):
-        agg = _memory(engine, dataset, ext, buckets)
-    else:
+    agg = engine.bucket_counts(dataset, _bucket_plan(plan, buckets))
+    if agg is None:
         return None
     # Drop the bucket's total slot and put the bucket first.
     n: npt.NDArray[np.int64] = np.moveaxis(agg.n[..., :buckets], -1, 0)
     return np.ascontiguousarray(n)
-
-
-def _duckdb(
-    engine: DuckDBEngine, dataset: Dataset, ext: TabulationPlan, buckets: int
-) -> CellAggregates:
-    from tablesafe.engines._base import assemble_grouped
-    from tablesafe.engines._duckdb import _DIALECT, _ident, _values
-    from tablesafe.engines._sql import tabulation_sql
-
-    engine.ensure_valid(dataset)
-    key = _ident(ext.record_key)
-    used = dict.fromkeys(
-        [*(d.column for d in ext.dimensions[:-1]), *(c for c, _ in ext.universe), ext.record_key]
-    )
-    columns = ", ".join(_ident(c) for c in used)
-    source = (
-        f"(SELECT {columns}, CAST({key} % {int(buckets)} AS BIGINT) AS {BUCKET_COLUMN} "
-        f"FROM {engine._scan(dataset)})"
-    )
-    sql, params = tabulation_sql(ext, source, _DIALECT)
-    res = engine._run(sql, params, timeout=engine._timeout, fetch="numpy")
-    return assemble_grouped(
-        ext,
-        grouping=_values(res["ts_grouping"], int),
-        codes=[_values(res[d.column]) for d in ext.dimensions],
-        n=_values(res["ts_n"], int),
-        key_sum=_values(res["ts_key"], int),
-        weight_sum=None,
-        replicate_sums=None,
-    )
-
-
-def _memory(
-    engine: MemoryEngine, dataset: Dataset, ext: TabulationPlan, buckets: int
-) -> CellAggregates:
-    engine.ensure_valid(dataset)
-    inner = replace(ext, dimensions=ext.dimensions[:-1])
-    sub, flat, shape = engine._cells(dataset, inner)
-    bucket = sub[ext.record_key].to_numpy().astype(np.int64) % buckets
-    size = int(np.prod(shape)) * buckets
-    n = np.bincount(flat * buckets + bucket, minlength=size).astype(np.int64)
-    n = n.reshape((*shape, buckets))
-    return CellAggregates.from_inner(
-        ext.dimensions, ext.grouping_sets, n=n, key_sum=np.zeros(n.shape, dtype=np.uint64)
-    )
