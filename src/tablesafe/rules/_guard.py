@@ -399,9 +399,15 @@ class SetIndex:
         return self._published_by_key.get((s.fingerprint, s.text, key_id), set())
 
     def near(self, s: RecordSet, m: int) -> npt.NDArray[np.int64]:
-        """Rows whose size is within ``m`` of ``s`` and whose sketch may be (L1 below ``m``)."""
+        """Rows of ``m`` records or more, within ``m`` of ``s`` in size and maybe in sketch.
+
+        A sketch may be near when its L1 distance is below ``m``. Stored sets
+        of fewer than ``m`` records are never a pair's other side (the pair
+        check always skipped them): leaving them out here skips the densest
+        sizes, where most stored sets are.
+        """
         self._flush()
-        lo = int(np.searchsorted(self._sorted, s.size - m + 1, side="left"))
+        lo = int(np.searchsorted(self._sorted, max(s.size - m + 1, m), side="left"))
         hi = int(np.searchsorted(self._sorted, s.size + m - 1, side="right"))
         rows: npt.NDArray[np.int64] = self._order[lo:hi]
         if s.sketch is None or len(rows) == 0:
@@ -685,9 +691,9 @@ def _refuse(check: _Check, x: RecordSet, row: int | None, whole: bool) -> Refuse
 def _pairs(check: _Check, x: RecordSet, compare: frozenset[str] | set[str]) -> None:
     """Refuse ``x`` if a published set near it differs from it by 1 .. m-1 records."""
     index, m = check.index, check.m
-    for row in index.near(x, m).tolist():
+    for row in index.near(x, m).tolist():  # (sets of m records or more)
         y = index.sets[row]
-        if y.size < m or (check.only is not None and index.keys[row] != check.only):
+        if check.only is not None and index.keys[row] != check.only:
             continue
         shared = compare & y.columns
         if not shared:
