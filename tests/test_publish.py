@@ -116,6 +116,9 @@ def test_xlsx_first_sheets_are_the_crosstab_as_shown(demo_dir, dims):
     # The first figure (below the layer's name in a 3-way table): whole numbers, separated.
     first = book.worksheets[0].cell(row=5 + (len(dims) > 2), column=2)
     assert isinstance(first.value, int) and first.number_format == "#,##0"
+    # Means are rounded to 0.01 by the site: two decimals.
+    means = [c for row in book["Mean INCOME"].iter_rows() for c in row[1:]]
+    assert {c.number_format for c in means if isinstance(c.value, float)} == {"#,##0.00"}
 
 
 def test_xlsx_about_sheet_reads_as_text(site):
@@ -127,6 +130,7 @@ def test_xlsx_about_sheet_reads_as_text(site):
     assert items["Universe"] == "Region is North or North East"
     assert items["Universe in codes"] == "REGION: 1, 2"
     assert items["Source"].startswith("tablesafe demo survey")
+    assert items["Rounding of weighted figures"] == "1"
     text = " ".join(str(v) for r in about for v in r if v is not None)
     # No Python dict or list of codes: settings read "key: value; key: value".
     assert "{" not in text and "[" not in text and "': " not in text
