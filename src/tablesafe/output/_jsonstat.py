@@ -43,7 +43,7 @@ from tablesafe.output._render import TOTAL_CODE, TOTAL_LABEL, _plain
 
 if TYPE_CHECKING:
     from tablesafe._request import DimensionPlan
-    from tablesafe.output._table import ProtectedTable
+    from tablesafe.output._published import Published
 
 __all__ = ["STATUS", "jsonstat_bytes", "jsonstat_dataset", "statistic_dimension_id"]
 
@@ -64,7 +64,7 @@ def statistic_dimension_id(names: list[str]) -> str:
     return out
 
 
-def _kept(table: ProtectedTable) -> list[np.ndarray]:
+def _kept(table: Published) -> list[np.ndarray]:
     """For each axis, the positions some published cell uses (a total only if a margin is)."""
     computed = table.computed
     out = []
@@ -74,7 +74,7 @@ def _kept(table: ProtectedTable) -> list[np.ndarray]:
     return out
 
 
-def _dimension(d: DimensionPlan, kept: np.ndarray, table: ProtectedTable) -> dict[str, Any]:
+def _dimension(d: DimensionPlan, kept: np.ndarray, table: Published) -> dict[str, Any]:
     """One table dimension: its categories (and total), labels, child, members and hierarchy."""
     codes = [*map(str, d.codes), TOTAL_CODE]
     labels = [*d.labels, TOTAL_LABEL]
@@ -102,7 +102,7 @@ def _dimension(d: DimensionPlan, kept: np.ndarray, table: ProtectedTable) -> dic
     return out
 
 
-def _hierarchy(d: DimensionPlan, inner: list[str], table: ProtectedTable) -> dict[str, Any]:
+def _hierarchy(d: DimensionPlan, inner: list[str], table: Published) -> dict[str, Any]:
     """The catalog hierarchy ``d`` is a level of below its top: the level above, each parent."""
     catalog = table.catalog
     if catalog is None:
@@ -121,9 +121,7 @@ def _hierarchy(d: DimensionPlan, inner: list[str], table: ProtectedTable) -> dic
     return {}
 
 
-def _cells(
-    table: ProtectedTable, kept: list[np.ndarray]
-) -> tuple[list[Any], dict[str, str], list[str]]:
+def _cells(table: Published, kept: list[np.ndarray]) -> tuple[list[Any], dict[str, str], list[str]]:
     """The values (row-major, the statistic fastest), the status by position, the statistics."""
     stats = table.statistics()
     names = list(stats)
@@ -154,7 +152,7 @@ def _cells(
     return values.reshape(-1).tolist(), marked, names
 
 
-def _status_legend(table: ProtectedTable, notes: Mapping[str, Any]) -> dict[str, str]:
+def _status_legend(table: Published, notes: Mapping[str, Any]) -> dict[str, str]:
     """Each status code this table can carry, with its meaning from the footnotes' flags."""
     flags = dict(notes.get("flags", {}))
     out = {STATUS["structural_zero"]: str(flags["structural_zero"])}
@@ -166,7 +164,7 @@ def _status_legend(table: ProtectedTable, notes: Mapping[str, Any]) -> dict[str,
     return out
 
 
-def jsonstat_dataset(table: ProtectedTable) -> dict[str, Any]:
+def jsonstat_dataset(table: Published) -> dict[str, Any]:
     """The table as a JSON-stat 2.0 dataset (a dict ready for a JSON writer)."""
     meta = table.public_metadata()
     notes = meta["footnotes"]
@@ -202,7 +200,7 @@ def jsonstat_dataset(table: ProtectedTable) -> dict[str, Any]:
     return doc
 
 
-def jsonstat_bytes(table: ProtectedTable) -> bytes:
+def jsonstat_bytes(table: Published) -> bytes:
     """The JSON-stat document as UTF-8 bytes (the same table, the same bytes)."""
     return orjson.dumps(
         jsonstat_dataset(table),

@@ -55,7 +55,7 @@ from tablesafe.output._jsonstat import statistic_dimension_id
 from tablesafe.output._render import TOTAL_CODE, TOTAL_LABEL, to_csv
 
 if TYPE_CHECKING:
-    from tablesafe.output._table import ProtectedTable
+    from tablesafe.output._published import Published
 
 __all__ = ["AGENCY", "CONF_STATUS", "OBS_STATUS", "VERSION", "dataflow", "sdmx_csv"]
 
@@ -80,7 +80,7 @@ def dataflow(dataset: str) -> str:
     return f"{AGENCY}:{ident}({VERSION})"
 
 
-def _changes(table: ProtectedTable, statistic: str) -> bool:
+def _changes(table: Published, statistic: str) -> bool:
     """Whether the protection changes (or derives from changed) values of ``statistic``."""
     counts = str(table.mechanism.get("name", "none")) != "none"
     mags = table.metadata.get("magnitudes")
@@ -108,7 +108,7 @@ def _named(codes: np.ndarray, names: Mapping[str, str]) -> np.ndarray:
     return out
 
 
-def _rows(table: ProtectedTable) -> dict[str, np.ndarray]:
+def _rows(table: Published) -> dict[str, np.ndarray]:
     """The observation columns: dimension positions, statistic, value, statuses, comment."""
     stats = table.statistics()
     names = list(stats)
@@ -155,7 +155,7 @@ def _rows(table: ProtectedTable) -> dict[str, np.ndarray]:
     return out
 
 
-def _labelled(table: ProtectedTable, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _labelled(table: Published, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The rows with every code written ``ID: name``."""
     stat_names = table.statistic_labels()
     for d in table.dimensions:
@@ -167,7 +167,7 @@ def _labelled(table: ProtectedTable, rows: dict[str, np.ndarray]) -> dict[str, n
     return rows
 
 
-def sdmx_csv(table: ProtectedTable, *, footnotes: bool = True, labels: bool = False) -> str:
+def sdmx_csv(table: Published, *, footnotes: bool = True, labels: bool = False) -> str:
     """The table as an SDMX-CSV 2.0 data message.
 
     Args:
@@ -219,7 +219,7 @@ _ATTRIBUTE_NAMES = {
 }
 
 
-def _header(column: str, table: ProtectedTable, stat_id: str) -> str:
+def _header(column: str, table: Published, stat_id: str) -> str:
     """A column header with its name (``labels=both``); the structure columns stay as they are."""
     dims = {d.name: d.label for d in table.dimensions}
     name = dims.get(column) or _ATTRIBUTE_NAMES.get(column)

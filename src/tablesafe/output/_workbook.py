@@ -27,7 +27,7 @@ from tablesafe.output._render import TOTAL_LABEL
 from tablesafe.output._xlsx import BOLD, NUMBER, Grid, workbook_bytes
 
 if TYPE_CHECKING:
-    from tablesafe.output._table import ProtectedTable
+    from tablesafe.output._published import Published
 
 __all__ = ["sheet_names", "table_workbook"]
 
@@ -59,7 +59,7 @@ def sheet_names(statistics: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _decimals(table: ProtectedTable, statistic: str, values: np.ndarray) -> int:
+def _decimals(table: Published, statistic: str, values: np.ndarray) -> int:
     """Decimals a statistic's number format shows: none for whole numbers, else its rounding's."""
     numbers = [v for v in values.reshape(-1).tolist() if isinstance(v, int | float)]
     if all(float(v).is_integer() for v in numbers if math.isfinite(v)):
@@ -79,7 +79,7 @@ def _cell(value: object, style: int) -> object:
 
 
 def _block(
-    table: ProtectedTable, values: np.ndarray, layer: tuple[int, ...], style: int
+    table: Published, values: np.ndarray, layer: tuple[int, ...], style: int
 ) -> list[list[object]]:
     """One layer's cross-tab: a header row of column labels, then a row per row category."""
     dims = table.dimensions
@@ -108,7 +108,7 @@ def _block(
 
 
 def _statistic_sheet(
-    table: ProtectedTable, statistic: str, values: np.ndarray, notes: Sequence[str]
+    table: Published, statistic: str, values: np.ndarray, notes: Sequence[str]
 ) -> Grid:
     """One statistic's cross-tab, layer by layer, between the title and the statement."""
     dims = table.dimensions
@@ -146,7 +146,7 @@ def _words(value: object) -> str:
     return str(value)
 
 
-def _about(table: ProtectedTable, meta: Mapping[str, Any]) -> Grid:
+def _about(table: Published, meta: Mapping[str, Any]) -> Grid:
     """The about sheet: the table in words, its source, its notes, then its settings."""
     notes = meta["footnotes"]
     catalog = table.catalog
@@ -184,7 +184,7 @@ def _about(table: ProtectedTable, meta: Mapping[str, Any]) -> Grid:
     return Grid(rows, widths=[28, 100])
 
 
-def table_workbook(table: ProtectedTable) -> bytes:
+def table_workbook(table: Published) -> bytes:
     """The table's workbook: a sheet per statistic (cross-tab), ``cells`` and ``about``."""
     meta = table.public_metadata()
     shown = table.shown_statistics()

@@ -1,0 +1,82 @@
+"""What the publishing formats read of a protected table.
+
+:class:`~tablesafe.ProtectedTable` imports its writers (JSON-stat, SDMX-CSV,
+the workbook) when asked for them; the writers name what they read here
+rather than importing the table's module, so no import runs in a circle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tablesafe._request import DimensionPlan, TableRequest
+    from tablesafe.catalog import Catalog
+
+__all__ = ["Published"]
+
+
+class Published(Protocol):
+    """A protected table as its writers see it (``ProtectedTable`` is one)."""
+
+    @property
+    def request(self) -> TableRequest: ...
+
+    @property
+    def dimensions(self) -> tuple[DimensionPlan, ...]: ...
+
+    @property
+    def computed(self) -> npt.NDArray[np.bool_]: ...
+
+    @property
+    def structural_zero(self) -> npt.NDArray[np.bool_]: ...
+
+    @property
+    def suppressed(self) -> npt.NDArray[np.bool_] | None: ...
+
+    @property
+    def suppressed_display(self) -> str | None: ...
+
+    @property
+    def sensitive(self) -> Mapping[str, npt.NDArray[np.bool_]] | None: ...
+
+    @property
+    def mechanism(self) -> Mapping[str, Any]: ...
+
+    @property
+    def metadata(self) -> Mapping[str, Any]: ...
+
+    @property
+    def catalog(self) -> Catalog | None: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def title(self) -> str: ...
+
+    @property
+    def universe_label(self) -> str: ...
+
+    @property
+    def rounding(self) -> str | None: ...
+
+    def statistics(self) -> dict[str, np.ndarray]: ...
+
+    def shown_statistics(self) -> dict[str, np.ndarray]: ...
+
+    def statistic_labels(self) -> dict[str, str]: ...
+
+    def public_metadata(self) -> dict[str, Any]: ...
+
+    def footnotes(self) -> dict[str, Any]: ...
+
+    def to_frame(
+        self, *, labels: bool = False, flags: bool = True, owner: bool = False
+    ) -> pd.DataFrame: ...
