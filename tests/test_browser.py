@@ -120,8 +120,9 @@ def test_build_a_table_and_download_csv(served, browser, tmp_path):
     path = tmp_path / "table.csv"
     info.value.save_as(path)
     downloaded = pd.read_csv(path, comment="#")
+    # The page's CSV is the API's with labels beside the codes.
     api = httpx.post(
-        f"{served}/api/datasets/demo/tables?format=csv",
+        f"{served}/api/datasets/demo/tables?format=csv&labels=true",
         json={
             "dimensions": ["AGEGRP", "SEX"],
             "universe": {"REGION": [1, 2]},

@@ -127,6 +127,7 @@ def test_a_fresh_page_builds_its_default_table(url, browser, tmp_path):  # noqa:
     roots = _roots(url)
     rows, cols = page.input_value("#rows"), page.input_value("#cols")
     assert rows and cols and roots[rows] != roots[cols]
+    assert (rows, cols) == ("REGION", "SEX")  # the demo's first variable, then not Zone
     page.screenshot(path=str(_screenshots(tmp_path) / "builder-fresh.png"))
     text = _build(page)
     total = next(
@@ -195,6 +196,26 @@ def test_ticking_categories_is_the_universe(url, browser):  # noqa: F811
     page.select_option("#uvar", "AGEGRP")
     assert page.is_checked("#ucats-list input[value='3']")
     assert "Age group is 25-34" in page.inner_text("#universe-words")
+    # Unticking a variable's last category takes its condition away.
+    page.uncheck("#ucats-list input[value='3']")
+    page.select_option("#uvar", "REGION")
+    page.uncheck("#ucats-list input[value='2']")
+    assert page.inner_text("#universe-words") == "Universe: All records."
+    # A condition on custom groups goes when the groups change (their codes then mean
+    # other records).
+    page.select_option("#gvar", "AGE")
+    page.select_option("#gcats", [str(a) for a in range(30)])
+    page.fill("#glabel", "Under 30")
+    page.click("#add-group")
+    page.select_option("#uvar", "AGE_C")
+    page.check("#ucats-list input[value='g1']")
+    assert page.inner_text("#universe-words") == (
+        "Universe: Age in single years (custom groups) is Under 30."
+    )
+    page.select_option("#gcats", [str(a) for a in range(30, 60)])
+    page.fill("#glabel", "30 to 59")
+    page.click("#add-group")
+    assert page.inner_text("#universe-words") == "Universe: All records."
     page.close()
 
 
@@ -215,6 +236,7 @@ def test_a_refusal_leaves_nothing_of_the_previous_table(url, browser, tmp_path):
     assert page.locator("table.cross").count() == 0 and page.inner_text("#result") == ""
     assert page.is_hidden("#chart-box") and page.is_hidden("#outputs")
     assert "table=" not in page.url
+    page.locator("#universe-words").scroll_into_view_if_needed()
     page.screenshot(path=str(_screenshots(tmp_path) / "builder-refusal.png"))
     # The download buttons, even clicked from a script, fetch nothing: there is no table.
     tables: list[str] = []
@@ -252,7 +274,7 @@ def test_a_three_way_table_shows_one_layer_at_a_time(url, browser, tmp_path):  #
             assert f"{c['n']:,}" in counts
     assert "Region: North West" in page.inner_html("#chart")
     _axe(page)
-    page.screenshot(path=str(_screenshots(tmp_path) / "builder-layers.png"), full_page=True)
+    page.locator("#result").screenshot(path=str(_screenshots(tmp_path) / "builder-layers.png"))
     # The link keeps the layer shown.
     link = page.get_attribute("#share", "href")
     assert link and "layer=3" in link
@@ -280,6 +302,7 @@ def test_title_icon_and_phone_width(url, browser, tmp_path):  # noqa: F811
     assert width <= 390, f"the page scrolls sideways: {width} px wide"
     box = page.locator(".table-scroll").first
     assert box.evaluate("e => e.scrollWidth > e.clientWidth")  # the table scrolls in its box
+    assert box.get_attribute("tabindex") == "0"  # and Tab reaches the box
     page.locator("#table-title").scroll_into_view_if_needed()
     page.screenshot(path=str(_screenshots(tmp_path) / "builder-phone.png"))
     assert page.title().endswith(f" — {TITLE}")
@@ -289,7 +312,7 @@ def test_title_icon_and_phone_width(url, browser, tmp_path):  # noqa: F811
 
 
 def _ticks_and_bars(svg: ET.Element) -> tuple[list[tuple[float, float]], list[float]]:
-    """The pyramid's left-hand axis (tick x, value) and its bars' widths."""
+    """A chart's axis ticks (x, value) and its bars' widths."""
     ns = "{http://www.w3.org/2000/svg}"
     ticks = [
         (float(t.get("x", "0")), float((t.text or "").replace(",", "")))
@@ -298,6 +321,29 @@ def _ticks_and_bars(svg: ET.Element) -> tuple[list[tuple[float, float]], list[fl
     ]
     bars = [float(r.get("width", "0")) for r in svg.iter(f"{ns}rect")][1:]
     return ticks, bars
+
+
+def _pixels_per_unit(axis: list[tuple[float, float]]) -> float:
+    """One axis's scale, checking its ticks: round, evenly spaced from 0, at one scale."""
+    axis = sorted(axis, key=lambda t: t[1])
+    assert axis[0][1] == 0 and len(axis) >= 3
+    step = axis[1][1]
+    assert step / 10 ** math.floor(math.log10(step)) in (1, 2, 2.5, 5)
+    assert [v for _, v in axis] == pytest.approx([i * step for i in range(len(axis))])
+    per_unit = abs(axis[-1][0] - axis[0][0]) / axis[-1][1]
+    assert all(math.isclose(abs(x - axis[0][0]), v * per_unit, rel_tol=1e-6) for x, v in axis)
+    return per_unit
+
+
+def _check_axis(svg: ET.Element, values: list[float], pyramid: bool) -> None:
+    """A bar of value v is as long as the axis says v is; the largest fits on the axis."""
+    ticks, bars = _ticks_and_bars(svg)
+    zero = next(x for x, v in ticks if v == 0)
+    # The pyramid's left half (its right half is the same scale, without a second 0).
+    axis = [t for t in ticks if t[0] <= zero] if pyramid else ticks
+    per_unit = _pixels_per_unit(axis)
+    assert sorted(bars) == pytest.approx(sorted(v * per_unit for v in values), rel=1e-6)
+    assert max(values) <= max(v for _, v in axis)
 
 
 def test_charts_have_a_value_axis_and_exports_say_source_and_protection(
@@ -338,22 +384,24 @@ def test_charts_have_a_value_axis_and_exports_say_source_and_protection(
     protection = next(s for s in meta["footnotes"]["statement"] if s.startswith("Protection:"))
     for line in (source, protection, f"Universe: {meta['universe_label']}."):
         assert line in notes, line
-    # The value axis: each side's ticks are evenly spaced from 0, and a bar of value v is
-    # as long as the axis says v is (the same pixels per unit), the largest within the axis.
-    ticks, bars = _ticks_and_bars(svg)
-    left = sorted({t for t in ticks if t[0] <= ticks[0][0]}, key=lambda t: t[1])
-    assert left[0][1] == 0 and len(left) >= 3
-    per_unit = (left[0][0] - left[-1][0]) / left[-1][1]
-    assert all(math.isclose(left[0][0] - x, v * per_unit, rel_tol=1e-6) for x, v in left)
     csv = pd.read_csv(io.StringIO(_api(url, body, format="csv").text), comment="#")
     inner = csv[(csv["AGEGRP"] != "_T") & (csv["SEX"] != "_T")]
-    values = sorted(inner["n"].astype(float))
-    assert sorted(bars) == pytest.approx([v * per_unit for v in values], rel=1e-6)
-    assert max(values) <= left[-1][1]
+    _check_axis(svg, inner["n"].astype(float).tolist(), pyramid=True)
     # The PNG is the same drawing, notes included, at twice the size.
     png = (tmp_path / "chart.png").read_bytes()
     w, h = struct.unpack(">II", png[16:24])
     assert (w, h) == (2 * int(svg.get("width", "0")), 2 * int(svg.get("height", "0")))
+    # A bar chart (no age by sex) has the same kind of axis.
+    page.select_option("#rows", "EDUC")
+    _build(page)
+    with page.expect_download() as info:
+        page.click("#download-svg")
+    info.value.save_as(tmp_path / "bars.svg")
+    body["dimensions"] = ["EDUC", "SEX"]
+    csv = pd.read_csv(io.StringIO(_api(url, body, format="csv").text), comment="#")
+    inner = csv[(csv["EDUC"] != "_T") & (csv["SEX"] != "_T")]
+    bars = ET.fromstring((tmp_path / "bars.svg").read_text())
+    _check_axis(bars, inner["n"].astype(float).tolist(), pyramid=False)
     page.close()
 
 

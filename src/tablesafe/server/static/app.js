@@ -764,7 +764,7 @@ function chartNotes(doc) {
   const source = statement.find((s) => s.startsWith("Source:")) || (citation ? `Source: ${citation}` : null);
   const protection = statement.find((s) => s.startsWith("Protection:"));
   const lines = [tableUniverse(doc.meta), source, protection, "Suppressed cells are drawn as zero."];
-  return lines.filter(Boolean).flatMap((line) => wrap(line, 115));
+  return lines.filter(Boolean).flatMap((line) => wrap(line, 128));
 }
 
 function wrap(text, width) {
@@ -801,10 +801,11 @@ function drawChart(doc) {
 
 const COLORS = ["#1f5f99", "#c4541a", "#3a8a3a", "#7b4ea3", "#a0761c", "#2a8a8a", "#9c2f5a", "#555555"];
 
-// A value axis along y = at, from x0 (value 0) to x1 (value top); sign -1 runs leftwards.
-function valueAxis(svg, scale, x0, x1, at) {
+// A value axis along y = at, from x0 (value 0) to x1 (value top), leftwards when x1 < x0;
+// withZero false leaves out the 0 that the pyramid's other half already labels.
+function valueAxis(svg, scale, x0, x1, at, withZero = true) {
   svg.appendChild(el("line", { x1: Math.min(x0, x1), x2: Math.max(x0, x1), y1: at, y2: at, stroke: "#555", class: "axis" }));
-  for (const t of scale.ticks) {
+  for (const t of scale.ticks.filter((v) => withZero || v > 0)) {
     const x = x0 + ((x1 - x0) * t) / scale.top;
     svg.appendChild(el("line", { x1: x, x2: x, y1: at, y2: at + 4, stroke: "#555" }));
     svg.appendChild(el("text", { x, y: at + 15, "text-anchor": "middle", class: "tick" }, Math.round(t).toLocaleString()));
@@ -824,7 +825,7 @@ function drawPyramid(svg, data, scale, g) {
   });
   const at = g.top + g.plotH + 2;
   valueAxis(svg, scale, mid, mid - half, at);
-  valueAxis(svg, scale, mid, mid + half, at);
+  valueAxis(svg, scale, mid, mid + half, at, false);
   svg.appendChild(el("text", { x: mid, y: at + 30, "text-anchor": "middle", class: "axis-title" }, data.axis));
   data.series.forEach((s, k) => svg.appendChild(el("text", { x: k === 0 ? mid - half : mid + half, y: g.legendY, "text-anchor": k === 0 ? "start" : "end", fill: COLORS[k] }, labelOf(data.colsDim, s))));
 }
@@ -902,7 +903,9 @@ async function download(format) {
   $("message").textContent = "";
   try {
     const name = $("dataset").value;
-    const response = await api(`/api/datasets/${encodeURIComponent(name)}/tables?format=${format}`, { method: "POST", body: JSON.stringify(body) });
+    // A CSV for people: category labels beside the codes (the API's default is codes only).
+    const query = format === "csv" ? `format=csv&labels=true` : `format=${format}`;
+    const response = await api(`/api/datasets/${encodeURIComponent(name)}/tables?${query}`, { method: "POST", body: JSON.stringify(body) });
     save(await response.blob(), attachmentName(response, `${fileStem(doc)}.${format}`));
   } catch (e) {
     $("message").textContent = e.message;
