@@ -41,6 +41,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
 from tablesafe._errors import TablesafeError, UserError
+from tablesafe._request import Statistic
 from tablesafe._settings import SiteConfig
 from tablesafe.output._formats import WriteOptions, format_names, output_format
 from tablesafe.server._audit import AuditLog
@@ -67,8 +68,9 @@ def _validation_message(exc: RequestValidationError) -> str:
         elif err.get("type") == "json_invalid":
             where, msg = "body", f"not valid JSON (at character {err.get('loc', ('', 0))[-1]})"
         elif err.get("type") == "string_pattern_mismatch" and where == "statistic":
+            *others, last = Statistic
             msg = (
-                f"unknown statistic {err.get('input')!r}; allowed: count, weighted or both, "
+                f"unknown statistic {err.get('input')!r}; allowed: {', '.join(others)} or {last}, "
                 "optionally followed by sum:VAR or mean:VAR items, comma-separated "
                 "(e.g. 'count,sum:INCOME')"
             )
