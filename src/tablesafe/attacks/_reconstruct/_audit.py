@@ -19,6 +19,7 @@ from tablesafe.attacks._reconstruct._constraints import constraint_system
 from tablesafe.attacks._reconstruct._cross import atoms_of, columns_of, read_truth
 from tablesafe.attacks._reconstruct._decide import reconstruct
 from tablesafe.attacks._reconstruct._intervals import published_intervals
+from tablesafe.attacks._reconstruct._putative import putative_attack
 from tablesafe.attacks._reconstruct._result import Progress, ReconstructionResult, report
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import Dataset
@@ -58,6 +59,8 @@ def reconstruction_attack(
     progress: Progress | None = None,
     name: str | None = None,
     engine: Any = None,
+    putative: bool = True,
+    ranked: int = 0,
 ) -> ReconstructionResult:
     """Publish ``requests`` under ``protection`` and try to rebuild the full cross-classification.
 
@@ -75,6 +78,11 @@ def reconstruction_attack(
         progress: Called with (stage, done, total).
         name: A name for the report (default: the mechanism's).
         engine: The engine building the tables (DuckDB by default).
+        putative: Also run the best-guess (L1-closest) reconstruction and
+            score it (the result's ``putative`` block); it gets its own
+            ``time_limit``.
+        ranked: Perturbed re-solves for the confidence-ranked reconstruction
+            (0: none; needs ``putative``).
 
     Raises:
         RequestError: for no request, a request without counts, an unknown
@@ -114,9 +122,17 @@ def reconstruction_attack(
         blocks=max(len(r.dimensions) + len(r.universe) for r in bound) + 1,
         progress=progress,
     )
+    guess: dict[str, Any] = {}
+    if putative:
+        if progress is not None:
+            progress("best-guess reconstruction", 0, 1)
+        guess = putative_attack(
+            catalog, cross, tables, intervals, system, ub0, time_limit=time_limit, ranked=ranked
+        )
     method = name or str(protection.describe().get("name", "none"))
     seconds = round(time.monotonic() - start, 3)
-    return report(method, len(tables), columns, state, cross.truth, stages, seconds)
+    result = report(method, len(tables), columns, state, cross.truth, stages, seconds)
+    return replace(result, putative=guess)
 
 
 def _count_requests(catalog: Catalog, requests: Sequence[TableRequest]) -> list[TableRequest]:

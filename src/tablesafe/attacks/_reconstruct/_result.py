@@ -42,6 +42,8 @@ class ReconstructionResult:
         seconds: Time the attack took (building the tables included).
         stages: Cells decided by each stage (``zeros``, ``propagation``,
             ``milp_free``, ``lp_pinned``, ``lp_free``, ``milp_pinned``, ``milp_free_cell``).
+        putative: The best-guess reconstruction's scores and its baseline's
+            (see :mod:`tablesafe.attacks._reconstruct._putative`); empty when not run.
     """
 
     method: str
@@ -61,12 +63,14 @@ class ReconstructionResult:
     complete: bool
     seconds: float
     stages: Mapping[str, int] = field(default_factory=dict)
+    putative: Mapping[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """The result as a plain dictionary (JSON-ready)."""
         out = dict(self.__dict__)
         out["variables"] = list(self.variables)
         out["stages"] = dict(self.stages)
+        out["putative"] = dict(self.putative)
         return out
 
 

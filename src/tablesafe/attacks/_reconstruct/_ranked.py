@@ -1,0 +1,81 @@
+"""Confidence-ranked reconstruction (Dick et al., PNAS 2023): uniques that recur rank first.
+
+The L1-closest table is rarely unique. Re-solving with small random costs on
+the cells (a fixed numpy Generator) draws other tables among the closest
+ones; a unique record that appears in most of them is one the intruder can
+trust more. The precision of the claimed uniques, ranked by how often they
+recur, at the top 1%, 10% and all, says how much the ranking buys.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tablesafe.attacks._reconstruct._constraints import System
+
+#: The Generator's seed: the same request gives the same perturbations.
+SEED = 20230501
+
+
+def ranked_precision(
+    system: System,
+    ub0: npt.NDArray[np.float64],
+    members: Sequence[npt.NDArray[np.int64]],
+    values: npt.NDArray[np.float64],
+    truth: npt.NDArray[np.int64],
+    *,
+    runs: int,
+    time_limit: float,
+) -> dict[str, Any]:
+    """Precision of the claimed uniques ranked by recurrence over ``runs`` perturbed solves.
+
+    The perturbation costs are below ``0.5 / (records + 1)`` per record
+    placed, so their total stays under one half: every solve that reaches
+    optimality returns one of the L1-closest tables.
+
+    Returns:
+        ``runs`` (solves that found a table), ``claimed`` (cells claimed
+        unique by any of them) and ``top_1``, ``top_10``, ``all``: the share
+        of truly unique cells among the most recurrent 1%, 10% and all of them.
+    """
+    from tablesafe.attacks._reconstruct._putative import closest_table
+
+    rng = np.random.default_rng(SEED)
+    eps = 0.5 / (float(truth.sum()) + 1.0)
+    seen = np.zeros(truth.size, dtype=np.int64)
+    done = 0
+    deadline = time.monotonic() + time_limit
+    for i in range(runs):
+        costs = eps * rng.uniform(0.0, 1.0, truth.size)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        guess, _ = closest_table(
+            system, ub0, members, values, time_limit=left / (runs - i), perturbation=costs
+        )
+        if guess is None:
+            continue
+        done += 1
+        seen += guess == 1
+    claimed = np.flatnonzero(seen > 0)
+    # Most recurrent first; ties by cell index (deterministic).
+    order = claimed[np.lexsort((claimed, -seen[claimed]))]
+    unique = truth[order] == 1
+
+    def top(share: float) -> float:
+        n = max(1, math.ceil(share * order.size)) if order.size else 0
+        return round(float(unique[:n].mean()), 6) if n else 0.0
+
+    return {
+        "runs": done,
+        "claimed": int(order.size),
+        "top_1": top(0.01),
+        "top_10": top(0.10),
+        "all": top(1.0),
+    }
