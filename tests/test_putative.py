@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,8 @@ from tablesafe._cli._methods import protection_from_options
 from tablesafe._protection import Protection
 from tablesafe.attacks import all_k_way_requests, reconstruction_attack
 from tablesafe.catalog._dataset import Dataset
+from test_audit_reconstruct import SERVED, _config
+from test_server import ADMIN_KEY, USER_KEY
 from tsdata import write_dataset
 
 SIZES = {"A": 3, "B": 4, "C": 2, "D": 5}
@@ -153,3 +156,77 @@ def test_ranked_reconstruction_is_deterministic_and_ranks_true_uniques_first(sma
     assert a["claimed"] > 0
     # Uniques that recur across the near-optimal tables are more often true ones.
     assert a["top_10"] >= a["all"]
+
+
+def test_cli_json_on_a_clean_stdout_carries_the_putative_block(small):
+    import os
+    import subprocess
+    import sys
+
+    args = ["attack", "reconstruct", str(small.path.parent), "--all-k-way", "3"]
+    args += ["--variables", ",".join(SIZES), "--method", "dp", "--ranked", "3"]
+    env = {**os.environ, "TABLESAFE_SECRET": "putative-test-secret-0123456789abcdef"}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-m", "tablesafe", *args, "--format", "json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        for _ in range(2)
+    ]
+    assert runs[0].returncode == 0, runs[0].stderr
+    docs = [json.loads(r.stdout) for r in runs]  # the whole stdout is the document
+    for doc in docs:
+        doc.pop("seconds")
+        doc["unprotected"].pop("seconds")
+    assert docs[0] == docs[1]  # same request, same figures
+    guess = docs[0]["putative"]
+    assert guess["found"] and guess["ranked_precision"]["runs"] == 3
+    assert set(guess["baseline"]) >= {"cells_exact_share", "uniques_precision"}
+    assert docs[0]["unprotected"]["putative"]["l1_to_published"] == 0
+    text = subprocess.run(
+        [sys.executable, "-m", "tablesafe", *args], capture_output=True, text=True, env=env
+    )
+    assert text.returncode == 0, text.stderr
+    assert "Best guess" in text.stdout and "one-way margins only" in text.stdout
+
+
+def test_cli_ranked_out_of_range_is_a_typed_error(small):
+    from click.testing import CliRunner
+
+    from tablesafe._cli import get_app
+    from tablesafe._errors import ParameterError
+
+    args = ["attack", "reconstruct", str(small.path.parent), "--all-k-way", "2"]
+    out = CliRunner().invoke(get_app(), [*args, "--variables", "A,B", "--ranked", "-1"])
+    assert isinstance(out.exception, ParameterError)
+    assert "--ranked" in str(out.exception)
+
+
+def test_admin_api_and_audit_command_report_the_putative_block(demo_dir, tmp_path):
+    from click.testing import CliRunner
+    from fastapi.testclient import TestClient
+
+    from tablesafe._cli import get_app
+    from tablesafe._settings import load_site_config
+    from tablesafe.server import create_app
+
+    served_site = _config(demo_dir, tmp_path)
+    with TestClient(create_app(load_site_config(served_site))) as c:
+        for body in SERVED:
+            r = c.post("/api/datasets/demo/tables", json=body, headers={"x-api-key": USER_KEY})
+            assert r.status_code == 200, r.text
+        url = "/api/admin/datasets/demo/reconstruction?time_limit=30"
+        run = c.post(url, headers={"x-api-key": ADMIN_KEY})
+        assert run.status_code == 200, run.text
+        out = run.json()
+    for block in (out["putative"], out["unprotected"]["putative"]):
+        assert block["found"]
+        assert 0 <= block["uniques_precision"] <= 1
+        assert 0 <= block["baseline"]["cells_exact_share"] <= 1
+    args = ["audit", "reconstruct", "--config", str(served_site), "--dataset", "demo"]
+    cli = CliRunner().invoke(get_app(), [*args, "--no-store", "--format", "json"])
+    assert cli.exit_code == 0, cli.output
+    assert json.loads(cli.stdout)["putative"] == out["putative"]
