@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,17 +17,9 @@ from tablesafe.attacks import all_k_way_requests, reconstruction_attack
 from tablesafe.catalog._dataset import Dataset
 from test_audit_reconstruct import SERVED, _config
 from test_server import ADMIN_KEY, USER_KEY
-from tsdata import write_dataset
 
-SIZES = {"A": 3, "B": 4, "C": 2, "D": 5}
-
-CATALOG: dict[str, Any] = {
-    "dataset": {"title": "putative", "record_key": "RKEY"},
-    "variables": [
-        {"name": name, "categories": [{"code": c, "label": f"{name}{c}"} for c in range(1, n + 1)]}
-        for name, n in SIZES.items()
-    ],
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from _latent_class import SIZES, write_latent_class
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -35,25 +29,10 @@ def _secret() -> None:
     os.environ.setdefault("TABLESAFE_SECRET", "putative-test-secret-0123456789abcdef")
 
 
-def _frame(n: int, seed: int) -> Any:
-    import pandas as pd
-
-    rng = np.random.default_rng(seed)
-    # Five latent classes, each with its own peaked profile per variable: the variables
-    # are associated (as in a census), so the 3-way tables say more than the one-way margins.
-    latent = rng.choice(5, n, p=[0.35, 0.25, 0.2, 0.12, 0.08])
-    data = {}
-    for name, k in SIZES.items():
-        profiles = rng.dirichlet(np.full(k, 0.4), size=5)
-        data[name] = np.array([rng.choice(np.arange(1, k + 1), p=profiles[c]) for c in latent])
-    data["RKEY"] = rng.integers(0, 2**32, n, dtype=np.uint32)
-    return pd.DataFrame(data)
-
-
 @pytest.fixture(scope="session")
 def small(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     """300 records, 4 variables of 3, 4, 2 and 5 categories (120 cells)."""
-    return write_dataset(tmp_path_factory.mktemp("putative"), _frame(300, 28), CATALOG)
+    return write_latent_class(tmp_path_factory.mktemp("putative") / "d", 300, seed=28)
 
 
 def _attack(dataset: Dataset, method: str | None, ranked: int = 0) -> Any:
