@@ -56,7 +56,10 @@ cross-classification and where each table's cells fall in it),
 ``_solver`` (the HiGHS model), ``_moves`` (block-parity moves), ``_search``
 (stage 3: integer points that free cells), ``_pins`` (stages 4 and 5: the
 LP and integer bounds that pin cells), ``_decide`` (every stage in order),
-``_result`` (the report) and ``_audit`` (the entry points).
+``_result`` (the report) and ``_audit`` (the entry points); beside them
+``_putative`` (the best guess: the integer table closest in L1 to every
+published figure, scored against the truth and a one-way baseline) and
+``_ranked`` (its uniques ranked by recurrence over perturbed re-solves).
 """
 
 from __future__ import annotations
