@@ -110,7 +110,7 @@ def test_best_guess_is_l1_optimal_by_brute_force():
 
     rng = np.random.default_rng(7)
     for _ in range(15):
-        system, ub0, members, values, _exact = _tiny_system(rng)
+        system, ub0, members, values, exact = _tiny_system(rng)
         guess, optimal = closest_table(system, ub0, members, values, time_limit=10)
         assert guess is not None and optimal
 
@@ -125,6 +125,13 @@ def test_best_guess_is_l1_optimal_by_brute_force():
         mine = design @ guess
         assert np.all((mine >= system.lo) & (mine <= system.hi))
         assert np.abs(mine - values).sum() == l1[ok].min()
+        # A perturbed re-solve (the ranked reconstruction's) is still among the closest.
+        costs = 0.5 / (exact[-1] + 1) * rng.uniform(0.0, 1.0, 6)
+        other, optimal = closest_table(
+            system, ub0, members, values, time_limit=10, perturbation=costs
+        )
+        assert other is not None and optimal
+        assert np.abs(design @ other - values).sum() == l1[ok].min()
 
 
 def test_ranked_reconstruction_is_deterministic_and_ranks_true_uniques_first(small):

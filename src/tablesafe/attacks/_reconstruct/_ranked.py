@@ -36,8 +36,10 @@ def ranked_precision(
     """Precision of the claimed uniques ranked by recurrence over ``runs`` perturbed solves.
 
     The perturbation costs are below ``0.5 / (records + 1)`` per record
-    placed, so their total stays under one half: every solve that reaches
-    optimality returns one of the L1-closest tables.
+    placed, so their total stays under one for any table of up to twice the
+    file's records; the L1 distances of integer tables to integer figures
+    differ by whole numbers, so every solve that reaches optimality returns
+    one of the L1-closest tables.
 
     Returns:
         ``runs`` (solves that found a table), ``claimed`` (cells claimed
