@@ -41,6 +41,7 @@ OPTIONS: dict[str, list[str]] = {
         "--additivity",
         "--min-cell-size",
         "--time-limit",
+        "--ranked",
         "--format",
     ],
     "attack averaging": [

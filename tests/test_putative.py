@@ -106,7 +106,7 @@ def _tiny_system(rng: np.random.Generator) -> tuple[Any, Any, list[Any], Any, An
 
 
 def test_best_guess_is_l1_optimal_by_brute_force():
-    from tablesafe.attacks._reconstruct._putative import closest_table
+    from tablesafe.attacks._reconstruct._closest import closest_table
 
     rng = np.random.default_rng(7)
     for _ in range(15):

@@ -90,12 +90,7 @@ def reconstruction_attack(
         ParameterError: for a time limit that is not positive.
     """
     start = time.monotonic()
-    if not requests:
-        raise RequestError("the reconstruction attack needs at least one table request")
-    if not time_limit > 0:
-        raise ParameterError(
-            f"the time limit must be a positive number of seconds, not {time_limit}"
-        )
+    _check_arguments(requests, time_limit)
     catalog = dataset.catalog
     bound = _count_requests(catalog, requests)
     columns = columns_of(catalog, bound)
@@ -133,6 +128,16 @@ def reconstruction_attack(
     seconds = round(time.monotonic() - start, 3)
     result = report(method, len(tables), columns, state, cross.truth, stages, seconds)
     return replace(result, putative=guess)
+
+
+def _check_arguments(requests: Sequence[TableRequest], time_limit: float) -> None:
+    """Refuse no request, or a time limit that is not positive."""
+    if not requests:
+        raise RequestError("the reconstruction attack needs at least one table request")
+    if not time_limit > 0:
+        raise ParameterError(
+            f"the time limit must be a positive number of seconds, not {time_limit}"
+        )
 
 
 def _count_requests(catalog: Catalog, requests: Sequence[TableRequest]) -> list[TableRequest]:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tablesafe.attacks._reconstruct._closest import closest_table
 from tablesafe.attacks._reconstruct._constraints import System
 
 #: The Generator's seed: the same request gives the same perturbations.
@@ -46,8 +47,6 @@ def ranked_precision(
         unique by any of them) and ``top_1``, ``top_10``, ``all``: the share
         of truly unique cells among the most recurrent 1%, 10% and all of them.
     """
-    from tablesafe.attacks._reconstruct._putative import closest_table
-
     rng = np.random.default_rng(SEED)
     eps = 0.5 / (float(truth.sum()) + 1.0)
     seen = np.zeros(truth.size, dtype=np.int64)
