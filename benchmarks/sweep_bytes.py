@@ -2,8 +2,8 @@
 
 Issue 27 asks for a redesign that changes no published byte. This script
 builds the demo survey (``--records``, 20,000 by default, seed 7), serves
-it under every protection profile of ``tests/test_request_fuzz.py`` (one
-dataset each), draws ``--tables`` random requests per profile from the
+it under every protection profile of ``tests/profiles.py`` (the fuzz
+test's; one dataset each), draws ``--tables`` random requests per profile from the
 catalog the server describes (a fixed numpy Generator: 1 to 3 dimensions,
 universes, custom groupings, sums and means, margins, roundings) and asks
 each in JSON, CSV and XLSX. It prints one line per answer (profile, request
@@ -22,12 +22,16 @@ import argparse
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from fastapi.testclient import TestClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from profiles import profiles
 
 try:
     from tablesafe.prepare import write_demo_data
@@ -37,31 +41,7 @@ from tablesafe._settings import load_site_config
 from tablesafe.server import create_app
 
 SECRET_ENV = "TABLESAFE_SWEEP_SECRET"
-PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
-    "none": ({"method": "none"}, {}, {}),
-    "ckm": ({"method": "ckm"}, {}, {}),
-    "ckm-keyed": ({"method": "ckm", "seeds": "keyed", "secret_env": SECRET_ENV}, {}, {}),
-    "ckm-independent": ({"method": "ckm", "additivity": "independent"}, {}, {}),
-    "ckm-ipf": ({"method": "ckm", "additivity": "ipf", "rounding": "100"}, {}, {}),
-    "dp": ({"method": "dp", "epsilon": 1.0, "cap": 5}, {"method": "dp"}, {}),
-    "pram": ({"method": "pram"}, {"sensitive_action": "suppress"}, {}),
-    "q": ({"method": "q", "rate": 0.05}, {"mean_rounding": "1", "rounding": "2sf"}, {}),
-    "q-records": (
-        {"method": "q-records", "seeds": "keyed", "secret_env": SECRET_ENV},
-        {"method": "dp", "epsilon": 0.5},
-        {},
-    ),
-    "ckm-small": (
-        {"method": "ckm", "js": 1, "variance": 2.0},
-        {"sensitive_action": "suppress"},
-        {"min_cell_size": 5},
-    ),
-    "dp-less-than": (
-        {"method": "dp", "epsilon": 2.0, "cap": 3},
-        {},
-        {"min_cell_size": 4, "small_cell_action": "show_less_than"},
-    ),
-}
+PROFILES = profiles(SECRET_ENV)
 FORMATS = ("json", "csv", "xlsx")
 
 

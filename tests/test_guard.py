@@ -481,9 +481,6 @@ class _Counting:
         self.queries += 1
         return len(self.members[a[0][1][0]] & self.members[b[0][1][0]])
 
-    def by_code(self, context, column):  # no families among synthetic sets
-        raise AssertionError("not expected")
-
 
 def _synthetic(name: str, ids: set[int], keys: np.ndarray, columns=("SEX",)) -> RecordSet:
     sketch = np.bincount(keys[sorted(ids)] % BUCKETS, minlength=BUCKETS).astype(np.int64)

@@ -40,6 +40,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
+from profiles import profiles
 from tablesafe._builder import TableBuilder
 from tablesafe._errors import ComputationError, RequestError, UserError
 from tablesafe._request import TableRequest
@@ -54,31 +55,7 @@ SECRET_ENV = "TABLESAFE_FUZZ_SECRET"
 SECRET = "fuzz-secret-0123456789abcdef"
 
 #: Protection profiles served, one dataset each: (protection, magnitudes, rules).
-PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
-    "none": ({"method": "none"}, {}, {}),
-    "ckm": ({"method": "ckm"}, {}, {}),
-    "ckm-keyed": ({"method": "ckm", "seeds": "keyed", "secret_env": SECRET_ENV}, {}, {}),
-    "ckm-independent": ({"method": "ckm", "additivity": "independent"}, {}, {}),
-    "ckm-ipf": ({"method": "ckm", "additivity": "ipf", "rounding": "100"}, {}, {}),
-    "dp": ({"method": "dp", "epsilon": 1.0, "cap": 5}, {"method": "dp"}, {}),
-    "pram": ({"method": "pram"}, {"sensitive_action": "suppress"}, {}),
-    "q": ({"method": "q", "rate": 0.05}, {"mean_rounding": "1", "rounding": "2sf"}, {}),
-    "q-records": (
-        {"method": "q-records", "seeds": "keyed", "secret_env": SECRET_ENV},
-        {"method": "dp", "epsilon": 0.5},
-        {},
-    ),
-    "ckm-small": (
-        {"method": "ckm", "js": 1, "variance": 2.0},
-        {"sensitive_action": "suppress"},
-        {"min_cell_size": 5},
-    ),
-    "dp-less-than": (
-        {"method": "dp", "epsilon": 2.0, "cap": 3},
-        {},
-        {"min_cell_size": 4, "small_cell_action": "show_less_than"},
-    ),
-}
+PROFILES = profiles(SECRET_ENV)
 
 #: The engines every request is answered by (cube cache on DuckDB only).
 ENGINES = {

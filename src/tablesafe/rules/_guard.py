@@ -489,25 +489,13 @@ class GuardCounts:
     # service passes one memo for all its checks (bounded by its owner).
     _memo: dict[Any, Any] = field(default_factory=dict)
 
-    def _plan(self, definition: Definition, column: str | None) -> TabulationPlan | None:
+    def _plan(self, definition: Definition) -> TabulationPlan | None:
+        """A one-way count of the records ``definition`` selects (None when it selects none)."""
         cat = self.dataset.catalog
         if any(not codes for _, codes in definition):
             return None
-        if column is None:
-            var = cat.source_variables[0]
-            dim = DimensionPlan.from_variable(var)
-        else:
-            var = next(v for v in cat.source_variables if v.column == column)
-            dim = DimensionPlan(
-                name=var.name,
-                label=var.label,
-                column=column,
-                codes=tuple(var.codes),
-                labels=tuple(str(c) for c in var.codes),
-                members=tuple((c,) for c in var.codes),
-            )
         return TabulationPlan(
-            dimensions=(dim,),
+            dimensions=(DimensionPlan.from_variable(cat.source_variables[0]),),
             universe=definition,
             grouping_sets=((0,), ()),
             record_key=cat.record_key,
@@ -522,27 +510,13 @@ class GuardCounts:
             for column, codes in (*a, *b):
                 both[column] = both[column] & set(codes) if column in both else set(codes)
             definition = tuple(sorted((c, tuple(v)) for c, v in both.items()))
-            plan = self._plan(definition, None)
+            plan = self._plan(definition)
             if plan is None:
                 self._memo[key] = 0
             else:
                 self.queries += 1
                 self._memo[key] = int(self.engine.tabulate(self.dataset, plan).n[-1])
         return int(self._memo[key])
-
-    def by_code(self, context: Definition, column: str) -> dict[Code, int]:
-        """Records of ``context`` per code of ``column``."""
-        key = ("codes", context, column)
-        if key not in self._memo:
-            plan = self._plan(context, column)
-            if plan is None:
-                self._memo[key] = {}
-            else:
-                self.queries += 1
-                n = self.engine.tabulate(self.dataset, plan).n
-                codes = plan.dimensions[0].codes
-                self._memo[key] = {c: int(n[j]) for j, c in enumerate(codes)}
-        return dict(self._memo[key])
 
 
 def dataset_identity(engine: Engine, dataset: Dataset) -> str:
