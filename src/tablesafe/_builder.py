@@ -335,9 +335,16 @@ class TableBuilder:
             request, plan, agg, computed, is_inner, sz, want_w, meta
         )
         se = ci_low = ci_high = None
+        raw_weighted, noise = weighted, None
         if weighted is not None:
+            noise = self._noise_variance(counts, weighted)
             weighted, se, ci_low, ci_high = self._publish_weighted(
-                request, computed, counts, weighted, reps, meta
+                request, computed, counts, weighted, reps, noise, meta
+            )
+        percentages = None
+        if request.percentages:
+            percentages = self._publish_percentages(
+                request, computed, counts, (weighted, raw_weighted, reps, noise), meta
             )
         mags = None
         if request.magnitudes:
@@ -361,6 +368,7 @@ class TableBuilder:
             ci_low=ci_low,
             ci_high=ci_high,
             roundings=self._roundings(request),
+            percentages=percentages,
             magnitudes=None if mags is None else mags.columns,
             sensitive=None if mags is None else mags.sensitive,
             catalog=self.dataset.catalog,
@@ -414,9 +422,13 @@ class TableBuilder:
         counts: np.ndarray,
         weighted: np.ndarray,
         reps: np.ndarray | None,
+        noise: np.ndarray,
         meta: dict[str, Any],
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
-        """Step 3 of protect: weighted figures rounded, with replicate standard errors.
+        """Step 3 of protect: weighted figures rounded, with their standard errors.
+
+        The standard error adds the protection's variance ``noise`` to the
+        replicates' sampling variance (:mod:`tablesafe.mechanisms._precision`).
 
         Returns:
             The rounded weighted figures, then the standard errors and the
@@ -429,7 +441,7 @@ class TableBuilder:
         if reps is not None and design is not None:
             from tablesafe.mechanisms._variance import confidence_interval, replicate_se
 
-            raw_se = replicate_se(weighted, reps, design)
+            raw_se = np.sqrt(replicate_se(weighted, reps, design) ** 2 + noise)
             # A weighted count is never negative: so is no end of its interval.
             raw_low, raw_high = confidence_interval(weighted, raw_se, lower_bound=0.0)
             # Standard errors only where enough records stand behind the
@@ -443,11 +455,117 @@ class TableBuilder:
             meta["replicate_coefficient"] = design.coefficient
             meta["se_min_count"] = prot.se_threshold()
             meta["ci_lower_bound"] = 0.0
+            meta["se_perturbation"] = prot.mechanism is not None
         additive = prot.record_level or prot.additivity != Additivity.INDEPENDENT
         weighted = np.where(
             computed, self._round(weighted, request, computed, additive=additive), 0.0
         )
         return weighted, se, ci_low, ci_high
+
+    def _additive(self) -> bool:
+        """Whether the protected tables' margins are sums of their inner cells."""
+        prot = self.protection
+        return prot.record_level or prot.additivity != Additivity.INDEPENDENT
+
+    def _noise_variance(self, counts: np.ndarray, weighted: np.ndarray) -> np.ndarray:
+        """The variance the protection adds to each weighted figure (unrounded)."""
+        from tablesafe.mechanisms._precision import weighted_noise_variance
+
+        prot = self.protection
+        return weighted_noise_variance(
+            prot.mechanism,
+            counts,
+            weighted,
+            prot.weight_noise,
+            self._additive(),
+            _all_sets(counts.ndim),
+        )
+
+    def _publish_percentages(
+        self,
+        request: TableRequest,
+        computed: npt.NDArray[np.bool_],
+        counts: np.ndarray,
+        weighted: tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None],
+        meta: dict[str, Any],
+    ) -> dict[str, np.ndarray]:
+        """Step 4 of protect: percentages of the published figures, with their standard errors.
+
+        Each percentage divides two figures the table publishes (as rounded),
+        so it reveals nothing they do not. Its standard error (where the
+        table has replicates) recomputes the ratio on the replicate figures
+        and adds the perturbation's variance; both counts behind it must
+        reach the site's threshold for standard errors.
+
+        Args:
+            request: The request.
+            computed: Cells of the table.
+            counts: Protected counts.
+            weighted: The published (rounded) weighted figures, the unrounded
+                ones, their replicate figures and their perturbation
+                variance; all ``None`` for a table of counts.
+            meta: The table's metadata (what the percentages are of is added).
+        """
+        from tablesafe.mechanisms._precision import PERCENT_ROUNDING, percent_of
+
+        published, raw, reps, noise = weighted
+        of_weighted = published is not None
+        values = published if published is not None else counts.astype(np.float64)
+        design = self.dataset.catalog.replicates
+        out: dict[str, np.ndarray] = {}
+        for kind in request.percentages:
+            name = kind.column_name
+            out[name] = np.where(computed, PERCENT_ROUNDING.apply(percent_of(values, kind)), np.nan)
+            if reps is None or design is None or raw is None or noise is None:
+                continue
+            se, low, high = self._percent_se(kind, computed, counts, raw, reps, noise)
+            out[f"{name}_se"], out[f"{name}_ci_low"], out[f"{name}_ci_high"] = se, low, high
+        meta["percentages"] = {
+            "of": "weighted" if of_weighted else "count",
+            "rounding": str(PERCENT_ROUNDING),
+        }
+        return out
+
+    def _percent_se(
+        self,
+        kind: Any,
+        computed: npt.NDArray[np.bool_],
+        counts: np.ndarray,
+        raw: np.ndarray,
+        reps: np.ndarray,
+        noise: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A percentage's standard error and 95% interval (within 0 to 100), rounded."""
+        from tablesafe.mechanisms._precision import (
+            PERCENT_ROUNDING,
+            denominator_index,
+            percent_of,
+            percent_precision,
+        )
+        from tablesafe.mechanisms._variance import confidence_interval
+
+        design = self.dataset.catalog.replicates
+        assert design is not None
+        sampling, perturbation = percent_precision(
+            kind, raw, reps, noise, design, additive=self._additive()
+        )
+        se = np.sqrt(sampling + perturbation)
+        low, high = confidence_interval(percent_of(raw, kind), se, lower_bound=0.0)
+        threshold = self.protection.se_threshold()
+        shown = (
+            computed
+            & (counts >= threshold)
+            & (counts[denominator_index(kind, counts.shape)] >= threshold)
+            & ~np.isnan(se)
+        )
+        # A share of a total that adds it up is at most 100%; an independently
+        # protected total may be below one of its cells, so its share may not.
+        if self._additive():
+            high = np.minimum(high, 100.0)
+        return tuple(  # type: ignore[return-value]
+            np.where(shown, PERCENT_ROUNDING.apply(np.nan_to_num(a)), np.nan)
+            for a in (se, low, high)
+        )
 
     def _protect_magnitudes(
         self,

@@ -26,6 +26,7 @@ __all__ = [
     "DimensionPlan",
     "MarginSpec",
     "Margins",
+    "Percent",
     "Statistic",
     "TableRequest",
     "TabulationPlan",
@@ -44,6 +45,43 @@ class Statistic(StrEnum):
     COUNT = "count"
     WEIGHTED = "weighted"
     BOTH = "both"
+
+
+class Percent(StrEnum):
+    """Percentages a table may report, of its weighted counts (of its counts without weights).
+
+    ``row``: each cell as a share of its row's total (the total over the
+    columns, the second dimension); ``column``: of its column's total (over
+    the rows, the first dimension); ``total``: of the total over rows and
+    columns. Layers (third and fourth dimensions) are kept: each layer has its
+    own percentages. Asked as ``percent:row`` in ``statistic``; published as
+    the columns ``percent_row``, ``percent_column``, ``percent_total``.
+    A member equals its text (``Percent.ROW == "row"``).
+    """
+
+    ROW = "row"
+    COLUMN = "column"
+    TOTAL = "total"
+
+    @property
+    def column_name(self) -> str:
+        """The published column: ``percent_row``."""
+        return f"percent_{self.value}"
+
+    def over(self, k: int) -> tuple[int, ...]:
+        """The dimensions (positions) the denominator totals over, in a ``k``-way table.
+
+        Raises:
+            RequestError: for row percentages of a one-way table (it has no columns).
+        """
+        if self == Percent.ROW:
+            if k < 2:
+                raise RequestError(
+                    "percent:row needs a column dimension; a one-way table has "
+                    "percent:column (each row's share of the total) or percent:total"
+                )
+            return (1,)
+        return (0,) if self == Percent.COLUMN or k < 2 else (0, 1)
 
 
 class Margins(StrEnum):
@@ -94,6 +132,14 @@ class TableRequest:
             ``"mean:HOURS"`` alone, which keeps the counts): they are moved
             here. They are weighted (sums of ``w x``, means over the weighted
             count) when ``statistic`` is ``"weighted"`` or ``"both"``.
+        percentages: Row, column or total percentages (:class:`Percent`), of
+            the weighted counts when ``statistic`` is ``"weighted"`` or
+            ``"both"``, else of the counts. They may also be given inside
+            ``statistic`` as ``percent:row``: they are moved here (a
+            ``statistic`` that names percentages but none of ``count``,
+            ``weighted``, ``both`` is weighted). Numerator and
+            denominator are the table's own published figures, so the
+            denominators' margins must be part of the table.
 
     Raises:
         RequestError: for an empty, duplicate or too long list of dimensions,
@@ -111,6 +157,7 @@ class TableRequest:
     rounding: str | None = None
     groupings: tuple[CustomGrouping, ...] = ()
     magnitudes: tuple[str, ...] = ()
+    percentages: tuple[Percent, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "groupings", parse_groupings(self.groupings))
@@ -174,6 +221,7 @@ class TableRequest:
         statistic = choice(Statistic, self.statistic, "statistic", RequestError)
         object.__setattr__(self, "statistic", statistic)
         object.__setattr__(self, "margins", self._normalise_margins(self.margins, dims))
+        self._check_percentages()
         if not isinstance(self.replicates, bool):
             raise RequestError("replicates must be true or false")
         if self.rounding is not None:
@@ -195,17 +243,25 @@ class TableRequest:
                 f"magnitudes must be a list of 'sum:VAR' or 'mean:VAR' items, not {mags!r}"
             )
         items = list(mags)
+        percents = self._listed_percentages()
         base: str = self.statistic
         if isinstance(base, str) and ("," in base or ":" in base):
             parts = [p.strip() for p in base.split(",") if p.strip()]
             bases = [p for p in parts if ":" not in p]
-            items = [p for p in parts if ":" in p] + items
+            percents += [p.partition(":")[2] for p in parts if p.startswith("percent:")]
+            items = [p for p in parts if ":" in p and not p.startswith("percent:")] + items
             if len(bases) > 1:
                 raise RequestError(
                     f"statistic {base!r} names {', '.join(bases)}; give at most one of "
-                    f"{', '.join(Statistic)}, plus sum:VAR or mean:VAR items"
+                    f"{', '.join(Statistic)}, plus sum:VAR, mean:VAR or percent:"
+                    f"{'|'.join(Percent)} items"
                 )
-            base = bases[0] if bases else Statistic.COUNT
+            # Percentages without a base are of the weighted counts (which the
+            # table then publishes beside them); sums and means alone keep the counts.
+            implied = Statistic.WEIGHTED if percents else Statistic.COUNT
+            base = bases[0] if bases else implied
+        kinds = [choice(Percent, p, "percentage", RequestError) for p in percents]
+        object.__setattr__(self, "percentages", tuple(dict.fromkeys(kinds)))
         out: list[str] = []
         for item in items:
             kind, _, name = item.partition(":") if isinstance(item, str) else ("", "", "")
@@ -218,6 +274,42 @@ class TableRequest:
                 out.append(f"{kind}:{name}")
         object.__setattr__(self, "statistic", base)
         object.__setattr__(self, "magnitudes", tuple(out))
+
+    def _listed_percentages(self) -> list[str]:
+        """The ``percentages`` field's items as texts (members are texts)."""
+        given: object = self.percentages
+        if isinstance(given, str):
+            given = [p.strip() for p in given.split(",") if p.strip()]
+        if not _is_list(given):
+            raise RequestError(f"percentages must be a list of {', '.join(Percent)}, not {given!r}")
+        out = []
+        for p in given:
+            if not isinstance(p, str):
+                raise RequestError(f"unknown percentage {p!r}; allowed: {', '.join(Percent)}")
+            out.append(p.removeprefix("percent:"))
+        return out
+
+    def _check_percentages(self) -> None:
+        """Each percentage's denominators are cells of the table (its own published figures).
+
+        Raises:
+            RequestError: for row percentages of a one-way table, or margins
+                that leave out a denominator.
+        """
+        if not self.percentages:
+            return
+        sets = self.grouping_sets()
+        for kind in self.percentages:
+            over = kind.over(len(self.dimensions))
+            for gs in sets:
+                needed = tuple(i for i in gs if i not in over)
+                if needed not in sets:
+                    kept = ", ".join(self.dimensions[i] for i in needed)
+                    raise RequestError(
+                        f"percent:{kind} divides each cell by a total the table does not "
+                        f"hold ({f'the margin {kept}' if kept else 'the grand total'}); "
+                        "ask for margins 'all' or add that margin"
+                    )
 
     @staticmethod
     def _normalise_margins(margins: object, dims: tuple[str, ...]) -> MarginSpec:
@@ -375,9 +467,10 @@ class TableRequest:
     def _check_weights(self, catalog: Catalog) -> None:
         """Step 3 of bind: a weighted statistic or replicates only where the dataset has them."""
         if self.statistic != Statistic.COUNT and catalog.weight is None:
+            percent = ",".join(f"percent:{p}" for p in self.percentages)
             raise RequestError(
                 f"statistic {str(self.statistic)!r} needs survey weights, but this dataset has "
-                "none; use statistic 'count'"
+                f"none; use statistic 'count{',' + percent if percent else ''}'"
             )
         if self.replicates and catalog.replicates is None:
             from tablesafe.catalog._hints import missing_replicates_hint

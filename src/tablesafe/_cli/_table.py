@@ -217,7 +217,7 @@ def table(
     rules: Any = None
     if config is not None:
         protection, magnitudes, rules = _site_protection(config, data_dir)
-    elif method == ProtectionMethod.NONE:
+    elif method == ProtectionMethod.NONE and not (request.percentages or request.replicates):
         _echo_unprotected(dataset, request, eng, fmt, footnotes)
         return
     else:

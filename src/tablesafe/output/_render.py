@@ -263,6 +263,9 @@ def _fmt(value: CellValue, statistic: str) -> str:
         return value
     if statistic.startswith("mean_"):
         return _significant(float(value), MEAN_DIGITS)
+    if statistic.startswith("percent_"):
+        # Percentages are published to two decimals: text shows them all.
+        return f"{float(value):.2f}"
     if statistic in ("n",) or (float(value).is_integer() and statistic != "weighted"):
         return f"{int(value):,}"
     return f"{value:,.0f}"

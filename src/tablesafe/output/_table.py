@@ -68,6 +68,12 @@ class ProtectedTable:
         ci_high: Upper ends of the 95% confidence intervals, or ``None``.
         roundings: The roundings of the weighted figures, in order: the site's,
             then the request's where it asked for another.
+        percentages: Row, column or total percentages of the published
+            weighted counts (of the counts in a table without weights), by
+            column name (``percent_row``...), each followed by its standard
+            error and interval (``percent_row_se``, ``percent_row_ci_low``,
+            ``percent_row_ci_high``) where the table has replicates; NaN where
+            blank; or ``None``.
         magnitudes: Protected sums and means of continuous variables, by
             column name (``sum_VAR``, ``mean_VAR``; NaN where blank), or ``None``.
         sensitive: Cells the dominance or p% rule flags, by magnitude name, or ``None``.
@@ -92,6 +98,7 @@ class ProtectedTable:
     ci_low: npt.NDArray[np.float64] | None = None
     ci_high: npt.NDArray[np.float64] | None = None
     roundings: tuple[Rounding, ...] = ()
+    percentages: Mapping[str, npt.NDArray[np.float64]] | None = None
     magnitudes: Mapping[str, npt.NDArray[np.float64]] | None = None
     sensitive: Mapping[str, npt.NDArray[np.bool_]] | None = None
     catalog: Catalog | None = field(default=None, repr=False)
@@ -123,6 +130,8 @@ class ProtectedTable:
             for name, arr in (("se", self.se), ("ci_low", self.ci_low), ("ci_high", self.ci_high)):
                 if arr is not None:
                     out[name] = _whole_or_nan(arr) if whole else arr
+        for name, arr in (self.percentages or {}).items():
+            out[name] = arr
         for name, arr in (self.magnitudes or {}).items():
             out[name] = arr
         return out
@@ -138,7 +147,13 @@ class ProtectedTable:
     def shown_statistics(self) -> dict[str, np.ndarray]:
         """Statistics as published: suppressed cells blank (``None``) or ``"<k"``."""
         cols: dict[str, np.ndarray] = dict(self.statistics())
-        for name in ("se", "ci_low", "ci_high", *(self.magnitudes or {})):
+        for name in (
+            "se",
+            "ci_low",
+            "ci_high",
+            *(self.percentages or {}),
+            *(self.magnitudes or {}),
+        ):
             if name in cols and cols[name].dtype.kind == "f" and np.isnan(cols[name]).any():
                 values = cols[name].astype(object)
                 values[np.isnan(cols[name])] = None
@@ -216,15 +231,19 @@ class ProtectedTable:
         """Everything published with the table besides its cells.
 
         ``title`` and ``universe_label`` say in words what the table holds and
-        the population it covers; ``universe`` gives the same conditions as codes.
+        the population it covers; ``universe`` gives the same conditions as codes;
+        ``statistics`` names each statistic column in words; ``file_stem`` is
+        the name of the table's downloads, without extension.
         """
         return {
             "protected": True,
             "title": self.title,
+            "file_stem": self.file_stem(),
             "dimensions": [d.name for d in self.dimensions],
             "universe": {k: list(v) for k, v in self.request.universe.items()},
             "universe_label": self.universe_label,
             "statistic": str(self.request.statistic),
+            "statistics": self.statistic_labels(),
             "mechanism": dict(self.mechanism),
             **dict(self.metadata),
             "footnotes": self.footnotes(),
@@ -271,29 +290,31 @@ class ProtectedTable:
         """:meth:`to_json_bytes` in pieces, for a streamed response (joined: the same bytes)."""
         return iter_json(self.long_columns(), self.public_metadata())
 
-    def to_xlsx(self, path: str | Path) -> Path:
+    def to_xlsx(self, path: str | Path, *, labels: bool = False) -> Path:
         """Write an Excel workbook (:meth:`to_xlsx_bytes`) to ``path`` (ending in ``.xlsx``)."""
         path = Path(path)
         if path.suffix.lower() != ".xlsx":
             raise FormatError(f"an Excel export must end in .xlsx, not {path.suffix!r}")
-        path.write_bytes(self.to_xlsx_bytes())
+        path.write_bytes(self.to_xlsx_bytes(labels=labels))
         return path
 
-    def to_xlsx_bytes(self) -> bytes:
+    def to_xlsx_bytes(self, *, labels: bool = False) -> bytes:
         """The Excel workbook as bytes, identical for identical tables.
 
         One sheet per statistic laid out as the cross-tab the page shows
         (rows by columns, layers as blocks, labels, the title and universe
         above, the protection statement below), then ``cells`` (one row per
-        cell, codes and labels) and ``about`` (the table in words, its source,
-        notes, flag legend and settings); see :mod:`tablesafe.output._workbook`.
+        cell: codes, with ``labels`` a ``<name>_label`` column beside each
+        dimension's, as in :meth:`to_csv`) and ``about`` (the table in words,
+        its source, notes, flag legend and settings); see
+        :mod:`tablesafe.output._workbook`.
         Written with no document properties and a fixed date on the zip
         entries (:mod:`tablesafe.output._xlsx`), so the same table always gives
         the same bytes (the API promises byte-identical answers).
         """
         from tablesafe.output._workbook import table_workbook
 
-        return table_workbook(self)
+        return table_workbook(self, labels=labels)
 
     def render(self, fmt: str = "text", *, labels: bool = False) -> str:
         """Render in a text format of the registry: ``text``, ``csv``, ``json``, ``jsonstat``...
