@@ -30,7 +30,7 @@ from tablesafe.rules._guard import (
     zero_boxes,
 )
 from tablesafe.server import create_app
-from tablesafe.server._guard_store import SQLiteGuardStore
+from tablesafe.state import SQLiteState as SQLiteGuardStore
 from test_server import ADMIN_KEY, USER_KEY, error_of, site
 
 TABLES = "/api/datasets/demo/tables"

@@ -14,8 +14,9 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "tablesafe"
 
 #: Lowest first: the foundation, the catalog, cells and the request, engines and
-#: ptables, mechanisms, the protection and rules and outputs, the builder, the
-#: owner's preparation tools, the workbench, the server and command line, the API.
+#: ptables, mechanisms, the protection and rules and outputs, the state store, the
+#: builder, the owner's preparation tools, the workbench, the server and command
+#: line, the API.
 LAYERS: list[set[str]] = [
     {
         "_errors",
@@ -32,6 +33,7 @@ LAYERS: list[set[str]] = [
     {"engines", "ptable"},
     {"mechanisms"},
     {"_protection", "_settings", "rules", "output"},
+    {"state"},
     {"_builder"},
     {"prepare"},
     {"postprocess", "metrics", "attacks", "experiments"},
@@ -170,3 +172,11 @@ def test_table_level_commands_share_table_files_not_each_other():
         other = "_resample" if command == "_cyclic" else "_cyclic"
         assert f"tablesafe._cli.{other}" not in imports, command
     assert not any(m.startswith("tablesafe._cli._") for m in GRAPH["tablesafe._cli._tablefiles"])
+
+
+def test_the_state_store_sits_between_the_core_and_the_server():
+    """DESIGN decision 10 and its layout: the server imports state/, never the reverse."""
+    assert LAYER["rules"] < LAYER["state"] < LAYER["server"]
+    state = [m for m in MODULES if _unit(m) == "state"]
+    assert state and not any(_unit(t) in ("server", "_cli") for m in state for t in GRAPH[m])
+    assert "tablesafe.state" in {t for m in MODULES if _unit(m) == "server" for t in GRAPH[m]}

@@ -55,6 +55,7 @@ __all__ = [
     "SiteConfig",
     "SliverScope",
     "SmallCellAction",
+    "StateSettings",
     "load_site_config",
 ]
 
@@ -171,6 +172,55 @@ class ServerSettings(BaseModel):
                     f"{item!r} is not an IP address or network; give addresses such as "
                     "'10.0.0.5' or networks such as '10.0.0.0/24'"
                 ) from None
+        return v
+
+
+class StateSettings(BaseModel):
+    """Where the server keeps what it shares across requests and replicas (DESIGN decision 10)."""
+
+    model_config = _STRICT
+
+    url: str | None = Field(
+        None,
+        description="PostgreSQL database of the shared state (audit log, revoked keys, "
+        "rate-limit counters, the sliver guard's record sets), as a libpq URL "
+        "'postgresql://user@host:port/dbname', for several replicas of one site; without it, "
+        "the SQLite file [server] audit_db. The URL may not hold a password.",
+    )
+    pool_size: int = Field(
+        10, ge=1, le=1000, description="PostgreSQL: most connections each server process opens."
+    )
+    connect_timeout_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="PostgreSQL: longest wait for the database at start, and for a free "
+        "connection of the pool.",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _postgres(cls, v: str | None) -> str | None:
+        from urllib.parse import urlsplit
+
+        if v is None:
+            return v
+        try:
+            parts = urlsplit(v)
+            password = parts.password
+        except ValueError:
+            raise ValueError("not a URL; give 'postgresql://user@host:port/dbname'") from None
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ValueError(
+                f"a {parts.scheme or 'schemeless'} URL; the state store's url is a PostgreSQL "
+                "one, 'postgresql://user@host:port/dbname' (leave it out for the SQLite file "
+                "[server] audit_db)"
+            )
+        if password is not None or "password=" in parts.query:
+            raise ValueError(
+                "the URL holds a password, and the site configuration holds no secret; leave "
+                "it out (libpq reads PGPASSWORD or a password file)"
+            )
         return v
 
 
@@ -496,6 +546,9 @@ class SiteConfig(BaseModel):
 
     server: ServerSettings = Field(default_factory=ServerSettings, description="Server.")
     engine: EngineSettings = Field(default_factory=EngineSettings, description="Engine.")
+    state: StateSettings = Field(
+        default_factory=StateSettings, description="The shared state store."
+    )
     datasets: list[DatasetSettings] = Field(
         ..., min_length=1, description="Datasets served ([[datasets]])."
     )

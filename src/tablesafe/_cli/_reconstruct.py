@@ -295,12 +295,12 @@ def _published_requests(
 def audit_reconstruct(config: Path, dataset: str, time_limit: float, store: bool, fmt: str) -> None:
     """Attack every table the audit log says was served for a dataset, across all keys."""
     from tablesafe._settings import load_site_config
-    from tablesafe.server._audit import AuditLog
     from tablesafe.server._cumulative import audit_reconstruction
+    from tablesafe.state import open_state
 
     _check_options(fmt, time_limit)
     site = load_site_config(config)
-    log = AuditLog(site.resolve(site.server.audit_db))
+    log = open_state(site)
     try:
         with _progress() as tick:
             out = audit_reconstruction(

@@ -68,15 +68,18 @@ def audit_app(
 
     from tablesafe._errors import RequestError
     from tablesafe._settings import load_site_config
-    from tablesafe.server import AuditLog
+    from tablesafe.state import open_state
 
     if ctx.invoked_subcommand is not None:
         return
     if config is None:
         raise RequestError("--config is required: the site configuration (TOML)")
     site = load_site_config(config)
-    log = AuditLog(site.resolve(site.server.audit_db))
-    rows = log.query(key_id=key_id, dataset=dataset, since=since, limit=limit)
+    log = open_state(site)
+    try:
+        rows = log.query(key_id=key_id, dataset=dataset, since=since, limit=limit)
+    finally:
+        log.close()
     if fmt == "json":
         click.echo(json.dumps(rows, indent=1))
         return
@@ -152,14 +155,14 @@ def api_key_revoke(key_id: str, config: Path, reason: str | None) -> None:
     """Revoke a key now: the running server refuses it from its next request (no restart)."""
     from tablesafe._errors import RequestError
     from tablesafe._settings import load_site_config
-    from tablesafe.server import AuditLog
+    from tablesafe.state import open_state
 
     site = load_site_config(config)
     key = next((k for k in site.keys if k.id == key_id), None)
     if key is None:
         known = ", ".join(k.id for k in site.keys) or "none"
         raise RequestError(f"no key {key_id!r} in {config}; its keys: {known}")
-    log = AuditLog(site.resolve(site.server.audit_db))
+    log = open_state(site)
     try:
         done = log.revoke_key(key.id, key.hash, reason)
         when = log.revoked(key.hash)
@@ -178,12 +181,12 @@ def api_key_list(config: Path, fmt: str) -> None:
     """The site's keys: role, expiry, revocation and last use (from the audit log)."""
     from tablesafe._errors import RequestError
     from tablesafe._settings import load_site_config
-    from tablesafe.server import AuditLog
+    from tablesafe.state import open_state
 
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     site = load_site_config(config)
-    log = AuditLog(site.resolve(site.server.audit_db))
+    log = open_state(site)
     try:
         used = log.last_used()
         rows = [

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from tablesafe.server._app import create_app
-from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Authenticator, Principal, hash_key, new_key
 from tablesafe.server._bodies import TableBody
 from tablesafe.server._service import TableService, site_protection
+from tablesafe.state import SQLiteState as AuditLog
 
 __all__ = [
     "AuditLog",

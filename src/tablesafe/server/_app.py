@@ -44,11 +44,11 @@ from tablesafe._errors import TablesafeError, UserError
 from tablesafe._request import Statistic
 from tablesafe._settings import SiteConfig
 from tablesafe.output._formats import WriteOptions, format_names, output_format
-from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Authenticator, AuthError, Principal
 from tablesafe.server._bodies import TableBody
 from tablesafe.server._gate import Edge, Gate, error_shape
 from tablesafe.server._service import TableService
+from tablesafe.state import StateStore
 
 __all__ = ["create_app"]
 
@@ -86,12 +86,13 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
         service: A ready :class:`TableService` (built from ``site`` by default).
     """
     service = service or TableService(site)
-    audit: AuditLog = service.audit
+    audit = service.state
     auth = Authenticator(
         site.keys,
         site.server.rate_limit_per_minute,
         failures_per_minute=site.server.auth_failures_per_minute,
         revoked=audit.revoked,
+        rates=audit,
     )
     app = _application(site, service, auth, audit)
     _add_error_handlers(app)
@@ -102,7 +103,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
 
 
 def _application(
-    site: SiteConfig, service: TableService, auth: Authenticator, audit: AuditLog
+    site: SiteConfig, service: TableService, auth: Authenticator, audit: StateStore
 ) -> _Application:
     """The bare application: its lifespan (closing the service), metadata, gate and service."""
 
@@ -236,7 +237,8 @@ def _add_dataset_routes(app: FastAPI, service: TableService) -> None:
         The CSV ends with the universe and the table's footnotes (lines
         starting with ``#``) unless ``footnotes=false``; JSON carries them in
         ``meta``, JSON-stat in ``note``, the XLSX in its ``about`` sheet.
-        ``labels=true`` adds the category labels beside the codes (CSV, SDMX-CSV).
+        ``labels=true`` adds the category labels beside the codes (CSV, the XLSX's
+        ``cells`` sheet, SDMX-CSV).
         The file is named after the table (``AGEGRP-by-SEX-North.csv``).
         """
         request.state.body = {**body.model_dump(), "format": format}
@@ -255,7 +257,7 @@ def _add_dataset_routes(app: FastAPI, service: TableService) -> None:
 
 
 def _add_admin_routes(
-    app: FastAPI, site: SiteConfig, service: TableService, auth: Authenticator, audit: AuditLog
+    app: FastAPI, site: SiteConfig, service: TableService, auth: Authenticator, audit: StateStore
 ) -> None:
     """The admin API: the audit log and the reconstruction audits (admin keys only)."""
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,6 +18,7 @@ from typing import Literal
 
 from tablesafe._errors import UserError
 from tablesafe._settings import ApiKeySettings
+from tablesafe.state import MemoryRates, RateCounter
 
 __all__ = ["AuthError", "Authenticator", "Principal", "RateLimited", "hash_key", "new_key"]
 
@@ -83,6 +82,8 @@ class Authenticator:
         revoked: When a stored key hash was revoked (an ISO time), or None;
             asked on every request, so a revocation needs no restart.
         clock: The current time (for tests of expiry).
+        rates: Where requests are counted: the state store, shared by every
+            replica (default: this process's memory).
     """
 
     def __init__(
@@ -93,15 +94,14 @@ class Authenticator:
         failures_per_minute: int = 30,
         revoked: Callable[[str], str | None] | None = None,
         clock: Callable[[], datetime] | None = None,
+        rates: RateCounter | None = None,
     ) -> None:
         self._keys = keys
         self._default = default_rate
         self._failures = failures_per_minute
         self._revoked = revoked or (lambda _hash: None)
         self._clock = clock or (lambda: datetime.now(UTC))
-        self._windows: dict[str, list[float]] = {}
-        self._lock = threading.Lock()
-        self._counted = 0
+        self._rates = rates or MemoryRates()
 
     @property
     def open(self) -> bool:
@@ -151,17 +151,7 @@ class Authenticator:
         self._count(who.id, who.rate_limit_per_minute)
 
     def _count(self, bucket: str, limit: int) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self._counted += 1
-            if self._counted % 4096 == 0:
-                # Forget idle buckets: one per client address otherwise grows without end.
-                self._windows = {b: w for b, w in self._windows.items() if w and now - w[-1] < 60.0}
-            window = [t for t in self._windows.get(bucket, []) if now - t < 60.0]
-            if len(window) >= limit:
-                self._windows[bucket] = window
-                raise RateLimited(
-                    f"rate limit of {limit} requests per minute reached; try again in a minute"
-                )
-            window.append(now)
-            self._windows[bucket] = window
+        if not self._rates.hit(bucket, limit):
+            raise RateLimited(
+                f"rate limit of {limit} requests per minute reached; try again in a minute"
+            )

@@ -22,7 +22,7 @@ from tablesafe._protection import Protection
 from tablesafe._request import TableRequest
 from tablesafe._settings import SiteConfig
 from tablesafe.attacks._reconstruct import Progress, reconstruction_attack
-from tablesafe.server._audit import AuditLog
+from tablesafe.state import StateStore
 
 __all__ = ["audit_reconstruction", "requests_from_bodies"]
 
@@ -70,7 +70,7 @@ def requests_from_bodies(
 
 def audit_reconstruction(
     site: SiteConfig,
-    audit: AuditLog,
+    audit: StateStore,
     dataset: str,
     *,
     time_limit: float = 60.0,

@@ -34,8 +34,8 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tablesafe._settings import ServerSettings
-from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Authenticator, AuthError, RateLimited
+from tablesafe.state import StateStore
 
 __all__ = ["CSP", "SECURITY_HEADERS", "Edge", "Gate", "error_shape", "not_json"]
 
@@ -89,7 +89,7 @@ class Edge:
 
     settings: ServerSettings
     auth: Authenticator
-    audit: AuditLog
+    audit: StateStore
     proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -39,9 +39,8 @@ from tablesafe.rules._guard import (
     record_sets,
     zero_boxes,
 )
-from tablesafe.server._audit import AuditLog
 from tablesafe.server._auth import Principal
-from tablesafe.server._guard_store import GuardStore, SQLiteGuardStore
+from tablesafe.state import StateStore, open_state
 
 __all__ = ["TableService", "site_protection"]
 
@@ -103,24 +102,23 @@ class TableService:
 
     Args:
         site: The validated site configuration.
-        audit: The audit log (default: the configured SQLite file).
+        state: The state store: audit log, keys, rate limits, the guard's sets
+            (default: the one the site configuration names, :func:`open_state`).
 
     Raises:
         ConfigError: if a dataset, its catalog, ptable or secret cannot be loaded.
     """
 
-    def __init__(
-        self, site: SiteConfig, audit: AuditLog | None = None, guard: GuardStore | None = None
-    ) -> None:
+    def __init__(self, site: SiteConfig, state: StateStore | None = None) -> None:
         self.site = site
         # A service answers requests on many threads at once: numpy's BLAS
         # threads on top of them oversubscribe the cores, and the guard's small
         # products (a family's basis) took 7 times longer with them on a busy
         # 2-core machine. Set once, before any request (docs/benchmarks.md).
         threadpool_limits(1, user_api="blas")
-        self.audit = audit or AuditLog(site.resolve(site.server.audit_db))
-        # The guard's store: by default in the audit database's file (its own table).
-        self.guard = guard or SQLiteGuardStore(self.audit.path)
+        self.state = state or open_state(site)
+        # The audit log and the guard's store are the state store's (one place, one transaction).
+        self.audit = self.guard = self.state
         self._served: dict[str, _Served] = {}
         # Keyed on the whole checked request (frozen, hashable): every field that
         # changes the answer is in the key, including fields added later.
@@ -151,13 +149,12 @@ class TableService:
             )
 
     def close(self) -> None:
-        """Close the engines' connections, the guard's store and the audit log."""
+        """Close the engines' connections and the state store."""
         for s in self._served.values():
             close = getattr(s.builder.engine, "close", None)
             if close is not None:
                 close()
-        self.guard.close()
-        self.audit.close()
+        self.state.close()
 
     def _engine(self, ds: DatasetSettings) -> Engine:
         es = self.site.engine
