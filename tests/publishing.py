@@ -14,6 +14,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from tablesafe._settings import load_site_config
+from tablesafe.catalog._magnitudes import read_magnitude_column
 from tablesafe.server import create_app
 
 RULES = {"min_universe_size": 20, "sliver_min_difference": 0, "max_cells": 20_000}
@@ -88,7 +89,7 @@ def flagged_status(cell: dict[str, Any], statistic: str, shown_less_than: bool) 
         return "M"
     if cell.get("suppressed"):
         return cell[statistic] if shown_less_than else "Q"
-    kind, _, name = statistic.partition("_")
-    if kind in ("sum", "mean") and cell.get(f"sensitive_{name}"):
+    parts = read_magnitude_column(statistic)
+    if parts is not None and cell.get(f"sensitive_{parts[1]}"):
         return "d"
     return None

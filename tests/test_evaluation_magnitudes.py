@@ -47,7 +47,12 @@ def rows(demo_dir) -> list[dict[str, object]]:
 def test_every_configuration_measures_the_magnitudes(rows) -> None:
     assert len(rows) == 2
     for r in rows:
-        for key in ("rad_sum_INCOME", "rad_mean_INCOME", "rad_sum_HOURS", "rad_mean_HOURS"):
+        for key in (
+            "rad_sum_INCOME_weighted",
+            "rad_mean_INCOME_weighted",
+            "rad_sum_HOURS_weighted",
+            "rad_mean_HOURS_weighted",
+        ):
             value = r[key]
             assert isinstance(value, float) and np.isfinite(value)
             # The cell-key method for magnitudes moves every sum (mu > 0), by a
@@ -57,13 +62,13 @@ def test_every_configuration_measures_the_magnitudes(rows) -> None:
 
 def test_text_and_report_show_the_magnitude_columns(rows, tmp_path) -> None:
     text = evaluation_text(rows)
-    assert "RAD sum INCOME %" in text and "RAD mean HOURS %" in text
+    assert "RAD weighted sum INCOME %" in text and "RAD weighted mean HOURS %" in text
     assert "|published - true| / |true|" in text
     path = write_evaluation_report(rows, tmp_path)
     page = path.read_text()
-    assert "RAD sum INCOME %" in page
+    assert "RAD weighted sum INCOME %" in page
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved[0]["rad_sum_INCOME"] == rows[0]["rad_sum_INCOME"]
+    assert saved[0]["rad_sum_INCOME_weighted"] == rows[0]["rad_sum_INCOME_weighted"]
 
 
 def test_same_request_same_figures(demo_dir, rows) -> None:
@@ -99,4 +104,4 @@ def test_cli_magnitude_option(demo_dir) -> None:
     )
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.output)
-    assert row["rad_sum_INCOME"] > 0 and row["rad_mean_INCOME"] > 0
+    assert row["rad_sum_INCOME_weighted"] > 0 and row["rad_mean_INCOME_weighted"] > 0

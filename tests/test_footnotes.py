@@ -18,6 +18,7 @@ from tablesafe._errors import CatalogError
 from tablesafe._protection import Protection, Rounding
 from tablesafe._settings import RuleSettings, load_site_config
 from tablesafe.catalog._catalog import Catalog
+from tablesafe.catalog._magnitudes import magnitude_column
 from tablesafe.output._footnotes import footnote_lines
 from tablesafe.rules._rules import apply_small_cell_rule
 from tablesafe.server import create_app
@@ -222,6 +223,10 @@ class Case:
     def inner(self, arr):
         return arr[tuple(slice(0, d.size) for d in self.table.dimensions)]
 
+    def column(self, kind, name):
+        """A sum's or mean's column: ``sum_INCOME``, or ``sum_INCOME_weighted`` when weighted."""
+        return magnitude_column(kind, name, weighted=self.statistic != "count")
+
     def adds_up(self, arr) -> bool:
         """Every margin equals the sum of the inner cells it covers (whole units: exactly)."""
         inner = self.inner(arr).astype(float)
@@ -329,7 +334,7 @@ def _check_small_cells(case, m):
 
 def _check_ckm_magnitudes(case, m):
     floor_share = float(m.group(1))
-    got = case.table.statistics()["sum_INCOME"]
+    got = case.table.statistics()[case.column("sum", "INCOME")]
     truth = case.truth.magnitudes["INCOME"]
     cells = case.table.computed & (case.table.counts > 0)
     moved = np.abs(got - truth.total)[cells]
@@ -339,7 +344,7 @@ def _check_ckm_magnitudes(case, m):
 
 
 def _check_sums(case, m):
-    got = case.table.statistics()["sum_INCOME"]
+    got = case.table.statistics()[case.column("sum", "INCOME")]
     cells = case.table.computed
     np.testing.assert_array_equal(np.rint(got[cells]), got[cells])  # whole units
     assert not case.adds_up(got)
@@ -347,10 +352,10 @@ def _check_sums(case, m):
 
 def _check_means(case, m):
     stats = case.table.statistics()
-    mean = stats["mean_HOURS"]
+    mean = stats[case.column("mean", "HOURS")]
     sums = case.builder.build(
         TableRequest(DIMS, universe=UNIVERSE, statistic=case.statistic, magnitudes=("sum:HOURS",))
-    ).statistics()["sum_HOURS"]
+    ).statistics()[case.column("sum", "HOURS")]
     den = (case.table.weighted if "weighted" in m.group(1) else case.table.counts).astype(float)
     ok = case.table.computed & (den > 0)
     # The protected sum (published rounded to whole units) over the denominator, to 0.01.
@@ -358,7 +363,7 @@ def _check_means(case, m):
 
 
 def _check_exact_magnitudes(case, m):
-    got = case.table.statistics()["sum_INCOME"]
+    got = case.table.statistics()[case.column("sum", "INCOME")]
     truth = case.truth.magnitudes["INCOME"].total
     cells = case.table.computed
     np.testing.assert_array_equal(got[cells], np.rint(truth[cells]))

@@ -156,7 +156,7 @@ def test_pyjstat_reads_the_same_cells(answers):
     want = {
         (*(str(c[d]) for d in dims), s): c[s]
         for c in json_doc["cells"]
-        for s in ("n", "weighted", "mean_INCOME", "sum_HOURS")
+        for s in ("n", "weighted", "mean_INCOME_weighted", "sum_HOURS_weighted")
         if c[s] is not None and not isinstance(c[s], str)
     }
     assert got == pytest.approx(want)

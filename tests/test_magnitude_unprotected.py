@@ -55,14 +55,17 @@ def test_true_sums_and_means_equal_brute_force(
     stats = tabulate(demo, request).statistics()
     df = records[records.SEX == 2]
     weighted = statistic == "both"
+    # Over the survey weights, each column says so: sum_INCOME_weighted.
+    end = "_weighted" if weighted else ""
     codes = [*demo.catalog.variable("REGION").codes, None]
     for i, code in enumerate(codes):
         cell = df if code is None else df[code == df.REGION]
         income_sum, income_mean = _true(cell, "INCOME", weighted)
-        assert stats["sum_INCOME"][i] == income_sum
-        assert stats["mean_INCOME"][i] == pytest.approx(income_mean, rel=1e-15)
-        assert stats["mean_HOURS"][i] == pytest.approx(_true(cell, "HOURS", weighted)[1], rel=1e-15)
-    assert list(stats)[-3:] == ["sum_INCOME", "mean_INCOME", "mean_HOURS"]
+        assert stats[f"sum_INCOME{end}"][i] == income_sum
+        assert stats[f"mean_INCOME{end}"][i] == pytest.approx(income_mean, rel=1e-15)
+        hours_mean = _true(cell, "HOURS", weighted)[1]
+        assert stats[f"mean_HOURS{end}"][i] == pytest.approx(hours_mean, rel=1e-15)
+    assert list(stats)[-3:] == [f"sum_INCOME{end}", f"mean_INCOME{end}", f"mean_HOURS{end}"]
 
 
 def test_cli_method_none_prints_true_sums(demo_dir: Path, records: pd.DataFrame) -> None:

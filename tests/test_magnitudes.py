@@ -146,7 +146,7 @@ def test_counts_and_weighted_figures_unchanged(demo: Dataset) -> None:
     assert np.array_equal(a.counts, b.counts)  # type: ignore[arg-type]
     assert np.array_equal(a.weighted, b.weighted)  # type: ignore[arg-type]
     # A weighted mean is the protected weighted sum over the published weighted count.
-    mean = b.statistics()["mean_INCOME"]
+    mean = b.statistics()["mean_INCOME_weighted"]
     assert np.all(np.isfinite(mean[b.computed]))
 
 
@@ -156,8 +156,8 @@ def test_consistency_same_cell_same_value(demo: Dataset) -> None:
     one = b.build(TableRequest(("REGION",), magnitudes=("sum:INCOME",)))
     two = b.build(TableRequest(("REGION", "SEX"), magnitudes=("sum:INCOME",)))
     three = b.build(TableRequest(("SEX", "REGION"), magnitudes=("sum:INCOME",)))
-    s1, s2 = one.statistics()["sum_INCOME"], two.statistics()["sum_INCOME"]
-    s3 = three.statistics()["sum_INCOME"]
+    s1, s2 = one.statistics()["sum_INCOME_weighted"], two.statistics()["sum_INCOME_weighted"]
+    s3 = three.statistics()["sum_INCOME_weighted"]
     assert np.array_equal(s1[:-1], s2[:-1, -1])  # REGION margin of REGION x SEX
     assert np.array_equal(s2, s3.T)
     assert s1[-1] == s2[-1, -1]
@@ -251,11 +251,12 @@ def test_suppress_blanks_sensitive_cells(demo: Dataset) -> None:
     )
     sens = flag.sensitive["INCOME"]  # type: ignore[index]
     assert sens.any() and not sens.all()
-    assert np.isnan(hide.statistics()["sum_INCOME"][sens]).all()
-    assert np.isnan(hide.statistics()["mean_INCOME"][sens]).all()
+    assert np.isnan(hide.statistics()["sum_INCOME_weighted"][sens]).all()
+    assert np.isnan(hide.statistics()["mean_INCOME_weighted"][sens]).all()
     kept = flag.computed & ~sens
     assert np.array_equal(
-        hide.statistics()["sum_INCOME"][kept], flag.statistics()["sum_INCOME"][kept]
+        hide.statistics()["sum_INCOME_weighted"][kept],
+        flag.statistics()["sum_INCOME_weighted"][kept],
     )
     # Flags are published as columns; blanks as empty CSV fields.
     assert "sensitive_INCOME" in flag.to_csv().splitlines()[0]
@@ -378,7 +379,7 @@ def test_means_without_the_grand_total(demo: Dataset, margins: str, method: str)
     full = b.build(TableRequest(("REGION", "SEX"), magnitudes=("mean:INCOME",)))
     part = b.build(TableRequest(("REGION", "SEX"), margins=margins, magnitudes=("mean:INCOME",)))
     assert part.magnitudes is not None and full.magnitudes is not None
-    a, f = part.magnitudes["mean_INCOME"], full.magnitudes["mean_INCOME"]
+    a, f = part.magnitudes["mean_INCOME_weighted"], full.magnitudes["mean_INCOME_weighted"]
     shown = ~np.isnan(a)
     assert shown[:-1, :-1].all()
     np.testing.assert_array_equal(a[shown], f[shown])

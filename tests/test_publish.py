@@ -77,7 +77,7 @@ def test_xlsx_first_sheets_are_the_crosstab_as_shown(demo_dir, dims):
     book = load_workbook(io.BytesIO(table.to_xlsx_bytes()))
     shown = table.shown_statistics()
     assert book.sheetnames == [*sheet_names(list(shown)).values(), "cells", "about"]
-    assert book.sheetnames[:3] == ["Count", "Weighted count", "Mean INCOME"]
+    assert book.sheetnames[:3] == ["Count", "Weighted count", "Weighted mean INCOME"]
     for stat, sheet in zip(shown, book.worksheets, strict=False):
         rows = [list(r) for r in sheet.iter_rows(values_only=True)]
         by = table.title.split(" by ", 1)[1]
@@ -117,7 +117,7 @@ def test_xlsx_first_sheets_are_the_crosstab_as_shown(demo_dir, dims):
     first = book.worksheets[0].cell(row=5 + (len(dims) > 2), column=2)
     assert isinstance(first.value, int) and first.number_format == "#,##0"
     # Means are rounded to 0.01 by the site: two decimals.
-    means = [c for row in book["Mean INCOME"].iter_rows() for c in row[1:]]
+    means = [c for row in book["Weighted mean INCOME"].iter_rows() for c in row[1:]]
     assert {c.number_format for c in means if isinstance(c.value, float)} == {"#,##0.00"}
 
 

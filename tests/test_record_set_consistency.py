@@ -303,7 +303,7 @@ def test_empty_cells_published_non_zero_keep_one_value_in_every_table(demo):
                     value = (
                         pub.counts[i, j],
                         pub.weighted[i, j],
-                        pub.magnitudes["sum_INCOME"][i, j],
+                        pub.magnitudes["sum_INCOME_weighted"][i, j],
                     )
                     seen.setdefault(key, set()).add(value)
                     checked += 1

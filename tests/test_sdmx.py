@@ -10,6 +10,7 @@ import pytest
 import tablesafe as ts
 from publishing import PROFILES, REQUESTS, client
 from tablesafe._protection import Protection
+from tablesafe.catalog._magnitudes import read_magnitude_column
 from tablesafe.output._sdmx import CONF_STATUS, OBS_STATUS, dataflow
 
 
@@ -38,8 +39,8 @@ def _rows(text):
 def _expected(cell, statistic, profile):
     """OBS_VALUE, OBS_STATUS, CONF_STATUS and whether COMMENT_OBS is set, from the JSON flags."""
     shown = cell[statistic]
-    kind, _, name = statistic.partition("_")
-    sensitive = kind in ("sum", "mean") and cell.get(f"sensitive_{name}")
+    parts = read_magnitude_column(statistic)
+    sensitive = parts is not None and cell.get(f"sensitive_{parts[1]}")
     if cell.get("structural_zero"):
         # 0, or blank for a mean (no records to average).
         return _number(shown), "M", "F", True

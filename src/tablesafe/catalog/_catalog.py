@@ -68,7 +68,7 @@ from typing import Any
 
 from tablesafe._errors import CatalogError, FormatError, RequestError
 from tablesafe.catalog._hierarchy import Hierarchy, parse_hierarchies, resolve_grouping_levels
-from tablesafe.catalog._magnitudes import Magnitude, parse_magnitudes
+from tablesafe.catalog._magnitudes import WEIGHTED_SUFFIX, Magnitude, parse_magnitudes
 from tablesafe.catalog._variables import Category, Code, Variable, _show_codes
 
 __all__ = [
@@ -121,17 +121,22 @@ RESERVED_NAMES = frozenset(
     }
 )
 RESERVED_PREFIXES = ("sum_", "mean_", "sensitive_")
-RESERVED_SUFFIX = "_label"
+#: ``_weighted`` ends a weighted sum's or mean's column (``sum_INCOME_weighted``).
+RESERVED_SUFFIXES = ("_label", WEIGHTED_SUFFIX)
 
 
 def reserved_name(name: str) -> str | None:
     """Why ``name`` may not name a table's dimension (one of its columns), or ``None``."""
     low = name.lower()
-    if low in RESERVED_NAMES or low.startswith(RESERVED_PREFIXES) or low.endswith(RESERVED_SUFFIX):
+    if (
+        low in RESERVED_NAMES
+        or low.startswith(RESERVED_PREFIXES)
+        or low.endswith(RESERVED_SUFFIXES)
+    ):
         return (
             f"reserved (a column of the table); reserved: {', '.join(sorted(RESERVED_NAMES))}, "
             f"names starting with {', '.join(RESERVED_PREFIXES)} and names ending in "
-            f"{RESERVED_SUFFIX}"
+            f"{' or '.join(RESERVED_SUFFIXES)}"
         )
     return None
 

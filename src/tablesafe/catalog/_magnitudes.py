@@ -41,16 +41,22 @@ __all__ = [
     "MAGNITUDE_BITS",
     "MAGNITUDE_SCALE",
     "MAX_MAGNITUDE_TOTAL",
+    "WEIGHTED_SUFFIX",
     "Magnitude",
     "check_magnitude_values",
     "from_magnitude_fixed",
     "magnitude_check_result",
     "magnitude_check_sql",
+    "magnitude_column",
     "magnitude_fixed",
     "magnitude_fixed_sql",
     "parse_magnitudes",
+    "read_magnitude_column",
     "require_numeric",
 ]
+
+#: The end of a weighted sum's or mean's column name (no catalog name ends so).
+WEIGHTED_SUFFIX = "_weighted"
 
 #: Fractional bits of the fixed point in which magnitudes are summed (1/16 of a unit).
 MAGNITUDE_BITS = 4
@@ -101,6 +107,33 @@ class Magnitude:
 
 def _num(x: float) -> float | int:
     return int(x) if float(x).is_integer() and abs(x) < 2**53 else float(x)
+
+
+def magnitude_column(kind: str, name: str, *, weighted: bool) -> str:
+    """A sum's or mean's column in every output: ``sum_INCOME``, ``mean_INCOME_weighted``.
+
+    A weighted figure (over the survey weights) and an unweighted one (over
+    the records) are different statistics, so they never share a name.
+
+    Args:
+        kind: ``"sum"`` or ``"mean"``.
+        name: The magnitude's name.
+        weighted: Whether the figure is over the survey weights.
+    """
+    return f"{kind}_{name}{WEIGHTED_SUFFIX if weighted else ''}"
+
+
+def read_magnitude_column(column: str) -> tuple[str, str, bool] | None:
+    """``(kind, magnitude, weighted)`` of a column :func:`magnitude_column` named, else ``None``.
+
+    Exact because no catalog name ends in ``_weighted`` (a reserved suffix).
+    """
+    kind, _, rest = column.partition("_")
+    if kind not in ("sum", "mean") or not rest:
+        return None
+    if rest.endswith(WEIGHTED_SUFFIX):
+        return kind, rest[: -len(WEIGHTED_SUFFIX)], True
+    return kind, rest, False
 
 
 def parse_magnitudes(

@@ -126,8 +126,9 @@ def evaluate(
         configurations: Named mechanisms (:func:`mechanism_grid`).
         engine: The engine (default DuckDB).
         magnitudes: Continuous variables whose sums and means every table also
-            publishes; adds ``rad_sum_VAR``, ``rad_mean_VAR`` and, where the
-            site's rules suppress sensitive sums, ``unpublished_sum_VAR`` (percent).
+            publishes (over the survey weights); adds ``rad_sum_VAR_weighted``,
+            ``rad_mean_VAR_weighted`` and, where the site's rules suppress
+            sensitive sums, ``unpublished_sum_VAR_weighted`` (percent).
         secret: The secret of the keyed seeds (default: a fixed one, so an
             evaluation is reproducible; every secret gives draws of the same
             distribution).
@@ -181,7 +182,7 @@ def magnitude_utility(
 ) -> dict[str, float | None]:
     """Relative absolute differences of published sums and means, in percent.
 
-    For each column (``sum_VAR``, ``mean_VAR``): ``rad_<column>``, the mean of
+    For each column (``sum_VAR``, ``mean_VAR_weighted``...): ``rad_<column>``, the mean of
     ``100 |X' - X| / |X|`` over the selected cells whose true value is not 0
     and which are published (``None`` when there is none); for sums with
     unpublished cells (NaN: suppressed by a sensitivity rule),

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tablesafe.catalog._magnitudes import WEIGHTED_SUFFIX
 from tablesafe.experiments._shlomo2019 import PAPER_TABLE_4, PAPER_TABLE_5, Shlomo2019
 
 __all__ = ["comparison_text", "write_report"]
@@ -135,12 +136,20 @@ EVALUATION_COLUMNS: tuple[tuple[str, str, str], ...] = (
 _FAMILY_MARKERS = {"dp": "o", "q": "s", "pram": "^", "ckm": "D"}
 
 
-#: Headings of the magnitude columns, by key prefix (the variable's name follows).
+#: Headings of the magnitude columns, by key prefix (the table's column follows:
+#: ``rad_sum_INCOME``, or ``rad_sum_INCOME_weighted`` over the survey weights).
 _MAGNITUDE_HEADINGS = (
-    ("rad_sum_", "RAD sum {} %"),
-    ("rad_mean_", "RAD mean {} %"),
-    ("unpublished_sum_", "% sums {} unpublished"),
+    ("rad_sum_", "RAD {}sum {} %"),
+    ("rad_mean_", "RAD {}mean {} %"),
+    ("unpublished_sum_", "% {}sums {} unpublished"),
 )
+
+
+def _magnitude_heading(heading: str, rest: str) -> str:
+    """A magnitude column's heading: ``RAD weighted sum INCOME %`` for ``INCOME_weighted``."""
+    weighted = rest.endswith(WEIGHTED_SUFFIX)
+    name = rest[: -len(WEIGHTED_SUFFIX)] if weighted else rest
+    return heading.format("weighted " if weighted else "", name)
 
 
 def evaluation_columns(rows: list[dict[str, object]]) -> list[tuple[str, str, str]]:
@@ -149,7 +158,9 @@ def evaluation_columns(rows: list[dict[str, object]]) -> list[tuple[str, str, st
     keys = dict.fromkeys(k for r in rows for k in r)
     for prefix, heading in _MAGNITUDE_HEADINGS:
         cols += [
-            (k, heading.format(k[len(prefix) :]), "{:.2f}") for k in keys if k.startswith(prefix)
+            (k, _magnitude_heading(heading, k[len(prefix) :]), "{:.2f}")
+            for k in keys
+            if k.startswith(prefix)
         ]
     return cols
 

@@ -47,7 +47,7 @@ import numpy.typing as npt
 
 from tablesafe._errors import InternalError, ParameterError, RequestError, choice
 from tablesafe._seeds import SeedScheme
-from tablesafe.catalog._magnitudes import Magnitude
+from tablesafe.catalog._magnitudes import Magnitude, magnitude_column
 from tablesafe.mechanisms._num_ptable import NumPTable
 
 if TYPE_CHECKING:
@@ -373,7 +373,8 @@ class ProtectedMagnitudes:
     """What a table publishes about its magnitudes.
 
     Attributes:
-        columns: Column name (``sum_VAR``, ``mean_VAR``) -> extended array (NaN blank).
+        columns: Column name (``sum_VAR``, ``mean_VAR``, ``_weighted`` added when over the
+            weights) -> extended array (NaN blank).
         sensitive: Magnitude name -> cells flagged by the rules.
         meta: The public statement (``meta.magnitudes``).
     """
@@ -501,11 +502,12 @@ def protect_magnitudes(
         kind, name = item.split(":", 1)
         value = protected[name]
         hide = ~computed | (sensitive[name] if prot.action == SensitiveAction.SUPPRESS else False)
+        column = magnitude_column(kind, name, weighted=weighted is not None)
         if kind == "sum":
-            columns[f"sum_{name}"] = np.where(hide, np.nan, r_sum.apply(value))
+            columns[column] = np.where(hide, np.nan, r_sum.apply(value))
         else:
             mean = _mean(name, value, denominators, computed, weighted is not None)
-            columns[f"mean_{name}"] = np.where(hide, np.nan, r_mean.apply(mean))
+            columns[column] = np.where(hide, np.nan, r_mean.apply(mean))
     meta = prot.describe({n: bounds[n] for n in names})
     meta["variables"] = names
     meta["weighted"] = weighted is not None

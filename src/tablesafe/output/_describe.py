@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tablesafe._errors import RequestError
+from tablesafe.catalog._magnitudes import read_magnitude_column
 
 if TYPE_CHECKING:
     from tablesafe._request import TableRequest
@@ -68,22 +69,24 @@ def _magnitude_words(catalog: Catalog | None, name: str) -> str:
 def statistic_label(column: str, catalog: Catalog | None, metadata: Mapping[str, Any]) -> str:
     """One statistic column in words: ``"Weighted count"``, ``"Mean of Annual income (EUR)"``.
 
+    A sum or mean over the survey weights (``sum_VAR_weighted``) is a
+    ``"Weighted sum"`` or ``"Weighted mean"``; over the records, a ``"Sum"``
+    or ``"Mean"``.
+
     Args:
-        column: The column's name (``n``, ``weighted``, ``se``, ``sum_VAR``, ``mean_VAR``...).
+        column: The column's name (``n``, ``weighted``, ``se``, ``sum_VAR``,
+            ``mean_VAR_weighted``...).
         catalog: The catalog (for magnitude labels and units), or ``None``.
-        metadata: The table's metadata (``magnitudes.weighted``: sums over weights).
+        metadata: The table's metadata.
     """
     if column in _COUNT_WORDS:
         return _COUNT_WORDS[column]
-    kind, _, name = column.partition("_")
+    parts = read_magnitude_column(column)
+    if parts is None:
+        return column
+    kind, name, weighted = parts
     words = _magnitude_words(catalog, name)
-    if kind == "sum":
-        mags = metadata.get("magnitudes")
-        weighted = isinstance(mags, Mapping) and bool(mags.get("weighted"))
-        return f"{'Weighted sum' if weighted else 'Sum'} of {words}"
-    if kind == "mean":
-        return f"Mean of {words}"
-    return column
+    return f"{'Weighted ' + kind if weighted else kind.capitalize()} of {words}"
 
 
 def _listed(items: Sequence[str], conjunction: str) -> str:

@@ -35,7 +35,7 @@ class PublishedTable(Protocol):
 
     def iter_json(self) -> Iterator[bytes]: ...
 
-    def to_xlsx_bytes(self) -> bytes: ...
+    def to_xlsx_bytes(self, *, labels: bool = False) -> bytes: ...
 
     def render_text(self, *, footnotes: bool = False) -> str: ...
 
@@ -48,8 +48,9 @@ class WriteOptions:
         footnotes: Add the footnotes where the format keeps them apart from
             the cells (the CSV's ``#`` lines, SDMX-CSV's dataset attributes);
             JSON, JSON-stat and XLSX always carry them.
-        labels: Add the category labels beside the codes (CSV: a
-            ``<name>_label`` column per dimension; SDMX-CSV: ``ID: name``).
+        labels: Add the category labels beside the codes (CSV and the
+            XLSX's ``cells`` sheet: a ``<name>_label`` column per dimension;
+            SDMX-CSV: ``ID: name``).
     """
 
     footnotes: bool = True
@@ -142,7 +143,7 @@ def _json_stream(table: PublishedTable) -> Iterator[bytes]:
 
 def _xlsx(table: PublishedTable, options: WriteOptions) -> bytes:
     # The footnotes are always in the workbook's "about" sheet.
-    return table.to_xlsx_bytes()
+    return table.to_xlsx_bytes(labels=options.labels)
 
 
 def _jsonstat(table: Any, options: WriteOptions) -> str:

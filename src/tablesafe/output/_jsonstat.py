@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
+from tablesafe.output._published import sensitive_flag
 from tablesafe.output._render import TOTAL_CODE, TOTAL_LABEL, _plain
 
 if TYPE_CHECKING:
@@ -138,10 +139,10 @@ def _cells(table: Published, kept: list[np.ndarray]) -> tuple[list[Any], dict[st
     computed = table.computed[grid]
     values[~computed] = None
     if table.sensitive:
-        for name, flag in table.sensitive.items():
-            for s, stat in enumerate(names):
-                if stat in (f"sum_{name}", f"mean_{name}"):
-                    status[..., s][flag[grid] & computed] = STATUS["sensitive"]
+        for s, stat in enumerate(names):
+            found = sensitive_flag(table, stat)
+            if found is not None:
+                status[..., s][found[1][grid] & computed] = STATUS["sensitive"]
     if table.suppressed is not None:
         hidden = table.suppressed[grid] & computed
         values[hidden] = None

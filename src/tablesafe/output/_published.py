@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from tablesafe.catalog._magnitudes import read_magnitude_column
+
 if TYPE_CHECKING:
     import pandas as pd
 
     from tablesafe._request import DimensionPlan, TableRequest
     from tablesafe.catalog import Catalog
 
-__all__ = ["Published"]
+__all__ = ["Published", "sensitive_flag"]
 
 
 class Published(Protocol):
@@ -80,3 +82,13 @@ class Published(Protocol):
     def to_frame(
         self, *, labels: bool = False, flags: bool = True, owner: bool = False
     ) -> pd.DataFrame: ...
+
+
+def sensitive_flag(table: Published, statistic: str) -> tuple[str, npt.NDArray[np.bool_]] | None:
+    """The magnitude of a sum's or mean's column and the cells the dominance or p% rule flags.
+
+    ``None`` for any other column, or where the table has no such flags.
+    """
+    parts = read_magnitude_column(statistic)
+    flag = None if parts is None else (table.sensitive or {}).get(parts[1])
+    return None if parts is None or flag is None else (parts[1], flag)

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tablesafe.output._jsonstat import statistic_dimension_id
+from tablesafe.output._published import sensitive_flag
 from tablesafe.output._render import TOTAL_CODE, TOTAL_LABEL, to_csv
 
 if TYPE_CHECKING:
@@ -126,12 +127,12 @@ def _rows(table: Published) -> dict[str, np.ndarray]:
         col[missing] = None
         values[:, s] = col
         obs[:, s] = np.where(missing, "O", "E" if _changes(table, name) else "A")
-        for mag, flag in (table.sensitive or {}).items():
-            if name in (f"sum_{mag}", f"mean_{mag}"):
-                hit = flag.reshape(-1)[cells]
-                obs[hit & missing, s] = "Q"
-                conf[hit & missing, s] = "C"
-                comment[hit, s] = flags.get(f"sensitive_{mag}", "")
+        found = sensitive_flag(table, name)
+        if found is not None:
+            hit = found[1].reshape(-1)[cells]
+            obs[hit & missing, s] = "Q"
+            conf[hit & missing, s] = "C"
+            comment[hit, s] = flags.get(f"sensitive_{found[0]}", "")
     if table.suppressed is not None:
         hidden = table.suppressed.reshape(-1)[cells]
         values[hidden] = None

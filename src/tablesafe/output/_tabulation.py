@@ -15,6 +15,7 @@ import numpy as np
 from tablesafe._errors import RequestError
 from tablesafe._request import Statistic, TableRequest
 from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._magnitudes import magnitude_column
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.output._render import long_columns, long_frame, render_text, to_csv, to_json
 
@@ -46,10 +47,11 @@ class Tabulation:
         """Statistic name -> extended cell array, as the request asked.
 
         ``n``, ``weighted``, then for each ``sum:VAR`` and ``mean:VAR`` of the
-        request the true ``sum_VAR`` (the exact sum of the contributions ``x``,
-        weighted ``w x``) and ``mean_VAR`` (that sum over the true count,
-        weighted over the true weighted count; NaN where it is 0), as a
-        protected table names them.
+        request the true ``sum_VAR`` (the exact sum of the contributions ``x``)
+        and ``mean_VAR`` (that sum over the true count; NaN where it is 0), or
+        in a weighted table ``sum_VAR_weighted`` (of ``w x``) and
+        ``mean_VAR_weighted`` (over the true weighted count), as a protected
+        table names them.
 
         Raises:
             RequestError: for ``mean:VAR`` where the universe's (weighted)
@@ -69,15 +71,16 @@ class Tabulation:
         for item in self.request.magnitudes:
             kind, name = item.split(":", 1)
             total = agg.magnitudes[name].total
+            column = magnitude_column(kind, name, weighted=weighted)
             if kind == "sum":
-                out[f"sum_{name}"] = total
+                out[column] = total
             else:
                 if not float(denominators[(-1,) * denominators.ndim]) > 0:
                     raise RequestError(
                         f"mean:{name} has nothing to average over: the "
                         f"{'weighted ' if weighted else ''}count of the universe is 0"
                     )
-                out[f"mean_{name}"] = np.divide(
+                out[column] = np.divide(
                     total, denominators, out=np.full(total.shape, np.nan), where=denominators > 0
                 )
         return out

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tablesafe.catalog._magnitudes import read_magnitude_column
 from tablesafe.output._describe import title
 from tablesafe.output._render import TOTAL_LABEL
 from tablesafe.output._xlsx import BOLD, NUMBER, Grid, workbook_bytes
@@ -43,12 +44,15 @@ _MAX_SHEET = 31
 
 
 def sheet_names(statistics: Sequence[str]) -> dict[str, str]:
-    """Each statistic's sheet name: ``Count``, ``Mean INCOME``; unique, at most 31 characters."""
+    """Each statistic's sheet name, unique, 31 characters at most: ``Weighted mean INCOME``."""
     out: dict[str, str] = {}
     taken = {"cells", "about"}
     for s in statistics:
-        kind, _, name = s.partition("_")
-        base = _SHEET.get(s) or f"{kind.capitalize()} {name}"
+        parts = read_magnitude_column(s)
+        base = _SHEET.get(s) or s
+        if parts is not None:
+            kind, name, weighted = parts
+            base = f"{'Weighted ' + kind if weighted else kind.capitalize()} {name}"
         base = base[:_MAX_SHEET]
         sheet, i = base, 2
         while sheet.lower() in taken:
@@ -146,7 +150,7 @@ def _words(value: object) -> str:
     return str(value)
 
 
-def _about(table: Published, meta: Mapping[str, Any]) -> Grid:
+def _about(table: Published, meta: Mapping[str, Any], with_labels: bool) -> Grid:
     """The about sheet: the table in words, its source, its notes, then its settings."""
     notes = meta["footnotes"]
     catalog = table.catalog
@@ -174,18 +178,36 @@ def _about(table: Published, meta: Mapping[str, Any]) -> Grid:
         [
             "Sheets",
             "Each statistic's sheet shows the table as rows by columns (layers as blocks); "
-            "the sheet cells has one row per cell, with codes and labels, for machines.",
+            "the sheet cells has one row per cell, with "
+            + ("codes and labels" if with_labels else "codes")
+            + ", for machines.",
         ]
     )
-    skip = {"title", "universe_label", "universe", "footnotes", "dimensions", "citation", "dataset"}
+    skip = {
+        "title",
+        "universe_label",
+        "universe",
+        "footnotes",
+        "dimensions",
+        "citation",
+        "dataset",
+        "statistics",
+        "file_stem",
+    }
     rows.extend(
         [k.replace("_", " ").capitalize(), _words(v)] for k, v in meta.items() if k not in skip
     )
     return Grid(rows, widths=[28, 100])
 
 
-def table_workbook(table: Published) -> bytes:
-    """The table's workbook: a sheet per statistic (cross-tab), ``cells`` and ``about``."""
+def table_workbook(table: Published, *, labels: bool = False) -> bytes:
+    """The table's workbook: a sheet per statistic (cross-tab), ``cells`` and ``about``.
+
+    Args:
+        table: The protected table.
+        labels: Add a ``<name>_label`` column beside each dimension's codes in ``cells``
+            (the cross-tab sheets always show labels).
+    """
     meta = table.public_metadata()
     shown = table.shown_statistics()
     names = sheet_names(list(shown))
@@ -193,6 +215,6 @@ def table_workbook(table: Published) -> bytes:
     sheets: list[tuple[str, Any]] = [
         (names[s], _statistic_sheet(table, s, values, notes)) for s, values in shown.items()
     ]
-    sheets.append(("cells", table.to_frame(labels=True)))
-    sheets.append(("about", _about(table, meta)))
+    sheets.append(("cells", table.to_frame(labels=labels)))
+    sheets.append(("about", _about(table, meta, labels)))
     return workbook_bytes(sheets)

@@ -410,18 +410,20 @@ function fmt(value, stat) {
   return stat === "weighted" || stat.startsWith("sum_") ? Math.round(value).toLocaleString() : value.toLocaleString();
 }
 
-// A statistic's caption: counts, or "Sum of Annual income (currency units)".
-function statTitle(stat) {
+// A statistic's caption: counts, or the table's own words for a sum or mean (meta.statistics,
+// as in every download): "Weighted sum of Annual income (currency units)", "Mean of ...".
+function statTitle(doc, stat) {
   if (stat === "n") return "Unweighted counts";
   if (stat === "weighted") return "Weighted counts";
-  const [kind, ...rest] = stat.split("_");
-  const m = magnitudeInfo(rest.join("_"));
-  const label = m ? m.label + (m.unit ? ` (${m.unit})` : "") : rest.join("_");
-  return `${kind === "sum" ? "Sum" : "Mean"} of ${label}`;
+  return (doc.meta.statistics && doc.meta.statistics[stat]) || stat;
 }
 
+// Sums and means are named sum_VAR / mean_VAR over the records, sum_VAR_weighted /
+// mean_VAR_weighted over the survey weights: the magnitude is what lies between.
+const magnitudeOf = (stat) => (/^(sum|mean)_/.test(stat) ? stat.replace(/^(sum|mean)_/, "").replace(/_weighted$/, "") : null);
+
 function statsOf(doc) {
-  const magCols = (doc.meta.magnitudes ? doc.meta.magnitudes.variables : []).flatMap((v) => [`sum_${v}`, `mean_${v}`]);
+  const magCols = Object.keys(doc.meta.statistics || {}).filter((s) => magnitudeOf(s) !== null);
   return ["n", "weighted", ...magCols].filter((s) => doc.cells.length && s in doc.cells[0]);
 }
 
@@ -483,7 +485,7 @@ function renderTables(doc) {
   const rowCodes = present(rowsDim);
   const colCodes = colsDim ? present(colsDim) : [null];
   const find = (rc, cc) => state.index.get(cellKey([rc, ...(colsDim ? [cc] : []), ...(layerDim ? [layer] : [])]));
-  const caption = (stat) => statTitle(stat) + (layerDim ? ` — ${varInfo(layerDim).label}: ${labelOf(layerDim, layer)}` : "");
+  const caption = (stat) => statTitle(doc, stat) + (layerDim ? ` — ${varInfo(layerDim).label}: ${labelOf(layerDim, layer)}` : "");
   $("tables").replaceChildren(...statsOf(doc).map((stat) => crossTable(doc, stat, caption(stat), rowCodes, colCodes, find)));
 }
 
@@ -502,7 +504,7 @@ function crossTable(doc, stat, captionText, rowCodes, colCodes, find) {
   head.appendChild(corner);
   for (const cc of colCodes) {
     const th = document.createElement("th"); th.scope = "col";
-    th.textContent = colsDim ? labelOf(colsDim, cc) : (stat === "n" ? "Count" : stat === "weighted" ? "Weighted" : statTitle(stat).split(" ")[0]);
+    th.textContent = colsDim ? labelOf(colsDim, cc) : (stat === "n" ? "Count" : stat === "weighted" ? "Weighted" : statTitle(doc, stat).split(" of ")[0]);
     head.appendChild(th);
   }
   table.appendChild(head);
@@ -527,7 +529,7 @@ function dataCell(doc, stat, cell, total) {
   const td = document.createElement("td");
   if (total) td.className = "total";
   td.textContent = cell ? fmt(cell[stat], stat) : "";
-  const magFlag = stat.includes("_") ? `sensitive_${stat.split("_").slice(1).join("_")}` : null;
+  const magFlag = magnitudeOf(stat) !== null ? `sensitive_${magnitudeOf(stat)}` : null;
   for (const flag of ["structural_zero", "suppressed", ...(magFlag ? [magFlag] : [])]) {
     if (cell && cell[flag]) {
       const sup = document.createElement("sup");
@@ -860,21 +862,8 @@ function save(blob, filename) {
   document.body.appendChild(a); a.click(); a.remove();
 }
 
-// A chart's file name is the table's (output/_describe.file_stem, which names the server's
-// downloads): AGEGRP-by-SEX, then each condition's category labels, or above three
-// categories the variable and how many it keeps (REGION-5-categories); ASCII, 120 at most.
-const filePart = (text) => String(text).normalize("NFKD").replace(/[^\x00-\x7f]/g, "").replace(/[^A-Za-z0-9_]+/g, "-").replace(/^-+|-+$/g, "");
-function fileStem(doc) {
-  const parts = [doc.meta.dimensions.join("-by-")];
-  for (const [name, codes] of Object.entries(doc.meta.universe || {})) {
-    if (codes.length > 3) parts.push(`${name}-${codes.length}-categories`);
-    else parts.push(...codes.map((c) => labelOf(name, c)));
-  }
-  const stem = parts.map(filePart).filter(Boolean).join("-") || "table";
-  if (stem.length <= 120) return stem;
-  const cut = stem.slice(0, 121);
-  return cut.includes("-") ? cut.slice(0, cut.lastIndexOf("-")) : cut.slice(0, 120);
-}
+// A chart's file name is the table's: meta.file_stem, which also names the server's downloads.
+const fileStem = (doc) => doc.meta.file_stem || "table";
 
 function attachmentName(response, fallback) {
   const match = /filename="([^"]+)"/.exec(response.headers.get("content-disposition") || "");
@@ -903,8 +892,9 @@ async function download(format) {
   $("message").textContent = "";
   try {
     const name = $("dataset").value;
-    // A CSV for people: category labels beside the codes (the API's default is codes only).
-    const query = format === "csv" ? `format=csv&labels=true` : `format=${format}`;
+    // Files for people: category labels beside the codes in the CSV and the XLSX's cells
+    // sheet (the API's default is codes only).
+    const query = `format=${format}&labels=true`;
     const response = await api(`/api/datasets/${encodeURIComponent(name)}/tables?${query}`, { method: "POST", body: JSON.stringify(body) });
     save(await response.blob(), attachmentName(response, `${fileStem(doc)}.${format}`));
   } catch (e) {
