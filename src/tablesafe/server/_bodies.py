@@ -22,7 +22,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from tablesafe._errors import RequestError
-from tablesafe._request import Margins, Statistic, TableRequest
+from tablesafe._request import Margins, Percent, Statistic, TableRequest
 from tablesafe.catalog._custom import parse_groupings
 
 __all__ = ["GroupBody", "GroupingBody", "TableBody"]
@@ -89,12 +89,15 @@ class TableBody(BaseModel):
         str,
         Field(
             max_length=400,
-            pattern=rf"^({'|'.join(Statistic)})?(,?(sum|mean):[A-Za-z][A-Za-z0-9_]{{0,62}})*$",
+            pattern=rf"^({'|'.join(Statistic)})?"
+            rf"(,?((sum|mean):[A-Za-z][A-Za-z0-9_]{{0,62}}|percent:({'|'.join(Percent)})))*$",
         ),
     ] = Field(
         "both",
         description="count, weighted or both (unweighted counts, weighted counts, or both), "
-        "optionally followed by sums and means of continuous variables: 'count,sum:INCOME'.",
+        "optionally followed by sums and means of continuous variables and percentages: "
+        "'count,sum:INCOME', 'weighted,percent:row' (percent:row, percent:column or "
+        "percent:total, of the weighted counts; of the counts with 'count').",
     )
     magnitudes: list[Annotated[str, Field(max_length=70)]] = Field(
         default_factory=list,
@@ -118,6 +121,12 @@ class TableBody(BaseModel):
         max_length=10,
         description="Custom groupings: new names usable in dimensions and universe.",
     )
+    se: bool = Field(
+        False,
+        description="Add standard errors and 95% confidence intervals of the weighted "
+        "estimates (weighted counts, percentages, means, sums), from the dataset's replicate "
+        "weights and the protection's own variance.",
+    )
 
     def to_request(self) -> TableRequest:
         """The validated :class:`~tablesafe.TableRequest`."""
@@ -133,6 +142,7 @@ class TableBody(BaseModel):
             statistic=self.statistic,
             magnitudes=tuple(self.magnitudes),
             margins=self.margins,
+            replicates=self.se,
             rounding=self.rounding,
             groupings=parse_groupings(
                 {
