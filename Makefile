@@ -16,8 +16,8 @@ $(BIN)/activate:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tablesafe needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
 
-# Two stamps: the demo needs tablesafe alone; lint, types and tests need the dev
-# and Spark extras too (about 1.5 GB more), which only `make test` installs. The
+# Two stamps: the demo needs tablesafe alone; lint, types and tests need the dev,
+# Spark and PostgreSQL extras too (about 1.5 GB more), which only `make test` installs. The
 # full install stamps both, so a demo after the tests installs nothing.
 $(VENV)/.installed-demo: $(BIN)/activate pyproject.toml
 	@echo "installing tablesafe into $(VENV) (no extras; a minute or two the first time)"
@@ -26,9 +26,9 @@ $(VENV)/.installed-demo: $(BIN)/activate pyproject.toml
 	touch $@
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
-	@echo "installing tablesafe with the dev and Spark extras into $(VENV) (for the tests; a few minutes the first time)"
+	@echo "installing tablesafe with the dev, Spark and PostgreSQL extras into $(VENV) (for the tests; a few minutes the first time)"
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,postgres]'
 	touch $(VENV)/.installed-demo $@
 
 install: $(VENV)/.installed
@@ -45,7 +45,8 @@ data/demo-secret:
 demo: $(VENV)/.installed-demo $(DEMO)/catalog.toml data/demo-secret
 	$(BIN)/tablesafe serve --config demo/site.toml --host $(HOST) --port $(PORT)
 
-# Browser tests drive Debian's Chromium, Spark tests need Java 17: install them when missing.
+# Browser tests drive Debian's Chromium, Spark tests need Java 17, the state store's tests
+# start Debian's PostgreSQL server (tests/_postgres.py): install them when missing.
 system-deps:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then \
@@ -58,6 +59,12 @@ system-deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
 	  else \
 	    echo "the Spark tests need Java 17: run 'sudo apt-get install openjdk-17-jre-headless'"; exit 1; \
+	  fi; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	  else \
+	    echo "the state store's tests need PostgreSQL: run 'sudo apt-get install postgresql'"; exit 1; \
 	  fi; }
 
 lint: install

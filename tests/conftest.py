@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +42,28 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     import os
 
     os.environ["TABLESAFE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A PostgreSQL cluster of the session (tests/_postgres.py); ``.database()`` makes a database.
+
+    Skipped only where Debian's server or psycopg is not installed (``make test``
+    installs both).
+    """
+    import importlib.util
+
+    from _postgres import Cluster, binaries
+
+    bindir = binaries()
+    if bindir is None:
+        pytest.skip(
+            "PostgreSQL is not installed (/usr/lib/postgresql/*/bin): apt-get install postgresql"
+        )
+    if importlib.util.find_spec("psycopg_pool") is None:
+        pytest.skip("psycopg is not installed: pip install -e '.[postgres]'")
+    cluster = Cluster(bindir).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
