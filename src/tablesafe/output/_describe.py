@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ALL_RECORDS",
     "file_stem",
+    "quoted_label",
     "statistic_label",
     "title",
     "universe_conditions",
@@ -149,15 +150,39 @@ def universe_conditions(
     return out
 
 
+#: A category label that could be misread inside a list of categories: it holds a
+#: separator of the list (a comma, a semicolon, the word "or" or "and") or a quote,
+#: starts or ends with a space, or is empty.
+_MISREAD = re.compile(r'[,;"]|\b(?:or|and)\b|^\s|\s$|^$', re.IGNORECASE)
+
+
+def quoted_label(label: str) -> str:
+    """A category label in a list of categories: in double quotes where it could be misread.
+
+    ``North`` stays as it is; ``Married or in a civil partnership`` and
+    ``Divorced, widowed`` are quoted, a double quote inside doubled (as in
+    CSV): the universe's words then read one way only.
+    """
+    if not _MISREAD.search(label):
+        return label
+    return '"' + label.replace('"', '""') + '"'
+
+
 def universe_label(request: TableRequest, catalog: Catalog | None) -> str:
     """The universe in words: ``"Region is North or North East; Sex is Female"``.
 
-    ``"All records"`` for a table without conditions.
+    ``"All records"`` for a table without conditions. A category label that
+    holds a comma, a semicolon, "or", "and" or a quote is written in double
+    quotes (:func:`quoted_label`): ``Marital status is "Divorced, widowed" or
+    Single``.
     """
     conditions = universe_conditions(request, catalog)
     if not conditions:
         return ALL_RECORDS
-    return "; ".join(f"{label} is {_listed(cats, 'or')}" for _, label, cats in conditions)
+    return "; ".join(
+        f"{label} is {_listed([quoted_label(c) for c in cats], 'or')}"
+        for _, label, cats in conditions
+    )
 
 
 def _file_part(text: str) -> str:

@@ -268,10 +268,16 @@ function orList(items) {
   return items.length < 2 ? items.join("") : `${items.slice(0, -1).join(", ")} or ${items[items.length - 1]}`;
 }
 
+// A category label that could be misread in a list ("Divorced, widowed", "Married or in a
+// civil partnership") in double quotes, as output/_describe.quoted_label writes it.
+// Words end at any letter or digit, as Python's \b sees them (JavaScript's \b is ASCII only).
+const MISREAD = /[,;"]|(?<![\p{L}\p{N}_])(?:or|and)(?![\p{L}\p{N}_])|^\s|\s$|^$/iu;
+const quotedLabel = (label) => (MISREAD.test(label) ? `"${label.replace(/"/g, '""')}"` : label);
+
 // The universe in the words of the table's own metadata (meta.universe_label, the same
 // text as in every download): "Region is North or North East; Sex is Female".
 function universeLabel(universe) {
-  const parts = Object.entries(universe).map(([name, codes]) => `${varInfo(name).label} is ${orList(codes.map((c) => labelOf(name, c)))}`);
+  const parts = Object.entries(universe).map(([name, codes]) => `${varInfo(name).label} is ${orList(codes.map((c) => quotedLabel(labelOf(name, c))))}`);
   return parts.length ? parts.join("; ") : "All records";
 }
 const universeWords = (universe) => `Universe: ${universeLabel(universe)}.`;
