@@ -111,7 +111,10 @@ class Replica:
                 found = re.search(rb"serving .* at http://127\.0\.0\.1:(\d+)/", line)
                 if found:
                     return int(found.group(1))
-        raise AssertionError(f"the replica did not start: {log.read_text(errors='replace')}")
+        raise AssertionError(
+            f"the replica did not start (exit {self.process.poll()}): "
+            f"{log.read_text(errors='replace')[-3000:]}"
+        )
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -267,9 +270,5 @@ def test_after_a_kill_9_of_one_replica_every_answer_received_is_in_the_audit(
     unanswered = set(logged) - set(received)
     assert unanswered <= failed and len(unanswered) <= 32
     assert all(len(statuses) == 1 for statuses in logged.values())
-    print(
-        f"answers received {len(received)}, failed {len(failed)}, rows {len(rows)}, "
-        f"rows without an answer {len(unanswered)}"
-    )
     statuses = set(received.values())
     assert 200 in statuses and statuses <= {200, 400, 403}
