@@ -380,8 +380,10 @@ class TableBuilder:
             "dataset": self.dataset.name,
             "additivity": str(self.protection.additivity),
         }
-        if self.dataset.catalog.citation:
-            meta["citation"] = self.dataset.catalog.citation
+        catalog = self.dataset.catalog
+        for key in ("citation", "reference_date", "updated"):
+            if getattr(catalog, key):
+                meta[key] = getattr(catalog, key)
         return meta
 
     def _protect_counts(

@@ -22,6 +22,11 @@ The TOML layout::
     [dataset]
     title = "Demo survey"
     citation = "Office (2026), Demo survey [data set]"   # optional; printed under every table
+    reference_date = "2021-03-21"     # optional: the date or period the data describe
+    updated = "2024-05-02"            # optional: the date the data were last released or revised
+
+    [dataset.sdmx]                     # optional (tablesafe.catalog._sdmx): the SDMX dataflow
+    dataflow = "ESTAT:DF_CENSUS(1.0)"
     file = "microdata.parquet"        # Parquet or CSV, relative to the catalog
     record_key = "RKEY"
     weight = "WEIGHT"                  # optional
@@ -57,6 +62,7 @@ The TOML layout::
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 import tomllib
@@ -69,6 +75,7 @@ from typing import Any
 from tablesafe._errors import CatalogError, FormatError, RequestError
 from tablesafe.catalog._hierarchy import Hierarchy, parse_hierarchies, resolve_grouping_levels
 from tablesafe.catalog._magnitudes import WEIGHTED_SUFFIX, Magnitude, parse_magnitudes
+from tablesafe.catalog._sdmx import SdmxStructure, parse_sdmx
 from tablesafe.catalog._variables import Category, Code, Variable, _show_codes
 
 __all__ = [
@@ -201,6 +208,11 @@ class Catalog:
         structural_zeros: Impossible combinations of categories.
         title: A human-readable title of the dataset.
         citation: How to cite the dataset; printed in every table's footnotes.
+        reference_date: The date or period the data describe (ISO 8601: ``2021``,
+            ``2021-03`` or ``2021-03-21``), or ``""``; printed in every table's footnotes.
+        updated: The date the data were last released or revised (``2024-05-02``),
+            or ``""``; printed in every table's footnotes.
+        sdmx: The SDMX dataflow the site's tables belong to (``[dataset.sdmx]``), or ``None``.
         data_file: The microdata file named by the catalog (may be ``None``).
     """
 
@@ -211,6 +223,9 @@ class Catalog:
     structural_zeros: tuple[StructuralZero, ...] = ()
     title: str = ""
     citation: str = ""
+    reference_date: str = ""
+    updated: str = ""
+    sdmx: SdmxStructure | None = None
     data_file: Path | None = field(default=None, compare=False)
     magnitudes: Mapping[str, Magnitude] = field(default_factory=dict)
     hierarchies: tuple[Hierarchy, ...] = ()
@@ -346,6 +361,9 @@ class Catalog:
             structural_zeros=zeros,
             title=title,
             citation=citation.strip(),
+            reference_date=_iso_date(ds, "reference_date", periods=True),
+            updated=_iso_date(ds, "updated", periods=False),
+            sdmx=parse_sdmx(ds.get("sdmx"), {n: v.column for n, v in variables.items()}),
             data_file=(base / data_file if base is not None else Path(data_file))
             if data_file
             else None,
@@ -358,6 +376,11 @@ class Catalog:
         ds: dict[str, Any] = {"title": self.title, "record_key": self.record_key}
         if self.citation:
             ds["citation"] = self.citation
+        for key in ("reference_date", "updated"):
+            if getattr(self, key):
+                ds[key] = getattr(self, key)
+        if self.sdmx is not None:
+            ds["sdmx"] = self.sdmx.to_dict()
         if self.data_file is not None:
             ds["file"] = self.data_file.name
         if self.weight:
@@ -424,6 +447,9 @@ def _dataset_section(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     allowed_ds = {
         "title",
         "citation",
+        "reference_date",
+        "updated",
+        "sdmx",
         "file",
         "record_key",
         "weight",
@@ -469,6 +495,40 @@ def _dataset_texts(ds: Mapping[str, Any]) -> tuple[str | None, str, str]:
     if not isinstance(citation, str) or len(citation) > 1000:
         raise CatalogError("dataset.citation must be a string of at most 1000 characters")
     return data_file, title, citation
+
+
+#: ISO 8601 calendar dates and periods: a year, a month or a day.
+_ISO_PERIOD = re.compile(r"^(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?$")
+
+
+def _iso_date(ds: Mapping[str, Any], key: str, *, periods: bool) -> str:
+    """Step 4 of Catalog.from_dict: ``dataset.<key>`` as ISO 8601 text, or ``""`` if absent.
+
+    A TOML date (``updated = 2024-05-02``, unquoted) is taken as it is.
+
+    Args:
+        ds: The ``[dataset]`` table.
+        key: ``reference_date`` or ``updated``.
+        periods: Also allow a year (``2021``) or a month (``2021-03``).
+
+    Raises:
+        CatalogError: for anything else, or a day that does not exist.
+    """
+    value = ds.get(key, "")
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        value = value.isoformat()
+    allowed = "YYYY, YYYY-MM or YYYY-MM-DD" if periods else "YYYY-MM-DD"
+    m = _ISO_PERIOD.match(value) if isinstance(value, str) else None
+    if value == "":
+        return ""
+    if m is None or (not periods and m.group(3) is None):
+        raise CatalogError(f"dataset.{key} must be an ISO 8601 date ({allowed}), not {value!r}")
+    year, month, day = (int(g) if g else 1 for g in m.groups())
+    try:
+        datetime.date(year, month, day)
+    except ValueError:
+        raise CatalogError(f"dataset.{key} {value!r} is not a date of the calendar") from None
+    return str(value)
 
 
 def _parse_categories(raw: object, where: str, key: str = "categories") -> list[dict[str, Any]]:

@@ -138,7 +138,8 @@ def footnotes(
     Args:
         mechanism: The public description of the protection (``Protection.describe()``).
         metadata: The table's public metadata (additivity, small-cell rule,
-            weighted statement, magnitudes, citation, standard-error threshold).
+            weighted statement, magnitudes, citation, reference date, date of the
+            last update, standard-error threshold).
         statistic: ``"count"``, ``"weighted"`` or ``"both"``.
         roundings: The roundings of the weighted figures, in order.
         suppressed_display: What suppressed cells show (``None``: blank).
@@ -176,6 +177,11 @@ def footnotes(
     citation = metadata.get("citation")
     if citation:
         statement.append(f"Source: {_plain(str(citation))}")
+    # The catalog's dates (ISO 8601, checked when it is loaded).
+    if metadata.get("reference_date"):
+        statement.append(f"Reference date of the data: {metadata['reference_date']}.")
+    if metadata.get("updated"):
+        statement.append(f"Data last updated: {metadata['updated']}.")
     return {
         "statement": statement,
         "flags": flags,

@@ -26,6 +26,7 @@ marks the flagged cells by their position in ``value`` (the codes are in
     a sum or mean the dominance or p% rule flags (blank if the site suppresses them).
 
 ``label`` is the table's title, ``source`` the catalog's citation (or title),
+``updated`` the catalog's date of the last update (when it gives one),
 ``note`` the universe in words and the protection statement, and
 ``extension.meta`` the public metadata of the JSON format. Nothing depends on
 the clock: the same table gives the same bytes.
@@ -189,6 +190,9 @@ def jsonstat_dataset(table: Published) -> dict[str, Any]:
     }
     if source:
         doc["source"] = str(source).replace("`", "")
+    if meta.get("updated"):
+        # The catalog's date of the data's last update (JSON-stat: an ISO 8601 date).
+        doc["updated"] = str(meta["updated"])
     doc["note"] = [f"Universe: {meta['universe_label']}.", *notes["statement"]]
     doc["id"] = [*dimension]
     doc["size"] = [*(len(k) for k in kept), len(names)]

@@ -293,12 +293,14 @@ def render_text(
     title: str,
     caption: str = "",
     width: int = 120,
+    labels: Mapping[str, str] | None = None,
 ) -> str:
     """Pretty text (via rich): one cross-tabulation per statistic and layer.
 
     A 1-way table is a single column; a k-way table (k >= 2) shows rows by
     columns for each combination of the layer dimensions (3rd and 4th).
     Cells that were not computed (a margin not asked for) show as blank.
+    ``labels`` names the statistics in words (their column names otherwise).
     """
     # rich only for text: CSV and JSON, and the server, do not pay its import.
     from rich import box
@@ -309,11 +311,12 @@ def render_text(
     console.print(title)
     k = len(dimensions)
     for stat, arr in columns.items():
+        words = (labels or {}).get(stat, stat)
         if k == 1:
             d = dimensions[0]
-            t = Table(title=f"{stat}", box=box.SIMPLE_HEAVY, title_justify="left")
+            t = Table(title=words, box=box.SIMPLE_HEAVY, title_justify="left")
             t.add_column(d.label)
-            t.add_column(stat, justify="right")
+            t.add_column(words, justify="right")
             for i, lab in enumerate([*d.labels, TOTAL_LABEL]):
                 t.add_row(lab, _fmt(arr[i], stat) if computed[i] else "")
             console.print(t)
@@ -331,7 +334,7 @@ def render_text(
             if not csub.any():
                 continue
             t = Table(
-                title=f"{stat}" + (f"  [{name}]" if name else ""),
+                title=words + (f"  [{name}]" if name else ""),
                 box=box.SIMPLE_HEAVY,
                 title_justify="left",
             )

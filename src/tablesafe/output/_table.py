@@ -339,11 +339,14 @@ class ProtectedTable:
         return out
 
     def render_text(self, *, footnotes: bool = False) -> str:
-        """The table as readable text (via rich), with its footnotes as ``#`` lines if asked."""
-        universe = (
-            " and ".join(f"{k} in {list(v)}" for k, v in self.request.universe.items())
-            or "all records"
-        )
+        """The table as readable text (via rich), with its footnotes as ``#`` lines if asked.
+
+        Headed by the title and the universe in words, each statistic named in
+        words (:meth:`statistic_labels`), then the dataset.
+        """
+        dataset = str(self.metadata.get("dataset", ""))
+        if self.catalog is not None and self.catalog.title:
+            dataset = f"{self.catalog.title} ({dataset})"
         mech = ", ".join(f"{k}={_flat(v)}" for k, v in self.mechanism.items())
         meta = self.metadata
         caption = f"protection: {mech}\nadditivity: {meta.get('additivity', '')}" + (
@@ -355,8 +358,9 @@ class ProtectedTable:
             self.dimensions,
             self.shown_statistics(),
             self.computed,
-            title=f"Protected table; dataset: {meta.get('dataset', '')}; universe: {universe}",
+            title=f"{self.title}\nUniverse: {self.universe_label}\nDataset: {dataset}",
             caption=caption,
+            labels=self.statistic_labels(),
         )
         return text + ("\n" + self.footnote_comments() if footnotes else "")
 
