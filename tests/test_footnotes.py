@@ -19,6 +19,7 @@ from tablesafe._protection import Protection, Rounding
 from tablesafe._settings import RuleSettings, load_site_config
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._magnitudes import magnitude_column
+from tablesafe.mechanisms._variance import replicate_se
 from tablesafe.output._footnotes import footnote_lines
 from tablesafe.rules._rules import apply_small_cell_rule
 from tablesafe.server import create_app
@@ -316,6 +317,17 @@ def _check_se(case, m):
     assert shown.any()
 
 
+def _check_se_perturbation(case, m):
+    # The sampling part alone, from the table's replicate figures: the published
+    # standard error is never below it (within the rounding), and above it somewhere.
+    table = case.table
+    design = case.builder.dataset.catalog.replicates
+    sampling = replicate_se(table.weighted, table.replicate_weighted, design)
+    shown = ~np.isnan(table.se)
+    assert np.all(table.se[shown] >= sampling[shown] - 1)
+    assert np.any(table.se[shown] > sampling[shown] + 1)
+
+
 def _check_ci(case, m):
     low = case.table.ci_low[~np.isnan(case.table.ci_low)]
     assert low.size and (low >= 0).all()
@@ -383,6 +395,7 @@ CHECKS = [
     (r"Totals may not add up across tables, and figures derived from them .*", _check_derived),
     (r"Weighted figures are estimates derived from the protected counts.*", _check_weighted),
     (r"Standard errors and 95% confidence intervals are shown only where the protected count is at least (\d+)\.", _check_se),
+    (r"Standard errors add the variance the protection adds .* to the sampling variance from the replicate weights\.", _check_se_perturbation),
     (r"A weighted count cannot be negative, so an interval .* starts at 0\.", _check_ci),
     (r'Protected counts from 1 to (\d+) are shown as "<\d+"(, and totals include them)?\.', _check_small_cells),
     (r"cell-key method for magnitudes: .* every sum moves by at least ([\d.]+) of its largest contribution and never changes its sign.*", _check_ckm_magnitudes),

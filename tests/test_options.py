@@ -33,7 +33,7 @@ from tablesafe._errors import (
 )
 from tablesafe._protection import Protection
 from tablesafe._protection_limits import CHOICES, Additivity, ProtectionMethod
-from tablesafe._request import Margins, Statistic, TableRequest
+from tablesafe._request import Margins, Percent, Statistic, TableRequest
 from tablesafe._seeds import SeedScheme
 from tablesafe._settings import (
     EngineKind,
@@ -43,6 +43,7 @@ from tablesafe._settings import (
     RuleSettings,
     SliverScope,
     SmallCellAction,
+    UnreliableAction,
 )
 from tablesafe.catalog._catalog import REPLICATE_METHODS, Catalog, ReplicateMethod
 from tablesafe.catalog._dataset import DataFormat, Dataset
@@ -65,12 +66,14 @@ OPTIONS: dict[type[enum.StrEnum], tuple[str, ...]] = {
     SensitiveAction: ("flag", "suppress"),
     Statistic: ("count", "weighted", "both"),
     Margins: ("all", "none", "total"),
+    Percent: ("row", "column", "total"),
     Selector: ("value", "residue", "loop"),
     Layout: ("destatis", "abs"),
     SkipRule: ("zero", "negative"),
     Likelihood: ("exact", "slides"),
     EngineKind: ("duckdb", "memory", "spark"),
     SmallCellAction: ("suppress", "show_less_than"),
+    UnreliableAction: ("np", "flag"),
     SliverScope: ("dataset", "key"),
     DataFormat: ("parquet", "csv"),
     ReplicateMethod: ("JK1", "JK2", "BRR", "bootstrap"),
@@ -111,6 +114,8 @@ def test_settings_and_value_objects_share_one_class_per_option():
     assert _field_type(EngineSettings, "kind") is EngineKind
     assert _field_type(RuleSettings, "small_cell_action") is SmallCellAction
     assert _field_type(RuleSettings, "sliver_scope") is SliverScope
+    assert _field_type(RuleSettings, "unreliable_action") is UnreliableAction
+    assert _hint(TableRequest, "percentages") == tuple[Percent, ...]
     assert _hint(PTable, "selector") is Selector
     assert _hint(Dataset, "format") is DataFormat
     # The command line's pydantic-free check and the replicate tool use the same members.

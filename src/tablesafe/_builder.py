@@ -288,7 +288,9 @@ class TableBuilder:
         """
         if not checked:
             request = self.check(request)
-        plan, full = self.plans(request)
+        # The precision rule decides on standard errors, asked for or not.
+        work = replace(request, replicates=True) if self._precision_needs_se(request) else request
+        plan, full = self.plans(work)
         agg = self.engine.tabulate(self.dataset, full)
         rules = self.rules
         if rules is not None:
@@ -297,10 +299,25 @@ class TableBuilder:
             # On the universe's protected count, one figure per record set: the
             # refusal reveals no more than publishing that count would.
             check_universe_size(self.protected_universe_size(plan, agg), rules)
-        table = self.protect(request, plan, agg)
+        table = self.protect(work, plan, agg)
         if rules is not None:
+            from tablesafe.rules._precision import apply_precision_rule
+
             table = apply_small_cell_rule(table, rules)
+            table = apply_precision_rule(table, rules, publish_se=request.replicates)
+            table = replace(table, request=request)
         return Built(request, plan, agg, table)
+
+    def _precision_needs_se(self, request: TableRequest) -> bool:
+        """Whether the site's precision rule needs standard errors the request did not ask for."""
+        cat = self.dataset.catalog
+        return (
+            self.rules is not None
+            and self.rules.max_rse is not None
+            and not request.replicates
+            and cat.replicates is not None
+            and request.statistic != Statistic.COUNT
+        )
 
     def plans(
         self, request: TableRequest, *, max_dimensions: int | None = None
@@ -371,6 +388,7 @@ class TableBuilder:
             percentages=percentages,
             magnitudes=None if mags is None else mags.columns,
             sensitive=None if mags is None else mags.sensitive,
+            base_counts=np.where(computed, counts, 0),
             catalog=self.dataset.catalog,
         )
 
@@ -526,6 +544,8 @@ class TableBuilder:
             "of": "weighted" if of_weighted else "count",
             "rounding": str(PERCENT_ROUNDING),
         }
+        if reps is not None and design is not None:
+            meta["percentages"]["ci_upper_bound"] = 100 if self._additive() else None
         return out
 
     def _percent_se(

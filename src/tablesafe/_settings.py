@@ -75,6 +75,17 @@ class SmallCellAction(StrEnum):
     SHOW_LESS_THAN = "show_less_than"
 
 
+class UnreliableAction(StrEnum):
+    """What the precision rule does to an estimate above ``max_rse``.
+
+    ``np``: the estimate, its standard error and interval show ``"np"`` (not
+    published: too unreliable); ``flag``: they are published, with a flag.
+    """
+
+    NP = "np"
+    FLAG = "flag"
+
+
 class SliverScope(StrEnum):
     """Which earlier tables the sliver guard compares a new one with."""
 
@@ -370,6 +381,29 @@ class RuleSettings(BaseModel):
         "shows '<k').",
     )
     max_cells: int = Field(10_000, gt=0, description="Most cells (with margins) in one table.")
+    max_rse: float | None = Field(
+        None,
+        gt=0,
+        le=1000,
+        description="The precision rule: an estimate (weighted count, percentage, mean, sum) "
+        "whose relative standard error, its published standard error over its published "
+        "value, is above this many percent, or that has no standard error (too few protected "
+        "records), is unreliable and treated by unreliable_action; estimates of 0 are not. "
+        "Needs replicate weights; none turns the rule off.",
+    )
+    min_effective_count: int = Field(
+        0,
+        ge=0,
+        description="With max_rse: an estimate resting on fewer protected records than this "
+        "(a percentage: its numerator's or denominator's) is unreliable too (0: no such "
+        "bound).",
+    )
+    unreliable_action: UnreliableAction = Field(
+        UnreliableAction.NP,
+        description="np (an unreliable estimate, its standard error and interval show 'np': "
+        "not published, too unreliable) or flag (published, with an unreliable_STATISTIC "
+        "flag).",
+    )
     query_timeout_seconds: float = Field(
         10.0, gt=0, description="Longest a tabulation may run before it is cancelled."
     )

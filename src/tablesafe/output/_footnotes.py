@@ -166,8 +166,10 @@ def footnotes(
             + (" with added noise" if changes else "")
             + f", {words}; {adds}."
         )
+    _percent_notes(metadata, statement)
     _interval_notes(metadata, statement)
     flags = {"structural_zero": "this combination cannot occur (a structural zero)"}
+    _precision_notes(metadata, statement, flags)
     rule = metadata.get("small_cell_rule")
     if isinstance(rule, Mapping):
         _small_cell_notes(rule, suppressed_display, additive, statement, flags)
@@ -223,11 +225,60 @@ def _interval_notes(metadata: Mapping[str, Any], statement: list[str]) -> None:
             "Standard errors and 95% confidence intervals are shown only where the protected "
             f"count is at least {metadata['se_min_count']}."
         )
+    if "se_min_count" in metadata and metadata.get("se_perturbation"):
+        statement.append(
+            "Standard errors add the variance the protection adds (the change of each count, "
+            "the noise on weighted figures) to the sampling variance from the replicate weights."
+        )
     if metadata.get("ci_lower_bound") == 0:
         statement.append(
             "A weighted count cannot be negative, so an interval that would reach below 0 "
             "starts at 0."
         )
+    pct = metadata.get("percentages")
+    if "se_min_count" in metadata and isinstance(pct, Mapping) and pct.get("of") == "weighted":
+        statement.append(
+            "A percentage's interval that would reach below 0 starts at 0"
+            + (", and one above 100 ends at 100." if pct.get("ci_upper_bound") == 100 else ".")
+        )
+
+
+def _percent_notes(metadata: Mapping[str, Any], statement: list[str]) -> None:
+    """What a table's percentages are of (``meta.percentages``)."""
+    pct = metadata.get("percentages")
+    if not isinstance(pct, Mapping):
+        return
+    of = "weighted counts" if pct.get("of") == "weighted" else "counts"
+    words = Rounding.parse(str(pct.get("rounding", "0.01"))).describe()
+    statement.append(
+        f"Percentages divide this table's published {of} by their totals in this table, "
+        f"{words}: they can be recomputed from the published cells and reveal nothing more."
+    )
+
+
+def _precision_notes(
+    metadata: Mapping[str, Any], statement: list[str], flags: dict[str, str]
+) -> None:
+    """The precision rule's sentence and flag (``meta.precision_rule``)."""
+    rule = metadata.get("precision_rule")
+    if not isinstance(rule, Mapping):
+        return
+    least = int(rule.get("min_effective_count", 0))
+    meaning = (
+        f"too unreliable: a relative standard error above {float(rule['max_rse']):g}%, "
+        "or no standard error (too few protected records)"
+        + (f", or fewer than {least} protected records" if least > 0 else "")
+    )
+    if rule.get("action") == "np":
+        statement.append(
+            f'Estimates {meaning} show "np" (not published), with their standard errors '
+            "and intervals."
+        )
+        flags["np"] = f"not published: {meaning}"
+    else:
+        statement.append(f"Estimates {meaning} are flagged.")
+        for column in rule.get("estimates", ()):
+            flags[f"unreliable_{column}"] = f"this estimate is {meaning}"
 
 
 def _small_cell_notes(

@@ -24,6 +24,10 @@ marks the flagged cells by their position in ``value`` (the codes are in
     suppressed and shown as ``"<k"`` by the site's rule; ``null``.
 ``d``
     a sum or mean the dominance or p% rule flags (blank if the site suppresses them).
+``U``
+    an estimate the precision rule finds too unreliable (SDMX's "low reliability"),
+    with its standard error and interval: ``null`` where the site shows "np",
+    the value where it flags.
 
 ``label`` is the table's title, ``source`` the catalog's citation (or title),
 ``updated`` the catalog's date of the last update (when it gives one),
@@ -40,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from tablesafe.output._published import sensitive_flag
+from tablesafe.output._published import sensitive_flag, unreliable_flag
 from tablesafe.output._render import TOTAL_CODE, TOTAL_LABEL, _plain
 
 if TYPE_CHECKING:
@@ -54,6 +58,7 @@ STATUS = {
     "structural_zero": "M",
     "suppressed": "Q",
     "sensitive": "d",
+    "unreliable": "U",
 }
 
 
@@ -144,6 +149,14 @@ def _cells(table: Published, kept: list[np.ndarray]) -> tuple[list[Any], dict[st
             found = sensitive_flag(table, stat)
             if found is not None:
                 status[..., s][found[1][grid] & computed] = STATUS["sensitive"]
+    for s, stat in enumerate(names):
+        unsure = unreliable_flag(table, stat)
+        if unsure is not None:
+            # The precision rule: "np" is null with status U; a flagged value keeps it.
+            hit = unsure[grid] & computed
+            status[..., s][hit] = STATUS["unreliable"]
+            if table.unreliable_display is not None:
+                values[..., s][hit] = None
     if table.suppressed is not None:
         hidden = table.suppressed[grid] & computed
         values[hidden] = None
@@ -163,6 +176,9 @@ def _status_legend(table: Published, notes: Mapping[str, Any]) -> dict[str, str]
     sensitive = [f"{k}: {v}" for k, v in flags.items() if k.startswith("sensitive_")]
     if sensitive:
         out[STATUS["sensitive"]] = "; ".join(sensitive)
+    unsure = [str(v) for k, v in flags.items() if k == "np" or k.startswith("unreliable_")]
+    if unsure:
+        out[STATUS["unreliable"]] = unsure[0]
     return out
 
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from tablesafe._request import DimensionPlan, TableRequest
     from tablesafe.catalog import Catalog
 
-__all__ = ["Published", "sensitive_flag"]
+__all__ = ["Published", "estimate_companions", "sensitive_flag", "unreliable_flag"]
 
 
 class Published(Protocol):
@@ -47,6 +47,12 @@ class Published(Protocol):
 
     @property
     def sensitive(self) -> Mapping[str, npt.NDArray[np.bool_]] | None: ...
+
+    @property
+    def unreliable(self) -> Mapping[str, npt.NDArray[np.bool_]] | None: ...
+
+    @property
+    def unreliable_display(self) -> str | None: ...
 
     @property
     def mechanism(self) -> Mapping[str, Any]: ...
@@ -92,3 +98,25 @@ def sensitive_flag(table: Published, statistic: str) -> tuple[str, npt.NDArray[n
     parts = read_magnitude_column(statistic)
     flag = None if parts is None else (table.sensitive or {}).get(parts[1])
     return None if parts is None or flag is None else (parts[1], flag)
+
+
+def estimate_companions(column: str) -> tuple[str, ...]:
+    """The standard error and interval columns of an estimate's column.
+
+    ``weighted`` has ``se``, ``ci_low``, ``ci_high``; any other estimate
+    ``X`` has ``X_se``, ``X_ci_low``, ``X_ci_high``.
+    """
+    if column == "weighted":
+        return ("se", "ci_low", "ci_high")
+    return (f"{column}_se", f"{column}_ci_low", f"{column}_ci_high")
+
+
+def unreliable_flag(table: Published, statistic: str) -> npt.NDArray[np.bool_] | None:
+    """The cells where the precision rule marks an estimate's column (or its se, interval).
+
+    ``None`` where the rule marks nothing in that column.
+    """
+    for name, flag in (table.unreliable or {}).items():
+        if statistic == name or statistic in estimate_companions(name):
+            return flag
+    return None

@@ -16,14 +16,17 @@ suppressed (small count)   empty       Q            C (confidential)
 sensitive sum or mean      as shown    as shown     C where the site blanks it, F where shown
 not published (an SE       empty       O            F
 below the site's count)
+too unreliable ("np" by    empty       U            F
+the precision rule)
+unreliable, flagged        the value   U            F
 other, protection changes  the value   E            F
 values
 other, no protection       the value   A            F
 =========================  ==========  ===========  ==========================================
 
 ``M`` is "missing value; data cannot exist", ``Q`` "missing value;
-suppressed", ``O`` "missing value", ``E`` "estimated value" and ``A``
-"normal value" (CL_OBS_STATUS); ``C`` is "confidential statistical
+suppressed", ``O`` "missing value", ``U`` "low reliability", ``E``
+"estimated value" and ``A`` "normal value" (CL_OBS_STATUS); ``C`` is "confidential statistical
 information" and ``F`` "free" (CL_CONF_STATUS). ``E`` is table-wide: every
 value of a statistic the protection changes (or derives from changed
 figures) is marked, never the cells it happened to change, which would tell
@@ -52,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tablesafe.output._jsonstat import statistic_dimension_id
-from tablesafe.output._published import sensitive_flag
+from tablesafe.output._published import sensitive_flag, unreliable_flag
 from tablesafe.output._render import TOTAL_CODE, TOTAL_LABEL, to_csv
 
 if TYPE_CHECKING:
@@ -70,6 +73,7 @@ OBS_STATUS = {
     "M": "Missing value; data cannot exist",
     "O": "Missing value",
     "Q": "Missing value; suppressed",
+    "U": "Low reliability",
 }
 CONF_STATUS = {"C": "Confidential statistical information", "F": "Free"}
 _COUNTS = ("n", "weighted", "se", "ci_low", "ci_high")
@@ -86,7 +90,7 @@ def _changes(table: Published, statistic: str) -> bool:
     counts = str(table.mechanism.get("name", "none")) != "none"
     mags = table.metadata.get("magnitudes")
     sums = isinstance(mags, Mapping) and str(mags.get("method", "none")) != "none"
-    if statistic in _COUNTS:
+    if statistic in _COUNTS or statistic.startswith("percent_"):
         return counts
     if statistic.startswith("mean_"):
         return counts or sums
@@ -133,6 +137,16 @@ def _rows(table: Published) -> dict[str, np.ndarray]:
             obs[hit & missing, s] = "Q"
             conf[hit & missing, s] = "C"
             comment[hit, s] = flags.get(f"sensitive_{found[0]}", "")
+        unsure = unreliable_flag(table, name)
+        if unsure is not None:
+            # The precision rule: U, empty where the site shows "np", the value where it flags.
+            hit = unsure.reshape(-1)[cells]
+            obs[hit, s] = "U"
+            if table.unreliable_display is not None:
+                values[hit, s] = None
+            comment[hit, s] = next(
+                (str(v) for k, v in flags.items() if k == "np" or k.startswith("unreliable_")), ""
+            )
     if table.suppressed is not None:
         hidden = table.suppressed.reshape(-1)[cells]
         values[hidden] = None

@@ -20,6 +20,7 @@ import numpy.typing as npt
 from tablesafe._errors import FormatError
 from tablesafe._request import DimensionPlan, TableRequest
 from tablesafe._rounding import Rounding
+from tablesafe.output._published import estimate_companions
 from tablesafe.output._render import (
     iter_json,
     long_columns,
@@ -77,6 +78,13 @@ class ProtectedTable:
         magnitudes: Protected sums and means of continuous variables, by
             column name (``sum_VAR``, ``mean_VAR``; NaN where blank), or ``None``.
         sensitive: Cells the dominance or p% rule flags, by magnitude name, or ``None``.
+        unreliable: Estimates the precision rule finds too unreliable, by statistic
+            column (``weighted``, ``percent_row``, ``mean_VAR``...), or ``None``.
+        base_counts: The protected counts behind each cell's estimates (for the
+            precision rule; not exported: a request may not ask for counts), or ``None``.
+        unreliable_display: What an unreliable estimate, its standard error and
+            interval show: ``"np"``, or ``None`` (published, with an
+            ``unreliable_STATISTIC`` flag column).
         catalog: The catalog the table was built from (public: labels, hierarchies,
             magnitudes' units), for the outputs' words; ``None`` describes by codes.
     """
@@ -101,6 +109,9 @@ class ProtectedTable:
     percentages: Mapping[str, npt.NDArray[np.float64]] | None = None
     magnitudes: Mapping[str, npt.NDArray[np.float64]] | None = None
     sensitive: Mapping[str, npt.NDArray[np.bool_]] | None = None
+    unreliable: Mapping[str, npt.NDArray[np.bool_]] | None = None
+    unreliable_display: str | None = None
+    base_counts: npt.NDArray[np.int64] | None = field(default=None, repr=False)
     catalog: Catalog | None = field(default=None, repr=False)
 
     @property
@@ -158,6 +169,13 @@ class ProtectedTable:
                 values = cols[name].astype(object)
                 values[np.isnan(cols[name])] = None
                 cols[name] = values
+        if self.unreliable_display is not None:
+            for name, flag in (self.unreliable or {}).items():
+                for column in (name, *estimate_companions(name)):
+                    if column in cols and flag.any():
+                        values = cols[column].astype(object)
+                        values[flag] = self.unreliable_display
+                        cols[column] = values
         if self.suppressed is not None and self.suppressed.any():
             shown = self.suppressed_display
             for name in list(cols):
@@ -194,6 +212,9 @@ class ProtectedTable:
                 cols["suppressed"] = self.suppressed
             for name, flag in (self.sensitive or {}).items():
                 cols[f"sensitive_{name}"] = flag
+            if self.unreliable_display is None:
+                for name, flag in (self.unreliable or {}).items():
+                    cols[f"unreliable_{name}"] = flag
         if owner:
             cols["perturbed"] = self.perturbed
             cols["adjusted"] = self.adjusted
