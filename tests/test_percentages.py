@@ -177,3 +177,29 @@ def test_same_request_same_percentages_in_any_order_of_dimensions(data):
     np.testing.assert_array_equal(ab.percentages["percent_row"], ba.percentages["percent_column"].T)
     for a, b in itertools.pairwise([ab, builder.build(ab.request)]):
         assert a.to_json_bytes() == b.to_json_bytes()
+
+
+def test_percentages_and_their_precision_in_words(data):
+    table = TableBuilder(data, Protection(destatis(3, 1.0))).build(
+        TableRequest(("A", "B"), statistic="weighted,percent:row", replicates=True)
+    )
+    labels = table.statistic_labels()
+    assert labels["percent_row"] == "Row percentage"
+    assert labels["percent_row_se"] == "Standard error of the row percentage"
+    assert labels["percent_row_ci_high"] == (
+        "Row percentage, upper end of the 95% confidence interval"
+    )
+    assert table.title == "Weighted count and row percentage by A and B"
+    import io
+
+    import pandas as pd
+
+    sheets = pd.read_excel(io.BytesIO(table.to_xlsx_bytes()), sheet_name=None)
+    assert {"Row percentage", "Row percentage SE", "Row percentage CI lower"} <= set(sheets)
+
+
+@pytest.mark.parametrize("name", ["percent_x", "Unreliable_w", "AGE_se", "x_ci_low", "x_CI_HIGH"])
+def test_names_of_published_columns_are_reserved(name):
+    from tablesafe.catalog._catalog import reserved_name
+
+    assert reserved_name(name) is not None

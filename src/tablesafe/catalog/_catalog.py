@@ -127,9 +127,11 @@ RESERVED_NAMES = frozenset(
         "adjusted",
     }
 )
-RESERVED_PREFIXES = ("sum_", "mean_", "sensitive_")
-#: ``_weighted`` ends a weighted sum's or mean's column (``sum_INCOME_weighted``).
-RESERVED_SUFFIXES = ("_label", WEIGHTED_SUFFIX)
+RESERVED_PREFIXES = ("sum_", "mean_", "sensitive_", "percent_", "unreliable_")
+#: ``_weighted`` ends a weighted sum's or mean's column (``sum_INCOME_weighted``);
+#: ``_se``, ``_ci_low`` and ``_ci_high`` an estimate's standard error and interval
+#: (``mean_INCOME_se``: a magnitude ``INCOME_se`` would give the same column).
+RESERVED_SUFFIXES = ("_label", WEIGHTED_SUFFIX, "_se", "_ci_low", "_ci_high")
 
 
 def reserved_name(name: str) -> str | None:

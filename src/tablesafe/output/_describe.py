@@ -50,6 +50,14 @@ _COUNT_WORDS = {
 }
 
 
+#: An estimate's standard error and interval in words (``{0}`` its words, ``{1}`` lower-cased).
+_COMPANION_WORDS = {
+    "_se": "Standard error of the {1}",
+    "_ci_low": "{0}, lower end of the 95% confidence interval",
+    "_ci_high": "{0}, upper end of the 95% confidence interval",
+}
+
+
 def _catalog_variable(catalog: Catalog | None, name: str) -> Variable | None:
     if catalog is None:
         return None
@@ -82,6 +90,12 @@ def statistic_label(column: str, catalog: Catalog | None, metadata: Mapping[str,
     """
     if column in _COUNT_WORDS:
         return _COUNT_WORDS[column]
+    for suffix, words in _COMPANION_WORDS.items():
+        if column.endswith(suffix):
+            base = statistic_label(column.removesuffix(suffix), catalog, metadata)
+            return words.format(base, base[:1].lower() + base[1:])
+    if column.startswith("percent_"):
+        return f"{column.removeprefix('percent_').capitalize()} percentage"
     parts = read_magnitude_column(column)
     if parts is None:
         return column
@@ -105,8 +119,8 @@ def title(
 ) -> str:
     """The table's title: its statistics by its dimensions, in words.
 
-    Standard errors and confidence intervals qualify the weighted count and
-    are not named in the title (each has its own label).
+    Standard errors and confidence intervals qualify their estimate and are
+    not named in the title (each has its own label).
 
     Args:
         dimension_labels: The dimensions' labels, in table order.
@@ -114,7 +128,11 @@ def title(
         catalog: The catalog, or ``None``.
         metadata: The table's metadata.
     """
-    main = [s for s in statistics if s not in ("se", "ci_low", "ci_high")]
+    main = [
+        s
+        for s in statistics
+        if s not in ("se", "ci_low", "ci_high") and not s.endswith(tuple(_COMPANION_WORDS))
+    ]
     words = [statistic_label(s, catalog, metadata) for s in main]
     # "Count and weighted count": each later statistic lower-cased at its start.
     words = [w if i == 0 else w[:1].lower() + w[1:] for i, w in enumerate(words)]

@@ -50,7 +50,12 @@ def sheet_names(statistics: Sequence[str]) -> dict[str, str]:
     for s in statistics:
         parts = read_magnitude_column(s)
         base = _SHEET.get(s) or s
-        if parts is not None:
+        if s.startswith("percent_"):
+            # percent_row_ci_low -> "Row percentage CI lower".
+            kind, _, rest = s.removeprefix("percent_").partition("_")
+            tail = {"se": " SE", "ci_low": " CI lower", "ci_high": " CI upper"}.get(rest, "")
+            base = f"{kind.capitalize()} percentage{tail}"
+        elif parts is not None:
             kind, name, weighted = parts
             base = f"{'Weighted ' + kind if weighted else kind.capitalize()} {name}"
         base = base[:_MAX_SHEET]
