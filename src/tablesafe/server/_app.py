@@ -63,7 +63,7 @@ def _validation_message(exc: RequestValidationError) -> str:
         if err.get("type") == "extra_forbidden":
             msg = (
                 "unknown field; allowed: dimensions, universe, statistic, magnitudes, margins, "
-                "rounding, groupings"
+                "rounding, groupings, se"
             )
         elif err.get("type") == "json_invalid":
             where, msg = "body", f"not valid JSON (at character {err.get('loc', ('', 0))[-1]})"
@@ -71,8 +71,9 @@ def _validation_message(exc: RequestValidationError) -> str:
             *others, last = Statistic
             msg = (
                 f"unknown statistic {err.get('input')!r}; allowed: {', '.join(others)} or {last}, "
-                "optionally followed by sum:VAR or mean:VAR items, comma-separated "
-                "(e.g. 'count,sum:INCOME')"
+                "optionally followed by sum:VAR, mean:VAR or percent:row, percent:column, "
+                "percent:total items, comma-separated (e.g. 'count,sum:INCOME', "
+                "'weighted,percent:row')"
             )
         parts.append(f"{where}: {msg}")
     return "invalid request: " + "; ".join(parts)
