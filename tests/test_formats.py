@@ -26,15 +26,18 @@ def tsv(monkeypatch):
 
 
 def test_builtin_formats():
-    assert format_names() == ("text", "csv", "json", "xlsx", "jsonstat", "sdmx-csv")
-    assert format_names(served=True) == ("csv", "json", "xlsx", "jsonstat", "sdmx-csv")
-    assert format_names(binary=False) == ("text", "csv", "json", "jsonstat", "sdmx-csv")
+    sdmx = ("sdmx-csv", "sdmx-json")
+    assert format_names() == ("text", "csv", "json", "xlsx", "jsonstat", *sdmx)
+    assert format_names(served=True) == ("csv", "json", "xlsx", "jsonstat", *sdmx)
+    assert format_names(binary=False) == ("text", "csv", "json", "jsonstat", *sdmx)
     with pytest.raises(
         RequestError,
-        match=r"unknown format 'yaml'; allowed: text, csv, json, xlsx, jsonstat, sdmx-csv",
+        match=r"unknown format 'yaml'; allowed: text, csv, json, xlsx, jsonstat, sdmx-csv, sdmx-json",
     ):
         output_format("yaml")
-    with pytest.raises(RequestError, match="allowed: text, csv, json, jsonstat, sdmx-csv$"):
+    with pytest.raises(
+        RequestError, match="allowed: text, csv, json, jsonstat, sdmx-csv, sdmx-json$"
+    ):
         output_format("xlsx", binary=False)
 
 
@@ -64,7 +67,7 @@ def test_a_registered_format_reaches_every_interface(tsv, demo_dir, tmp_path):
         bad = client.post("/api/datasets/demo/tables?format=text", json={"dimensions": ["SEX"]})
         assert bad.status_code == 400
         assert bad.json()["error"]["message"] == (
-            "unknown format 'text'; allowed: csv, json, xlsx, jsonstat, sdmx-csv, tsv"
+            "unknown format 'text'; allowed: csv, json, xlsx, jsonstat, sdmx-csv, sdmx-json, tsv"
         )
 
 

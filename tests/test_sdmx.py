@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 
 import pytest
 
@@ -11,7 +12,7 @@ import tablesafe as ts
 from publishing import PROFILES, REQUESTS, client
 from tablesafe._protection import Protection
 from tablesafe.catalog._magnitudes import read_magnitude_column
-from tablesafe.output._sdmx import CONF_STATUS, OBS_STATUS, dataflow
+from tablesafe.output._sdmx import CONF_STATUS, OBS_STATUS, dataflow, sdmx_code
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +94,7 @@ def test_one_row_per_cell_and_statistic_with_its_statuses(answers, profile):
         for k, cell in enumerate(doc["cells"]):
             for j, s in enumerate(stats):
                 row = rows[k * len(stats) + j]
-                assert [row[d] for d in dims] == [str(cell[d]) for d in dims]
+                assert [row[d] for d in dims] == [sdmx_code(str(cell[d])) for d in dims]
                 assert row["STATISTIC"] == s
                 value, obs, conf, comment = _expected(cell, s, profile)
                 assert (row["OBS_VALUE"], row["OBS_STATUS"], row["CONF_STATUS"]) == (
@@ -144,6 +145,17 @@ def test_labels_write_id_and_name(answers, demo_dir):
     }
     # Without footnotes there is no dataset-level row and no TITLE column.
     assert "TITLE: Title" not in rows[0] and len(rows) == len(_rows(answers["none", 3][0])) - 1
+
+
+def test_codes_are_sdmx_ids_and_read_back():
+    for code in ("90+", "1", "_T", "a b", "x$2B", "é", "0-4"):
+        escaped = sdmx_code(code)
+        assert re.fullmatch(r"[A-Za-z0-9_@$-]+", escaped)
+        back = re.sub(
+            r"(\$[0-9A-F]{2})+", lambda m: bytes.fromhex(m[0].replace("$", "")).decode(), escaped
+        )
+        assert back == code
+    assert sdmx_code("90+") == "90$2B" and sdmx_code("0-4") == "0-4"
 
 
 def test_dataflow_ids_and_same_bytes(answers, demo_dir, tmp_path):

@@ -119,7 +119,10 @@ def _engine(name: str, spark_master: str) -> Any:
     "--se", "replicates", is_flag=True, help="Add replicate standard errors and 95% intervals."
 )
 @click.option(
-    "--format", "fmt", default="text", help="text, csv, json, jsonstat (JSON-stat 2.0) or sdmx-csv."
+    "--format",
+    "fmt",
+    default="text",
+    help="text, csv, json, jsonstat (JSON-stat 2.0), sdmx-csv or sdmx-json.",
 )
 @click.option(
     "--labels",

@@ -10,7 +10,8 @@ and every interface offers it.
 The built-in formats: ``text`` (a readable table, the command line's
 default), ``csv`` (one row per cell), ``json`` (``{"meta", "cells"}``,
 streamed by the server), ``xlsx`` (a workbook, binary), ``jsonstat``
-(a JSON-stat 2.0 dataset) and ``sdmx-csv`` (an SDMX-CSV 2.0 data message).
+(a JSON-stat 2.0 dataset), ``sdmx-csv`` (an SDMX-CSV 2.0 data message)
+and ``sdmx-json`` (an SDMX-JSON 2.0 data message).
 A format writes a table with :class:`WriteOptions`: whether to add the
 footnotes, and whether to add the category labels beside the codes.
 """
@@ -153,6 +154,13 @@ def _jsonstat(table: Any, options: WriteOptions) -> str:
     return jsonstat_bytes(table).decode()
 
 
+def _sdmx_json(table: Any, options: WriteOptions) -> str:
+    # The footnotes are always in the data set's attributes.
+    from tablesafe.output._sdmx_json import sdmx_json_bytes
+
+    return sdmx_json_bytes(table).decode()
+
+
 def _sdmx_csv(table: Any, options: WriteOptions) -> str:
     from tablesafe.output._sdmx import sdmx_csv
 
@@ -180,4 +188,7 @@ register_format(
         "csv",
         _sdmx_csv,
     )
+)
+register_format(
+    OutputFormat("sdmx-json", "application/vnd.sdmx.data+json; version=2.0.0", "json", _sdmx_json)
 )

@@ -40,10 +40,11 @@ as SDMX-CSV writes attributes attached to no key. With ``labels``, every
 header, code and coded attribute is written ``ID: name`` (the field guide's
 ``labels=both``).
 
-The site declares no SDMX structure (no data structure definition or code
-lists are published): the dataflow is ``TABLESAFE:<dataset>(1.0)``, the
-dataset's name as served, with characters SDMX ids cannot hold replaced by
-``_``.
+The dataflow (``STRUCTURE_ID``) is the one the catalog declares in
+``[dataset.sdmx]`` (:mod:`tablesafe.catalog._sdmx`), whose ``dimensions``
+also rename the dimension columns to the data structure's ids; without it,
+``TABLESAFE:<dataset>(1.0)``, the dataset's name as served with characters
+SDMX ids cannot hold replaced by ``_`` (a structure no registry holds).
 """
 
 from __future__ import annotations
@@ -54,14 +55,26 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tablesafe.output._jsonstat import statistic_dimension_id
+from tablesafe.catalog._sdmx import STATISTIC_DIMENSION, SdmxStructure
 from tablesafe.output._published import sensitive_flag, unreliable_flag
 from tablesafe.output._render import TOTAL_CODE, TOTAL_LABEL, to_csv
 
 if TYPE_CHECKING:
     from tablesafe.output._published import Published
 
-__all__ = ["AGENCY", "CONF_STATUS", "OBS_STATUS", "VERSION", "dataflow", "sdmx_csv"]
+__all__ = [
+    "AGENCY",
+    "CONF_STATUS",
+    "OBS_STATUS",
+    "VERSION",
+    "dataflow",
+    "declared",
+    "dimension_ids",
+    "sdmx_code",
+    "sdmx_codes",
+    "sdmx_csv",
+    "structure_id",
+]
 
 #: The maintenance agency and version of the dataflow every table names.
 AGENCY = "TABLESAFE"
@@ -80,9 +93,36 @@ _COUNTS = ("n", "weighted", "se", "ci_low", "ci_high")
 
 
 def dataflow(dataset: str) -> str:
-    """The ``STRUCTURE_ID`` of a dataset's tables: ``TABLESAFE:demo(1.0)``."""
+    """The ``STRUCTURE_ID`` of a dataset's tables where its catalog declares none."""
     ident = re.sub(r"[^A-Za-z0-9_@$-]", "_", dataset) or "TABLE"
     return f"{AGENCY}:{ident}({VERSION})"
+
+
+def declared(table: Published) -> SdmxStructure | None:
+    """The SDMX structure the table's catalog declares (``[dataset.sdmx]``), or ``None``."""
+    return table.catalog.sdmx if table.catalog is not None else None
+
+
+def structure_id(table: Published) -> str:
+    """The dataflow a table's SDMX messages name: the catalog's, or ``TABLESAFE:demo(1.0)``."""
+    structure = declared(table)
+    if structure is not None:
+        return structure.reference
+    return dataflow(str(table.metadata.get("dataset", "")))
+
+
+def dimension_ids(table: Published) -> tuple[list[str], str]:
+    """The SDMX ids of the table's dimensions and of its statistic dimension.
+
+    The catalog's ``[dataset.sdmx] dimensions`` where it maps a name, else the
+    name; the statistic's id gets ``_`` added until no dimension has it.
+    """
+    structure = declared(table)
+    ids = [structure.dimension_id(d.name) if structure else d.name for d in table.dimensions]
+    stat = structure.dimension_id(STATISTIC_DIMENSION) if structure else STATISTIC_DIMENSION
+    while stat.upper() in {i.upper() for i in ids}:
+        stat += "_"
+    return ids, stat
 
 
 def _changes(table: Published, statistic: str) -> bool:
@@ -170,11 +210,29 @@ def _rows(table: Published) -> dict[str, np.ndarray]:
     return out
 
 
+def sdmx_code(code: str) -> str:
+    """A category code as an SDMX id: each character an id cannot hold as ``$`` and hex.
+
+    SDMX ids hold ``A-Z a-z 0-9 _ @ $ -``; any other character (and ``$``
+    itself) is written as ``$`` and the two hex digits of each of its UTF-8
+    bytes, so ``90+`` is ``90$2B`` and no two codes meet: the codes read back.
+    """
+    return re.sub(r"[^A-Za-z0-9_@-]", lambda m: "".join(f"${b:02X}" for b in m[0].encode()), code)
+
+
+def sdmx_codes(table: Published, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The rows with every dimension's codes written as SDMX ids (:func:`sdmx_code`)."""
+    for d in table.dimensions:
+        rows[d.name] = np.array([sdmx_code(c) for c in rows[d.name].tolist()], dtype=object)
+    return rows
+
+
 def _labelled(table: Published, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The rows with every code written ``ID: name``."""
+    """The rows with every code written ``ID: name`` (codes as SDMX ids already)."""
     stat_names = table.statistic_labels()
     for d in table.dimensions:
-        names = dict(zip([*map(str, d.codes), TOTAL_CODE], [*d.labels, TOTAL_LABEL], strict=True))
+        codes = [sdmx_code(c) for c in [*map(str, d.codes), TOTAL_CODE]]
+        names = dict(zip(codes, [*d.labels, TOTAL_LABEL], strict=True))
         rows[d.name] = _named(rows[d.name], names)
     rows["STATISTIC"] = _named(rows["STATISTIC"], stat_names)
     rows["OBS_STATUS"] = _named(rows["OBS_STATUS"], OBS_STATUS)
@@ -191,13 +249,14 @@ def sdmx_csv(table: Published, *, footnotes: bool = True, labels: bool = False) 
         labels: Write ``ID: name`` for every column header and code.
     """
     meta = table.public_metadata()
-    rows = _rows(table)
+    rows = sdmx_codes(table, _rows(table))
     if labels:
         rows = _labelled(table, rows)
-    stat_id = statistic_dimension_id([d.name for d in table.dimensions])
-    rows = {(stat_id if k == "STATISTIC" else k): v for k, v in rows.items()}
+    ids, stat_id = dimension_ids(table)
+    rename = {d.name: i for d, i in zip(table.dimensions, ids, strict=True)}
+    rows = {(stat_id if k == "STATISTIC" else rename.get(k, k)): v for k, v in rows.items()}
     n = len(rows["OBS_VALUE"])
-    structure = dataflow(str(meta.get("dataset", "")))
+    structure = structure_id(table)
     if labels:
         structure = f"{structure}: {meta['title']}"
     head: dict[str, Any] = {}
@@ -220,7 +279,8 @@ def sdmx_csv(table: Published, *, footnotes: bool = True, labels: bool = False) 
             for k, v in columns.items()
         }
     if labels:
-        columns = {_header(k, table, stat_id): v for k, v in columns.items()}
+        names = {i: d.label for d, i in zip(table.dimensions, ids, strict=True)}
+        columns = {_header(k, names, stat_id): v for k, v in columns.items()}
     return to_csv(columns)
 
 
@@ -234,9 +294,8 @@ _ATTRIBUTE_NAMES = {
 }
 
 
-def _header(column: str, table: Published, stat_id: str) -> str:
+def _header(column: str, dims: Mapping[str, str], stat_id: str) -> str:
     """A column header with its name (``labels=both``); the structure columns stay as they are."""
-    dims = {d.name: d.label for d in table.dimensions}
     name = dims.get(column) or _ATTRIBUTE_NAMES.get(column)
     if column == stat_id:
         name = "Statistic"
