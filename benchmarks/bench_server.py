@@ -12,6 +12,15 @@ Targets (issue 8): 0 errors, p99 under 500 ms, at least 50 tables per second
 on 2 cores.
 
 Usage: python benchmarks/bench_server.py [--records 1000000] [--clients 16] [--seconds 60]
+
+``--state`` measures instead what the state store costs per request
+(issue 31): PostgreSQL against SQLite, both in this process, alternating in
+rounds. First the state work of one table request alone (the revoked-key
+check, the rate-limit count, the sliver guard's transaction with a 2-way
+table's record sets, the audit row), then whole requests through the
+application in process (the gate, the table service uncached, the guard).
+PostgreSQL is a throwaway cluster started as the tests start theirs
+(tests/_postgres.py), or ``--postgres URL``.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -102,17 +112,108 @@ def baseline(config: Path, pool: list[dict]) -> float:
     return (time.perf_counter() - t0) / n
 
 
+def _state_ops(store, sets: list, rounds: int) -> float:
+    """Seconds per request of the state work alone: key check, rate count, guard, audit row."""
+    t0 = time.perf_counter()
+    for i in range(rounds):
+        store.revoked("sha256:" + "0" * 64)
+        store.hit("bench", 10**9)
+        with store.transaction("bench-identity") as tx:
+            # A new table's sets each time (another fingerprint), as a busy site writes.
+            tx.remember("bench", [replace(s, fingerprint=os.urandom(16)) for s in sets])
+        store.record(key_id="bench", endpoint="POST /api/datasets/demo/tables", status=200,
+                     outcome="ok", dataset="demo", request={"i": i})  # fmt: skip
+    return (time.perf_counter() - t0) / rounds
+
+
+def _requests_through_app(app, pool: list[dict]) -> float:
+    """Seconds per table request through the application in process (gate, service, guard)."""
+    from fastapi.testclient import TestClient
+
+    with TestClient(app) as c:
+        for body in pool[:5]:
+            c.post("/api/datasets/demo/tables", json=body)
+        t0 = time.perf_counter()
+        for body in pool[5:105]:
+            c.post("/api/datasets/demo/tables", json=body)
+        return (time.perf_counter() - t0) / 100
+
+
+def state_cost(args: argparse.Namespace, data_dir: Path, pool: list[dict]) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from _postgres import Cluster, binaries
+    from tablesafe._settings import load_site_config
+    from tablesafe.server import create_app
+    from tablesafe.state import PostgresState, SQLiteState
+
+    cluster = None if args.postgres else Cluster(binaries()).start()
+    url = args.postgres or cluster.database()
+    sets = [_bench_set(i) for i in range(13)]  # a 2-way table's universe and slices
+    times: dict[str, list[float]] = {"sqlite": [], "postgresql": [], "app sqlite": [],
+                                     "app postgresql": []}  # fmt: skip
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            stores = {"sqlite": SQLiteState(Path(tmp) / "state.sqlite"),
+                      "postgresql": PostgresState(url)}  # fmt: skip
+            config = site_file(Path(tmp), data_dir.resolve())
+            site = load_site_config(config)
+            sites = {"sqlite": site, "postgresql": site.model_copy(
+                update={"state": site.state.model_copy(update={"url": url})})}  # fmt: skip
+            for _ in range(args.rounds):
+                for name, store in stores.items():
+                    times[name].append(_state_ops(store, sets, 300))
+                    server = site.server.model_copy(update={"cache_tables": 0})
+                    app = create_app(sites[name].model_copy(update={"server": server}))
+                    times["app " + name].append(_requests_through_app(app, pool))
+            for store in stores.values():
+                store.close()
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"records {args.records:,}, {args.rounds} rounds alternating, medians")
+    print(
+        f"state work of one table request: SQLite {med['sqlite'] * 1e6:.0f} us, PostgreSQL "
+        f"{med['postgresql'] * 1e6:.0f} us, ratio {med['postgresql'] / med['sqlite']:.2f}"
+    )
+    print(f"whole table request in process: SQLite {med['app sqlite'] * 1e3:.1f} ms, PostgreSQL "
+          f"{med['app postgresql'] * 1e3:.1f} ms, "
+          f"ratio {med['app postgresql'] / med['app sqlite']:.2f}")  # fmt: skip
+
+
+def _bench_set(seed: int):
+    import numpy as np
+
+    from tablesafe.rules._guard import BUCKETS, RecordSet, fingerprint
+
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 2**32, size=500 + seed, dtype=np.int64)
+    return RecordSet(
+        definition=(("ID", (f"set{seed}",)),),
+        columns=frozenset({"SEX"}),
+        size=len(keys),
+        fingerprint=fingerprint(len(keys), int(keys.sum()) % 2**32),
+        sketch=np.bincount(keys % BUCKETS, minlength=BUCKETS).astype(np.int64),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--state", action="store_true", help="PostgreSQL state against SQLite")
+    parser.add_argument("--postgres", default=None, help="--state: a database URL to use")
+    parser.add_argument("--rounds", type=int, default=5, help="--state: alternating rounds")
     args = parser.parse_args()
 
     data_dir = DATA / f"demo_{args.records}"
     if not (data_dir / "catalog.toml").exists():
         write_demo_data(data_dir, args.records, seed=1, replicates=0)
     pool = requests_pool()
+    if args.state:
+        state_cost(args, data_dir, pool)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         config = site_file(Path(tmp), data_dir.resolve())
         direct = baseline(config, pool)

@@ -118,16 +118,18 @@ def test_reconstructions_come_back_oldest_first(store):
 
 def _rule(times: list[float], limit: int) -> list[bool]:
     """The rate limit's rule, written from its docstring over the allowed requests' times."""
-    allowed: list[float] = []
+    allowed: list[int] = []  # in milliseconds
     out = []
     for t in times:
-        minute = math.floor(t / 60)
-        current = sum(math.floor(s / 60) == minute for s in allowed)
-        previous = sum(math.floor(s / 60) == minute - 1 for s in allowed)
-        ok = math.ceil(previous * (1 - (t % 60) / 60)) + current < limit
+        ms = math.floor(t * 1000)
+        minute = ms // 60_000
+        current = sum(s // 60_000 == minute for s in allowed)
+        previous = sum(s // 60_000 == minute - 1 for s in allowed)
+        left = 60_000 - ms % 60_000  # of this minute
+        ok = -(-previous * left // 60_000) + current < limit  # the previous, weighted, rounded up
         out.append(ok)
         if ok:
-            allowed.append(t)
+            allowed.append(ms)
     return out
 
 

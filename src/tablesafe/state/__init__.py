@@ -28,9 +28,10 @@ Adding what must be shared next (the privacy ledger, issue 28):
    number their schema (SQLite ``PRAGMA user_version``, PostgreSQL table
    ``schema_version``) and apply what a database lacks on open;
 2. its methods on :class:`StateStore`, written once with ``?`` placeholders
-   on ``self._read()`` / ``self._write()`` (a check and its write: one
-   ``_write()`` block, or ``_guard_write(identity)`` to serialise per
-   microdata as the guard does);
+   on ``self._connection()`` (one statement, one transaction) or
+   ``self._write()`` (several statements, one transaction: a check and the
+   write it depends on), or ``self._guard_write(identity)`` to serialise per
+   microdata as the guard does;
 3. its tests in ``tests/test_state.py``, whose ``store`` fixture runs each
    test on SQLite and on PostgreSQL.
 """

@@ -102,13 +102,8 @@ class _Connection:
         self._con = con
 
     def execute(self, sql: str, params: Sequence[Any] = (), /) -> Cursor:
-        cursor: Cursor = self._con.execute(_placeholders(sql), params)
+        cursor: Cursor = self._con.execute(_placeholders(sql), params, binary=True)
         return cursor
-
-    def executemany(self, sql: str, rows: list[tuple[Any, ...]], /) -> object:
-        with self._con.cursor() as cur:
-            cur.executemany(_placeholders(sql), rows)
-        return None
 
 
 def identity_lock(identity: str) -> int:
@@ -201,7 +196,7 @@ class PostgresState(StateStore):
                 con.execute("INSERT INTO schema_version VALUES (%s, %s)", (number, now))
 
     @contextmanager
-    def _read(self) -> Iterator[Sql]:
+    def _connection(self) -> Iterator[Sql]:
         with self._pool.connection() as con:
             yield _Connection(con)
 

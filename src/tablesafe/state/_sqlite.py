@@ -143,7 +143,7 @@ class SQLiteState(StateStore):
             sql.execute(f"PRAGMA user_version = {len(MIGRATIONS):d}")
 
     @contextmanager
-    def _read(self) -> Iterator[Sql]:
+    def _connection(self) -> Iterator[Sql]:
         with self._lock:
             yield self._con
 
