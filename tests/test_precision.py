@@ -22,6 +22,7 @@ import pytest
 
 from tablesafe import Dataset, Protection, TableBuilder, TableRequest
 from tablesafe._request import Percent
+from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE
 from tablesafe.mechanisms import destatis, drop_add_records
 from tablesafe.mechanisms._precision import (
     count_noise_mean_square,
@@ -194,6 +195,7 @@ def _sample(pop: pd.DataFrame, rng: np.random.Generator, folder: Path) -> Datase
     return Dataset.open(folder / "ds")
 
 
+@pytest.mark.system
 def test_intervals_cover_the_population_count_at_about_95_percent(tmp_path):
     rng = np.random.default_rng(29)
     pop = _population(rng)
@@ -235,3 +237,89 @@ def test_denominators_of_each_percentage():
         for at in np.ndindex(shape):
             expect = tuple(shape[a] - 1 if a in over else v for a, v in enumerate(at))
             assert tuple(int(i[at]) for i in idx) == expect
+
+
+# -- sums and means ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def incomes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Dataset, pd.DataFrame]:
+    """A magnitude X over 8 x 6 cells, JK1 replicate weights (4 groups), or none (a census)."""
+    rng = np.random.default_rng(4242)
+    n = 30_000
+    frame = pd.DataFrame(
+        {
+            "A": rng.integers(0, 8, n),
+            "B": rng.integers(0, 6, n),
+            "W": rng.uniform(5, 60, n),
+            "X": rng.lognormal(3, 0.6, n),
+            "RKEY": rng.integers(0, 2**32, n, dtype=np.uint32),
+        }
+    )
+    group = rng.integers(0, 4, n)
+    for r in range(4):
+        frame[f"R{r + 1}"] = np.where(group == r, 0.0, frame["W"] * 4 / 3)
+        frame[f"C{r + 1}"] = frame["W"]
+    catalog = _catalog(8, 6)
+    catalog["magnitudes"] = [{"name": "X", "label": "X", "lower": 0, "upper": 1000}]
+    folder = tmp_path_factory.mktemp("incomes")
+    sampled = write_dataset(folder / "sampled", frame, catalog)
+    census_catalog = {
+        **catalog,
+        "dataset": {**catalog["dataset"], "replicate_weights": ["C1", "C2", "C3", "C4"]},
+    }
+    return sampled, write_dataset(folder / "census", frame, census_catalog), frame
+
+
+def _cells(frame: pd.DataFrame, weight: str, value: np.ndarray | float) -> np.ndarray:
+    """Sums of weight x value on the extended 9 x 7 grid, by brute force.
+
+    A magnitude's contributions are summed in sixteenths (the engines' fixed
+    point, MAGNITUDE_SCALE), each contribution rounded to one.
+    """
+    contribution = frame[weight].to_numpy() * value
+    if not np.isscalar(value):
+        contribution = np.round(contribution * MAGNITUDE_SCALE) / MAGNITUDE_SCALE
+    inner = np.zeros((8, 6))
+    np.add.at(inner, (frame["A"].to_numpy(), frame["B"].to_numpy()), contribution)
+    out = np.zeros((9, 7))
+    out[:-1, :-1] = inner
+    out[-1, :-1], out[:-1, -1], out[-1, -1] = inner.sum(0), inner.sum(1), inner.sum()
+    return out
+
+
+def test_unprotected_sums_and_means_have_the_jackknife_by_hand(incomes):
+    sampled, _, frame = incomes
+    table = TableBuilder(sampled, Protection(None)).build(
+        TableRequest(("A", "B"), statistic="weighted,sum:X,mean:X", replicates=True)
+    )
+    x = frame["X"].to_numpy()
+    total, count = _cells(frame, "W", x), _cells(frame, "W", 1.0)
+    reps = [(_cells(frame, f"R{r}", x), _cells(frame, f"R{r}", 1.0)) for r in range(1, 5)]
+    sum_se = np.sqrt(0.75 * sum((t - total) ** 2 for t, _ in reps))
+    mean_se = np.sqrt(0.75 * sum((t / c - total / count) ** 2 for t, c in reps))
+    stats = table.statistics()
+    np.testing.assert_allclose(stats["sum_X_weighted_se"], sum_se, atol=0.5 + 1e-9)
+    np.testing.assert_allclose(stats["mean_X_weighted_se"], mean_se, atol=0.005 + 1e-9)
+    low = stats["mean_X_weighted_ci_low"]
+    assert np.all(low <= stats["mean_X_weighted"]) and np.all(low >= 0)
+
+
+def test_protected_sums_and_means_have_calibrated_standard_errors(incomes):
+    _, census, frame = incomes
+    table = TableBuilder(census, Protection(destatis(3, 1.0), rounding="0.001")).build(
+        TableRequest(("A", "B"), statistic="weighted,sum:X,mean:X", replicates=True)
+    )
+    x = frame["X"].to_numpy()
+    truth = {"sum_X_weighted": _cells(frame, "W", x)}
+    truth["mean_X_weighted"] = truth["sum_X_weighted"] / _cells(frame, "W", 1.0)
+    stats = table.statistics()
+    for column, true in truth.items():
+        se = stats[f"{column}_se"]
+        live = ~np.isnan(se)
+        assert live.sum() > 40
+        z = (stats[column] - true)[live] / se[live]
+        # Sums are rounded to whole units, means to 0.01: both far below these SEs.
+        assert 0.4 < float(np.mean(z**2)) < 1.6, (column, float(np.mean(z**2)))
+    # No sampling variance here: the standard error is the protection's, and positive.
+    assert np.all(stats["sum_X_weighted_se"][~np.isnan(stats["sum_X_weighted_se"])] > 0)

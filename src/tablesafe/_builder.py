@@ -336,6 +336,13 @@ class TableBuilder:
         )
         if full_plan.magnitudes:
             full_plan = full_plan.with_top(self.magnitude_protection.top_needed())
+            # Replicate sums serve standard errors only: no largest contributions.
+            full_plan = replace(
+                full_plan,
+                magnitudes=tuple(
+                    replace(m, top=1) if "#" in m.name else m for m in full_plan.magnitudes
+                ),
+            )
         return plan, full_plan
 
     def protect(
@@ -364,9 +371,15 @@ class TableBuilder:
                 request, computed, counts, (weighted, raw_weighted, reps, noise), meta
             )
         mags = None
+        mag_columns = None
         if request.magnitudes:
             mags = self._protect_magnitudes(request, plan, agg, counts, weighted, computed, want_w)
             meta["magnitudes"] = mags.meta
+            mag_columns = mags.columns
+            if want_w and reps is not None and raw_weighted is not None and noise is not None:
+                mag_columns = self._magnitude_se(
+                    agg, counts, mags, (raw_weighted, reps, noise), computed
+                )
         return ProtectedTable(
             request=request,
             dimensions=plan.dimensions,
@@ -386,7 +399,7 @@ class TableBuilder:
             ci_high=ci_high,
             roundings=self._roundings(request),
             percentages=percentages,
-            magnitudes=None if mags is None else mags.columns,
+            magnitudes=mag_columns,
             sensitive=None if mags is None else mags.sensitive,
             base_counts=np.where(computed, counts, 0),
             catalog=self.dataset.catalog,
@@ -618,6 +631,72 @@ class TableBuilder:
             if prot.perturbs_empty_cells
             else None,
         )
+
+    def _magnitude_se(
+        self,
+        agg: CellAggregates,
+        counts: np.ndarray,
+        mags: ProtectedMagnitudes,
+        weighted: tuple[np.ndarray, np.ndarray, np.ndarray],
+        computed: npt.NDArray[np.bool_],
+    ) -> dict[str, np.ndarray]:
+        """Step 5 of protect: each sum's and mean's standard error and 95% interval.
+
+        A sum's replicates are its true replicate sums' deviations scaled to
+        the protected count (:func:`~tablesafe.mechanisms._precision.magnitude_replicates`);
+        a mean is recomputed on the replicates of its sum and of the weighted
+        count; both add the protection's variance. Shown where the protected
+        count reaches the site's threshold and the dominance or p% rule does
+        not flag the cell (the protection's variance of a sum grows with its
+        largest contributions).
+
+        Returns:
+            The magnitude columns, each followed by ``_se``, ``_ci_low``, ``_ci_high``.
+        """
+        from tablesafe._request import replicate_magnitude
+        from tablesafe.catalog._magnitudes import read_magnitude_column
+        from tablesafe.mechanisms._precision import (
+            magnitude_noise_variance,
+            magnitude_replicates,
+            ratio_precision,
+        )
+        from tablesafe.mechanisms._variance import confidence_interval, replicate_se
+
+        raw_w, reps, noise_w = weighted
+        design = self.dataset.catalog.replicates
+        assert design is not None
+        prot = self.magnitude_protection
+        base = computed & (counts >= self.protection.se_threshold())
+        out: dict[str, np.ndarray] = {}
+        for column, values in mags.columns.items():
+            out[column] = values
+            parts = read_magnitude_column(column)
+            assert parts is not None
+            kind, name, _ = parts
+            variable = self.dataset.catalog.magnitudes[name]
+            sums, protected = agg.magnitudes[name], mags.sums[name]
+            totals = np.stack(
+                [agg.magnitudes[replicate_magnitude(name, r)].total for r in range(len(reps))]
+            )
+            x_reps = magnitude_replicates(protected, sums.total, totals, agg.n, counts)
+            x_noise = magnitude_noise_variance(prot, sums.total, sums.top, variable.bound)
+            if kind == "sum":
+                variance = replicate_se(protected, x_reps, design) ** 2 + x_noise
+                estimate, rounding = protected, Rounding.parse(prot.rounding)
+            else:
+                variance = ratio_precision(protected, x_reps, x_noise, raw_w, reps, noise_w, design)
+                estimate = np.divide(protected, raw_w, out=np.zeros(raw_w.shape), where=raw_w > 0)
+                rounding = Rounding.parse(prot.mean_rounding)
+            se = np.sqrt(variance)
+            low, high = confidence_interval(
+                estimate, np.nan_to_num(se), lower_bound=None if variable.negative else 0.0
+            )
+            shown = base & ~mags.sensitive[name] & ~np.isnan(se) & ~np.isnan(values)
+            for suffix, arr in (("se", se), ("ci_low", low), ("ci_high", high)):
+                out[f"{column}_{suffix}"] = np.where(
+                    shown, rounding.apply(np.nan_to_num(arr)), np.nan
+                )
+        return out
 
     # -- the stages -----------------------------------------------------------------
 

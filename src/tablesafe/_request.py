@@ -481,12 +481,37 @@ class TableRequest:
             )
 
     def _bind_magnitudes(self, catalog: Catalog) -> tuple[MagnitudePlan, ...]:
-        """Step 4 of bind: one plan per magnitude variable asked for, in request order."""
+        """Step 4 of bind: one plan per magnitude variable asked for, in request order.
+
+        With replicates and weights, each variable also gets one plan per
+        replicate weight (its sums over ``w_r x``, named by
+        :func:`replicate_magnitude`), for the standard errors of sums and means.
+        """
         weight = catalog.weight if self.statistic != Statistic.COUNT else None
         names = dict.fromkeys(catalog.magnitude(m.split(":", 1)[1]).name for m in self.magnitudes)
-        return tuple(
+        plans = [
             MagnitudePlan(name=n, column=catalog.magnitudes[n].column, weight=weight) for n in names
-        )
+        ]
+        if self.replicates and catalog.replicates is not None and weight is not None:
+            plans += [
+                MagnitudePlan(
+                    name=replicate_magnitude(n, r),
+                    column=catalog.magnitudes[n].column,
+                    weight=column,
+                    top=1,
+                )
+                for n in names
+                for r, column in enumerate(catalog.replicates.columns)
+            ]
+        return tuple(plans)
+
+
+def replicate_magnitude(name: str, r: int) -> str:
+    """The plan name of magnitude ``name``'s sums over replicate weight ``r`` (from 0).
+
+    ``#`` is outside the catalog's alphabet: no variable has such a name.
+    """
+    return f"{name}#{r}"
 
 
 def _trim_to_universe(

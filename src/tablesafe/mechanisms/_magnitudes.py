@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -377,11 +377,14 @@ class ProtectedMagnitudes:
             weights) -> extended array (NaN blank).
         sensitive: Magnitude name -> cells flagged by the rules.
         meta: The public statement (``meta.magnitudes``).
+        sums: Magnitude name -> the protected sums before rounding (for their
+            standard errors; never published as such).
     """
 
     columns: dict[str, npt.NDArray[np.float64]]
     sensitive: dict[str, npt.NDArray[np.bool_]]
     meta: dict[str, Any]
+    sums: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
 
 
 def ckm_noise(
@@ -511,7 +514,7 @@ def protect_magnitudes(
     meta = prot.describe({n: bounds[n] for n in names})
     meta["variables"] = names
     meta["weighted"] = weighted is not None
-    return ProtectedMagnitudes(columns, sensitive, meta)
+    return ProtectedMagnitudes(columns, sensitive, meta, protected)
 
 
 def _sensitive_cells(

@@ -31,7 +31,7 @@ its own.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -42,12 +42,18 @@ from tablesafe.catalog._catalog import ReplicateDesign
 from tablesafe.mechanisms._additivity import aggregate_margins
 from tablesafe.mechanisms._variance import replicate_se
 
+if TYPE_CHECKING:
+    from tablesafe.mechanisms._magnitudes import MagnitudeProtection
+
 __all__ = [
     "PERCENT_ROUNDING",
     "count_noise_mean_square",
     "denominator_index",
+    "magnitude_noise_variance",
+    "magnitude_replicates",
     "percent_of",
     "percent_precision",
+    "ratio_precision",
     "weighted_noise_variance",
 ]
 
@@ -173,3 +179,94 @@ def percent_precision(
         noise = (var_n - 2.0 * p * cov + p**2 * var_d) / den**2
     noise = np.where(ok, np.maximum(noise, 0.0), np.nan)
     return 1e4 * sampling, 1e4 * noise
+
+
+# -- sums and means -------------------------------------------------------------------
+
+
+def magnitude_noise_variance(
+    prot: MagnitudeProtection,
+    total: npt.NDArray[np.float64],
+    top: npt.NDArray[np.float64],
+    bound: float,
+) -> npt.NDArray[np.float64]:
+    """The variance the protection of magnitudes adds to each sum.
+
+    The cell-key method moves a sum by ``sum_j t_j`` in one direction, with
+    ``t_j = m eps_j x_(j) (mu + |v_j|)`` and ``v_j`` from the numeric
+    ptable's row of ``|X| / (m eps_j x_(j))``: its mean square is
+    ``(sum_j d_j E[mu + |v_j|])**2 + sum_j d_j**2 var(|v_j|)`` with
+    ``d_j = m eps_j x_(j)`` (the ``v_j`` are independent draws).
+    Differential privacy adds Laplace noise of scale ``b``: ``2 b**2``.
+
+    Args:
+        prot: The site's protection of magnitudes.
+        total: The cells' sums.
+        top: Their largest absolute contributions ``(K, ...)``.
+        bound: The variable's ``max(|lower|, |upper|)`` (differential privacy).
+    """
+    from tablesafe.mechanisms._magnitudes import MagnitudeMethod
+
+    if prot.method == MagnitudeMethod.NONE:
+        return np.zeros(total.shape)
+    if prot.method == MagnitudeMethod.DP:
+        return np.full(total.shape, 2.0 * (bound / prot.epsilon) ** 2)
+    table = prot.ptable()
+    first = np.array(
+        [float((p * (prot.mu + np.abs(v))).sum()) for v, p in zip(table.v, table.p, strict=True)]
+    )
+    second = np.array(
+        [
+            float((p * (prot.mu + np.abs(v)) ** 2).sum())
+            for v, p in zip(table.v, table.p, strict=True)
+        ]
+    )
+    mean = np.zeros(total.shape)
+    spread = np.zeros(total.shape)
+    for j in range(prot.top_k):
+        delta = prot.share * prot.eps[j] * top[j]
+        live = delta > 0
+        a = np.divide(np.abs(total), delta, out=np.full(total.shape, np.inf), where=live)
+        row = table.row_for(np.minimum(a, table.D))
+        mean += np.where(live, delta * first[row], 0.0)
+        spread += np.where(live, delta**2 * (second[row] - first[row] ** 2), 0.0)
+    return np.asarray(mean**2 + spread, dtype=np.float64)
+
+
+def magnitude_replicates(
+    protected: npt.NDArray[np.float64],
+    total: npt.NDArray[np.float64],
+    replicate_totals: npt.NDArray[np.float64],
+    n: npt.NDArray[np.int64],
+    counts: npt.NDArray[np.int64],
+) -> npt.NDArray[np.float64]:
+    """Replicate sums around the protected sum: ``X' + sqrt(n' / n) (X_r - X)``.
+
+    As for weighted counts (:func:`tablesafe.mechanisms._weighted.replicate_figures`):
+    the sampling variance is the one of a cell of ``n'`` records with these values.
+    """
+    scale = np.sqrt(np.divide(counts, n, out=np.zeros(n.shape), where=n > 0))
+    return np.asarray(protected + scale * (replicate_totals - total), dtype=np.float64)
+
+
+def ratio_precision(
+    num: npt.NDArray[np.float64],
+    num_reps: npt.NDArray[np.float64],
+    num_noise: npt.NDArray[np.float64],
+    den: npt.NDArray[np.float64],
+    den_reps: npt.NDArray[np.float64],
+    den_noise: npt.NDArray[np.float64],
+    design: ReplicateDesign,
+) -> npt.NDArray[np.float64]:
+    """The variance of ``num / den`` (a mean) whose two perturbations are independent.
+
+    Sampling: the ratio recomputed on every replicate; perturbation: the
+    delta method ``(var(e_N) + r**2 var(e_D)) / D**2``. NaN where a
+    denominator is not positive.
+    """
+    ok = (den > 0) & np.all(den_reps > 0, axis=0)
+    ratio = np.divide(num, den, out=np.zeros(num.shape), where=ok)
+    rep_ratio = np.divide(num_reps, den_reps, out=np.zeros(num_reps.shape), where=den_reps > 0)
+    sampling = replicate_se(ratio, rep_ratio, design) ** 2
+    noise = np.divide(num_noise + ratio**2 * den_noise, den**2, out=np.zeros(num.shape), where=ok)
+    return np.where(ok, sampling + noise, np.nan)
