@@ -380,4 +380,24 @@ def test_sums_and_means_of_a_continuous_variable(served, browser):
     again.wait_for_selector("table.cross caption:has-text('Mean of Annual income')")
     assert again.input_value("#magvar") == "INCOME"
     again.close()
+    # Over the survey weights, each caption says so, and its figures are the API's
+    # sum_INCOME_weighted and mean_INCOME_weighted (issue 30: one name per statistic).
+    page.check("input[name='statistic'][value='both']")
+    page.click("#build")
+    page.wait_for_selector("table.cross caption:has-text('Weighted mean of Annual income')")
+    captions = page.locator("table.cross caption").all_inner_texts()
+    assert captions == [
+        "Unweighted counts",
+        "Weighted counts",
+        "Weighted sum of Annual income (currency units)",
+        "Weighted mean of Annual income (currency units)",
+    ]
+    weighted = httpx.post(
+        f"{served}/api/datasets/demo/tables",
+        json={"dimensions": ["REGION", "SEX"], "statistic": "both,sum:INCOME,mean:INCOME"},
+    ).json()
+    total = next(c for c in weighted["cells"] if c["REGION"] == "_T" and c["SEX"] == "_T")
+    assert "sum_INCOME" not in total and "mean_INCOME" not in total
+    sum_table = page.locator("table.cross", has_text="Weighted sum of Annual income").inner_text()
+    assert f"{round(total['sum_INCOME_weighted']):,}" in sum_table
     page.close()

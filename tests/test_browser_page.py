@@ -484,3 +484,96 @@ def test_a_key_field_when_the_site_uses_keys(keyed_url, browser):  # noqa: F811
     page.locator("#message").filter(has_text=re.compile(r"\S")).wait_for()
     assert "needs an API key" in page.inner_text("#message")
     context.close()
+
+
+@pytest.fixture(scope="module")
+def dated_url(demo_dir, tmp_path_factory):
+    """The demo survey with a reference date and a date of update in its catalog."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("dated")
+    shutil.copy(demo_dir / "microdata.parquet", folder / "microdata.parquet")
+    text = (demo_dir / "catalog.toml").read_text()
+    dates = 'reference_date = "2021-03-21"\nupdated = "2024-05-02"\n'
+    (folder / "catalog.toml").write_text(text.replace("[dataset]\n", "[dataset]\n" + dates, 1))
+    with running(_site(folder, tmp_path_factory.mktemp("dated-site"))) as live:
+        yield live
+
+
+GROUPS = [("Married or in a civil partnership", [2]), ("Divorced, widowed", [3, 4])]
+
+
+def test_every_download_states_the_table_and_is_named_by_the_server(
+    dated_url,
+    browser,  # noqa: F811
+    tmp_path,
+):
+    """Issue 30: quoted labels in the universe, the date and source, file names from meta."""
+    from openpyxl import load_workbook
+
+    page, failures = _open(browser, dated_url, accept_downloads=True)
+    page.wait_for_selector("#gvar option[value='MARSTAT']", state="attached")
+    # Custom groups whose labels hold "or" and a comma, taken as the universe.
+    page.select_option("#gvar", "MARSTAT")
+    for label, members in GROUPS:
+        page.select_option("#gcats", [str(m) for m in members])
+        page.fill("#glabel", label)
+        page.click("#add-group")
+    page.select_option("#rows", "AGEGRP")
+    page.select_option("#cols", "SEX")
+    page.select_option("#uvar", "MARSTAT_C")
+    page.check("#ucats-list input[value='g1']")
+    page.check("#ucats-list input[value='g2']")
+    words = 'Marital status (custom groups) is "Married or in a civil partnership" or "Divorced, widowed"'
+    assert page.inner_text("#universe-words") == f"Universe: {words}."
+    _build(page)
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url) if "/tables?" in r.url else None)
+    files = {}
+    for fmt in ("csv", "xlsx", "svg"):
+        with page.expect_download() as info:
+            page.click(f"#download-{fmt}")
+        files[fmt] = info.value.suggested_filename
+        info.value.save_as(tmp_path / f"out.{fmt}")
+    groups = {
+        "name": "MARSTAT_C",
+        "variable": "MARSTAT",
+        "label": "Marital status (custom groups)",
+        "groups": [
+            {"code": f"g{i + 1}", "label": label, "members": members}
+            for i, (label, members) in enumerate(GROUPS)
+        ],
+        "other": "Other",
+    }
+    body = {
+        "dimensions": ["AGEGRP", "SEX"],
+        "universe": {"MARSTAT_C": ["g1", "g2"]},
+        "groupings": [groups],
+    }
+    meta = _api(dated_url, body).json()["meta"]
+    assert meta["universe_label"] == words
+    assert page.inner_text("#universe-line") == f"Universe: {words}."
+    statement = meta["footnotes"]["statement"]
+    notes = page.inner_text("#footnotes")
+    for line in ("Reference date of the data: 2021-03-21.", "Data last updated: 2024-05-02."):
+        assert line in statement and line in notes
+    # Every file is named by the server (meta.file_stem), the chart's too.
+    stem = meta["file_stem"]
+    assert files == {"csv": f"{stem}.csv", "xlsx": f"{stem}.xlsx", "svg": f"{stem}-chart.svg"}
+    # Both table files are asked for with labels.
+    assert all("labels=true" in r for r in requests) and len(requests) == 2
+    csv_text = (tmp_path / "out.csv").read_text()
+    assert f"# Universe: {words}.\n" in csv_text
+    assert "# Reference date of the data: 2021-03-21.\n" in csv_text
+    book = load_workbook(tmp_path / "out.xlsx")
+    about = {r[0]: r[1] for r in book["about"].iter_rows(values_only=True)}
+    assert (about["Universe"], about["Reference date"]) == (words, "2021-03-21")
+    assert book.worksheets[0]["A2"].value == f"Universe: {words}"
+    header = next(book["cells"].iter_rows(values_only=True))
+    assert header[:4] == ("AGEGRP", "AGEGRP_label", "SEX", "SEX_label")
+    chart = ET.fromstring((tmp_path / "out.svg").read_text())
+    text = " ".join(t.text or "" for t in chart.iter("{http://www.w3.org/2000/svg}text"))
+    for line in (f"Universe: {words}.", "Reference date of the data: 2021-03-21."):
+        assert line in text, line
+    assert not failures, failures
+    page.close()

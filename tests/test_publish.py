@@ -155,6 +155,6 @@ def test_cli_writes_jsonstat_sdmx_and_labels(demo_dir):
 
 def test_every_served_profile_answers_every_format(site):
     for profile in PROFILES:
-        for fmt in ("csv", "json", "xlsx", "jsonstat", "sdmx-csv"):
+        for fmt in ("csv", "json", "xlsx", "jsonstat", "sdmx-csv", "sdmx-json"):
             r = site.post(f"/api/datasets/{profile}/tables?format={fmt}", json=REQUESTS[1])
             assert r.status_code == 200, (profile, fmt, r.text)

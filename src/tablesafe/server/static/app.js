@@ -765,13 +765,15 @@ function niceScale(max) {
   return { top, ticks };
 }
 
-// The lines under an exported chart: the universe, the source and the protection.
+// The lines under an exported chart: the universe, the source, the date of the data and
+// the protection.
 function chartNotes(doc) {
   const statement = (doc.meta.footnotes && doc.meta.footnotes.statement) || [];
   const citation = doc.meta.footnotes && doc.meta.footnotes.citation;
   const source = statement.find((s) => s.startsWith("Source:")) || (citation ? `Source: ${citation}` : null);
+  const date = statement.find((s) => s.startsWith("Reference date of the data:"));
   const protection = statement.find((s) => s.startsWith("Protection:"));
-  const lines = [tableUniverse(doc.meta), source, protection, "Suppressed cells are drawn as zero."];
+  const lines = [tableUniverse(doc.meta), source, date, protection, "Suppressed cells are drawn as zero."];
   return lines.filter(Boolean).flatMap((line) => wrap(line, 128));
 }
 
