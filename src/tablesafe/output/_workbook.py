@@ -41,6 +41,8 @@ _SHEET = {
     "ci_high": "95% CI upper",
 }
 _MAX_SHEET = 31
+#: The sheet names' words for an estimate's standard error and interval columns.
+_COMPANION_SHEETS = {"_se": " SE", "_ci_low": " CI lower", "_ci_high": " CI upper"}
 
 
 def sheet_names(statistics: Sequence[str]) -> dict[str, str]:
@@ -48,16 +50,19 @@ def sheet_names(statistics: Sequence[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     taken = {"cells", "about"}
     for s in statistics:
-        parts = read_magnitude_column(s)
+        # An estimate's standard error and interval: its sheet name, then "SE", "CI lower"...
+        core, tail = s, ""
+        if s not in _SHEET:
+            for suffix, words in _COMPANION_SHEETS.items():
+                if s.endswith(suffix):
+                    core, tail = s.removesuffix(suffix), words
+        parts = read_magnitude_column(core)
         base = _SHEET.get(s) or s
-        if s.startswith("percent_"):
-            # percent_row_ci_low -> "Row percentage CI lower".
-            kind, _, rest = s.removeprefix("percent_").partition("_")
-            tail = {"se": " SE", "ci_low": " CI lower", "ci_high": " CI upper"}.get(rest, "")
-            base = f"{kind.capitalize()} percentage{tail}"
+        if core.startswith("percent_"):
+            base = f"{core.removeprefix('percent_').capitalize()} percentage{tail}"
         elif parts is not None:
             kind, name, weighted = parts
-            base = f"{'Weighted ' + kind if weighted else kind.capitalize()} {name}"
+            base = f"{'Weighted ' + kind if weighted else kind.capitalize()} {name}{tail}"
         base = base[:_MAX_SHEET]
         sheet, i = base, 2
         while sheet.lower() in taken:
