@@ -2,8 +2,9 @@
 
 ``initdb`` and ``pg_ctl`` from ``/usr/lib/postgresql/*/bin`` (the ``postgresql``
 package, which ``make test`` installs when missing) create and start a
-cluster listening on 127.0.0.1 only, on a free port, trusting its local
-connections. PostgreSQL refuses to run as root, so under root (CI) the
+cluster listening on 127.0.0.1 only, on a free port. Its TCP connections
+need a password (SCRAM), which the session gives libpq in ``PGPASSWORD``
+(:meth:`Cluster.start`), as a site's operators would: URLs never hold it. PostgreSQL refuses to run as root, so under root (CI) the
 cluster belongs to the unprivileged user ``nobody`` and its commands run
 through ``runuser``. Each test gets a database of its own
 (:meth:`Cluster.database`); the cluster is stopped and its directory deleted
@@ -16,6 +17,7 @@ import glob
 import itertools
 import os
 import pwd
+import secrets
 import shutil
 import socket
 import subprocess
@@ -51,6 +53,7 @@ class Cluster:
         self.data = self.folder / "data"
         self.log = self.folder / "server.log"
         self.port = 0
+        self.password = secrets.token_hex(16)
         self._names = itertools.count()
         self._as: list[str] = []
         if os.geteuid() == 0:
@@ -69,9 +72,20 @@ class Cluster:
         )
 
     def start(self) -> Cluster:
-        """Create the cluster and start it on a free port (a few tries: the port may be taken)."""
+        """Create the cluster and start it on a free port (a few tries: the port may be taken).
+
+        Sets ``PGPASSWORD`` in this process's environment (and so its children's).
+        """
+        pwfile = self.folder / "password"
+        pwfile.write_text(self.password)
+        if self._as:
+            user = pwd.getpwnam(UNPRIVILEGED)
+            os.chown(pwfile, user.pw_uid, user.pw_gid)
         self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-U", SUPERUSER,
-                  "--auth=trust", "--encoding=UTF8", "--locale=C")  # fmt: skip
+                  "--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}",
+                  "--encoding=UTF8", "--locale=C")  # fmt: skip
+        pwfile.unlink()
+        os.environ["PGPASSWORD"] = self.password
         for attempt in range(3):
             self.port = _free_port()
             options = (

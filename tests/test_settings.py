@@ -16,6 +16,7 @@ from tablesafe._settings import (
     RuleSettings,
     ServerSettings,
     SiteConfig,
+    StateSettings,
     load_site_config,
 )
 
@@ -27,6 +28,7 @@ MODELS = [
     RuleSettings,
     DatasetSettings,
     ApiKeySettings,
+    StateSettings,
 ]
 
 

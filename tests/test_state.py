@@ -330,6 +330,20 @@ def test_the_site_opens_the_store_it_names(tmp_path, demo_dir, postgres):
     closed = f"postgresql://tablesafe@127.0.0.1:{_closed_port()}/nothing"
     with pytest.raises(ConfigError, match="cannot use the state store at postgresql://"):
         open_state(_site(tmp_path, demo_dir, {"url": closed, "connect_timeout_seconds": 2}))
+    # postgres:// is the same scheme to libpq.
+    pg = open_state(_site(tmp_path, demo_dir, {"url": url.replace("postgresql:", "postgres:")}))
+    pg.close()
+
+
+def test_the_password_comes_from_libpq_s_environment(tmp_path, demo_dir, postgres, monkeypatch):
+    """The test cluster asks TCP connections for a password (SCRAM); the session gives it
+    in PGPASSWORD. Without it the store is refused, and the message holds no password."""
+    site = _site(tmp_path, demo_dir, {"url": postgres.database()})
+    open_state(site).close()
+    monkeypatch.setenv("PGPASSWORD", "not-" + postgres.password)
+    with pytest.raises(ConfigError, match="password authentication failed") as caught:
+        open_state(site)
+    assert postgres.password not in str(caught.value)
 
 
 def _closed_port() -> int:
