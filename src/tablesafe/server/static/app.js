@@ -6,7 +6,7 @@ const state = {
   last: null, doc: null, index: null, layer: null, controller: null,
 };
 const $ = (id) => document.getElementById(id);
-const FLAG_SYMBOL = { structural_zero: "z", suppressed: "x" };
+const FLAG_SYMBOL = { structural_zero: "z", suppressed: "x", np: "np" };
 const DIMENSIONS = ["rows", "cols", "layers"];
 const PLACE = { rows: "rows", cols: "columns", layers: "layers" };
 const KEY_STORE = "tablesafe-key";
@@ -362,6 +362,9 @@ async function loadDataset() {
     r.disabled = !weighted && r.value !== "count";
     if (!weighted) r.checked = r.value === "count";
   }
+  // Standard errors come from replicate weights, which go with survey weights.
+  $("se").disabled = !weighted;
+  if (!weighted) $("se").checked = false;
   fillVariables();
   defaultDimensions();
   fillMagnitudes();
@@ -386,7 +389,9 @@ function magnitudeInfo(name) {
 
 function requestBody() {
   const dims = [$("rows").value, $("cols").value, $("layers").value].filter((x) => x);
-  const statistic = document.querySelector('input[name="statistic"]:checked').value;
+  const base = document.querySelector('input[name="statistic"]:checked').value;
+  const percents = [...document.querySelectorAll('input[name="percent"]:checked')].map((c) => `percent:${c.value}`);
+  const statistic = [base, ...percents].join(",");
   const universe = {};
   for (const [name, codes] of Object.entries(state.conditions)) {
     const v = varInfo(name);
@@ -397,6 +402,7 @@ function requestBody() {
   const mag = $("magvar").value;
   const magStats = [...document.querySelectorAll('input[name="magstat"]:checked')].map((c) => c.value);
   if (mag && magStats.length) body.magnitudes = magStats.map((s) => `${s}:${mag}`);
+  if ($("se").checked) body.se = true;
   const used = customGroupings().filter((g) => dims.includes(g.name) || g.name in universe);
   if (used.length) body.groupings = used;
   return body;
@@ -413,6 +419,7 @@ function fmt(value, stat) {
   if (value === null || value === undefined) return "";
   if (typeof value === "string") return value;
   if (stat.startsWith("mean_")) return value.toLocaleString(undefined, { maximumFractionDigits: 2 });
+  if (stat.startsWith("percent_")) return value.toLocaleString(undefined, { minimumFractionDigits: 2, maximumFractionDigits: 2 });
   return stat === "weighted" || stat.startsWith("sum_") ? Math.round(value).toLocaleString() : value.toLocaleString();
 }
 
@@ -428,9 +435,11 @@ function statTitle(doc, stat) {
 // mean_VAR_weighted over the survey weights: the magnitude is what lies between.
 const magnitudeOf = (stat) => (/^(sum|mean)_/.test(stat) ? stat.replace(/^(sum|mean)_/, "").replace(/_weighted$/, "") : null);
 
+// Every statistic of the table, in its order: counts, weighted counts and their standard
+// errors and intervals, percentages, sums and means (meta.statistics names them all).
 function statsOf(doc) {
-  const magCols = Object.keys(doc.meta.statistics || {}).filter((s) => magnitudeOf(s) !== null);
-  return ["n", "weighted", ...magCols].filter((s) => doc.cells.length && s in doc.cells[0]);
+  const named = Object.keys(doc.meta.statistics || {});
+  return (named.length ? named : ["n", "weighted"]).filter((s) => doc.cells.length && s in doc.cells[0]);
 }
 
 const tableTitle = (dims) => dims.map((d) => varInfo(d).label).join(" by ");
@@ -536,10 +545,12 @@ function dataCell(doc, stat, cell, total) {
   if (total) td.className = "total";
   td.textContent = cell ? fmt(cell[stat], stat) : "";
   const magFlag = magnitudeOf(stat) !== null ? `sensitive_${magnitudeOf(stat)}` : null;
-  for (const flag of ["structural_zero", "suppressed", ...(magFlag ? [magFlag] : [])]) {
+  // The precision rule's flag, where the site flags unreliable estimates (np shows itself).
+  const unsure = `unreliable_${stat}`;
+  for (const flag of ["structural_zero", "suppressed", ...(magFlag ? [magFlag] : []), unsure]) {
     if (cell && cell[flag]) {
       const sup = document.createElement("sup");
-      sup.className = "flag"; sup.textContent = FLAG_SYMBOL[flag] || "s";
+      sup.className = "flag"; sup.textContent = FLAG_SYMBOL[flag] || (flag === unsure ? "u" : "s");
       sup.title = (doc.meta.footnotes && doc.meta.footnotes.flags[flag]) ||
         (flag.startsWith("sensitive_") ? "sensitive: the site's dominance or p% rule flags this sum (a few contributors make most of it)" : flag);
       td.appendChild(document.createTextNode(" ")); td.appendChild(sup);
@@ -715,8 +726,11 @@ async function restoreFromUrl() {
   state.conditions = {};
   for (const [k, v] of Object.entries(t.universe || {})) state.conditions[k] = v.map(String);
   fillCategories(); renderConditions();
-  const radio = document.querySelector(`input[name="statistic"][value="${t.statistic}"]`);
+  const items = String(t.statistic || "").split(",");
+  const radio = document.querySelector(`input[name="statistic"][value="${items[0]}"]`);
   if (radio) radio.checked = true;
+  for (const c of document.querySelectorAll('input[name="percent"]')) c.checked = items.includes(`percent:${c.value}`);
+  $("se").checked = t.se === true && !$("se").disabled;
   const mags = Array.isArray(t.magnitudes) ? t.magnitudes.map((m) => String(m).split(":")) : [];
   $("magvar").value = mags.length && magnitudeInfo(mags[0][1]) ? mags[0][1] : "";
   for (const c of document.querySelectorAll('input[name="magstat"]')) c.checked = mags.some((m) => m[0] === c.value);
