@@ -302,7 +302,7 @@ def test_exports(random_data, tmp_path):
     assert len(doc["cells"]) == len(frame)
     csv = pd.read_csv(pd.io.common.StringIO(table.to_csv()))
     assert csv["n"].sum() == frame["n"].sum()
-    path = table.to_xlsx(tmp_path / "t.xlsx")
+    path = table.to_xlsx(tmp_path / "t.xlsx", labels=True)
     book = pd.read_excel(path, sheet_name=None)
     # A cross-tab sheet per statistic first (issue 30), then cells and about.
     assert list(book) == ["Count", "Weighted count", "cells", "about"]
@@ -310,7 +310,8 @@ def test_exports(random_data, tmp_path):
     # Every cell of the sheet, as pandas reads it back (through openpyxl).
     pd.testing.assert_frame_equal(book["cells"], frame, check_dtype=False)
     text = table.render("text")
-    assert "Protected table" in text and "UNPROTECTED" not in text
+    # Headed by the title in words (issue 30), never called unprotected.
+    assert text.splitlines()[0] == table.title and "UNPROTECTED" not in text
 
 
 # -- replicate variances -------------------------------------------------------------

@@ -432,8 +432,12 @@ function statTitle(doc, stat) {
 }
 
 // Sums and means are named sum_VAR / mean_VAR over the records, sum_VAR_weighted /
-// mean_VAR_weighted over the survey weights: the magnitude is what lies between.
-const magnitudeOf = (stat) => (/^(sum|mean)_/.test(stat) ? stat.replace(/^(sum|mean)_/, "").replace(/_weighted$/, "") : null);
+// mean_VAR_weighted over the survey weights, VAR a magnitude of the dataset; any other
+// column (a standard error of a sum, say) is not a sum or mean.
+function magnitudeOf(stat) {
+  const m = /^(sum|mean)_(.+?)(_weighted)?$/.exec(stat);
+  return m && (state.meta.magnitudes || []).some((x) => x.name === m[2]) ? m[2] : null;
+}
 
 // Every statistic of the table, in its order: counts, weighted counts and their standard
 // errors and intervals, percentages, sums and means (meta.statistics names them all).
