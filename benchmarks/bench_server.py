@@ -112,10 +112,11 @@ def baseline(config: Path, pool: list[dict]) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def _state_ops(store, sets: list, rounds: int) -> float:
-    """Seconds per request of the state work alone: key check, rate count, guard, audit row."""
-    t0 = time.perf_counter()
+def _state_ops(store, sets: list, rounds: int) -> list[float]:
+    """Seconds of each request's state work: key check, rate count, guard, audit row."""
+    out = []
     for i in range(rounds):
+        t0 = time.perf_counter()
         store.revoked("sha256:" + "0" * 64)
         store.hit("bench", 10**9)
         with store.transaction("bench-identity") as tx:
@@ -123,20 +124,23 @@ def _state_ops(store, sets: list, rounds: int) -> float:
             tx.remember("bench", [replace(s, fingerprint=os.urandom(16)) for s in sets])
         store.record(key_id="bench", endpoint="POST /api/datasets/demo/tables", status=200,
                      outcome="ok", dataset="demo", request={"i": i})  # fmt: skip
-    return (time.perf_counter() - t0) / rounds
+        out.append(time.perf_counter() - t0)
+    return out
 
 
-def _requests_through_app(app, pool: list[dict]) -> float:
-    """Seconds per table request through the application in process (gate, service, guard)."""
+def _requests_through_app(app, pool: list[dict]) -> list[float]:
+    """Seconds of each table request through the application in process (gate, service, guard)."""
     from fastapi.testclient import TestClient
 
+    out = []
     with TestClient(app) as c:
         for body in pool[:5]:
             c.post("/api/datasets/demo/tables", json=body)
-        t0 = time.perf_counter()
-        for body in pool[5:105]:
+        for body in pool[5:205]:
+            t0 = time.perf_counter()
             c.post("/api/datasets/demo/tables", json=body)
-        return (time.perf_counter() - t0) / 100
+            out.append(time.perf_counter() - t0)
+    return out
 
 
 def state_cost(args: argparse.Namespace, data_dir: Path, pool: list[dict]) -> None:
@@ -155,23 +159,28 @@ def state_cost(args: argparse.Namespace, data_dir: Path, pool: list[dict]) -> No
         with tempfile.TemporaryDirectory() as tmp:
             stores = {"sqlite": SQLiteState(Path(tmp) / "state.sqlite"),
                       "postgresql": PostgresState(url)}  # fmt: skip
-            config = site_file(Path(tmp), data_dir.resolve())
-            site = load_site_config(config)
-            sites = {"sqlite": site, "postgresql": site.model_copy(
-                update={"state": site.state.model_copy(update={"url": url})})}  # fmt: skip
+            site = load_site_config(site_file(Path(tmp), data_dir.resolve()))
+            server = site.server.model_copy(update={"cache_tables": 0})
+            state = site.state.model_copy(update={"url": url})
+            sites = {
+                "sqlite": site.model_copy(update={"server": server}),
+                "postgresql": site.model_copy(update={"server": server, "state": state}),
+            }
             for _ in range(args.rounds):
                 for name, store in stores.items():
-                    times[name].append(_state_ops(store, sets, 300))
-                    server = site.server.model_copy(update={"cache_tables": 0})
-                    app = create_app(sites[name].model_copy(update={"server": server}))
-                    times["app " + name].append(_requests_through_app(app, pool))
+                    times[name] += _state_ops(store, sets, 300)
+                    times["app " + name] += _requests_through_app(create_app(sites[name]), pool)
             for store in stores.values():
                 store.close()
     finally:
         if cluster is not None:
             cluster.stop()
+    _report_state(args, times)
+
+
+def _report_state(args: argparse.Namespace, times: dict[str, list[float]]) -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"records {args.records:,}, {args.rounds} rounds alternating, medians")
+    print(f"records {args.records:,}, {args.rounds} rounds alternating, medians per request")
     print(
         f"state work of one table request: SQLite {med['sqlite'] * 1e6:.0f} us, PostgreSQL "
         f"{med['postgresql'] * 1e6:.0f} us, ratio {med['postgresql'] / med['sqlite']:.2f}"

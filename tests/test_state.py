@@ -7,6 +7,7 @@ are serialised across them.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 import threading
@@ -383,3 +384,63 @@ def test_the_server_keeps_its_state_in_the_store(kind, tmp_path, demo_dir, reque
     with TestClient(create_app(site)) as c:  # restarted: the revocation holds
         r = c.get("/api/datasets", headers={"x-api-key": USER_KEY})
         assert r.status_code == 401 and "revoked" in error_of(r)["message"]
+
+
+def test_serve_stops_when_the_state_store_cannot_be_reached(tmp_path, demo_dir):
+    import subprocess
+    import sys
+
+    config = tmp_path / "site.toml"
+    config.write_text(
+        f'[state]\nurl = "postgresql://tablesafe@127.0.0.1:{_closed_port()}/gone"\n'
+        f'connect_timeout_seconds = 2\n[[datasets]]\nname = "demo"\npath = "{demo_dir}"\n'
+        '[datasets.protection]\nmethod = "none"\n',
+        encoding="utf-8",
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "tablesafe", "serve", "--config", str(config), "--port", "0"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode != 0 and "serving" not in r.stdout
+    assert "cannot use the state store at postgresql://tablesafe@127.0.0.1:" in r.stderr
+    assert "Connection refused" in r.stderr  # the reason
+    assert "Traceback" not in r.stderr
+
+
+def test_the_commands_read_and_write_the_sites_postgres_store(tmp_path, demo_dir, postgres):
+    """tablesafe audit, api-key revoke and list, audit reconstruct on [state] url's database."""
+    from click.testing import CliRunner
+
+    from tablesafe._cli import get_app
+
+    url = postgres.database()
+    config = tmp_path / "site.toml"
+    config.write_text(
+        f'[state]\nurl = "{url}"\n[[datasets]]\nname = "demo"\npath = "{demo_dir}"\n'
+        '[datasets.protection]\nmethod = "none"\n[datasets.rules]\nmin_universe_size = 1\n'
+        f'[[keys]]\nid = "user1"\nhash = "{hash_key(USER_KEY)}"\n',
+        encoding="utf-8",
+    )
+    with TestClient(create_app(load_site_config(config))) as c:
+        body = {"dimensions": ["SEX", "REGION"], "statistic": "count"}
+        r = c.post("/api/datasets/demo/tables", json=body, headers={"x-api-key": USER_KEY})
+        assert r.status_code == 200, r.text
+
+    def run(*args: str) -> str:
+        out = CliRunner().invoke(get_app(), [*args, "--config", str(config)])
+        assert out.exit_code == 0, out.output
+        return out.output
+
+    rows = json.loads(run("audit", "--format", "json"))
+    assert [(row["key_id"], row["status"]) for row in rows] == [("user1", 200)]
+    assert "revoked key user1" in run("api-key", "revoke", "user1")
+    listed = json.loads(run("api-key", "list", "--format", "json"))
+    assert listed[0]["revoked"] is not None and listed[0]["last_used"] == rows[0]["time"]
+    attack = json.loads(run("audit", "reconstruct", "--dataset", "demo", "--format", "json"))
+    assert attack["tables"] == 1
+    store = PostgresState(url)
+    try:
+        assert store.revoked(hash_key(USER_KEY)) is not None
+        assert [h["tables"] for h in store.reconstructions("demo")] == [1]
+    finally:
+        store.close()
