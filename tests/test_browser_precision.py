@@ -21,16 +21,23 @@ pytestmark = pytest.mark.system
 
 
 def _site(demo_dir, base, **rules: Any):
+    """The demo survey twice: unreliable estimates shown "np", and flagged."""
     return load_site_config(
         data={
             "base": str(base),
             "datasets": [
                 {
-                    "name": "demo",
+                    "name": name,
                     "path": str(demo_dir),
                     "protection": {"method": "ckm"},
-                    "rules": {"min_universe_size": 50, "sliver_min_difference": 0, **rules},
+                    "rules": {
+                        "min_universe_size": 50,
+                        "sliver_min_difference": 0,
+                        "unreliable_action": action,
+                        **rules,
+                    },
                 }
+                for name, action in (("demo", "np"), ("demo-flag", "flag"))
             ],
         }
     )
@@ -38,8 +45,7 @@ def _site(demo_dir, base, **rules: Any):
 
 @pytest.fixture(scope="module")
 def url(demo_dir, tmp_path_factory):
-    site = _site(demo_dir, tmp_path_factory.mktemp("pct"), max_rse=3, unreliable_action="np")
-    with running(site) as live:
+    with running(_site(demo_dir, tmp_path_factory.mktemp("pct"), max_rse=3)) as live:
         yield live
 
 
@@ -79,6 +85,17 @@ def test_row_percentages_with_standard_errors_and_np(url, browser):  # noqa: F81
     weighted = _cell_texts(page, "Weighted counts")
     assert weighted.count("np") == len(marked)
     assert "not published" in page.inner_text("#footnotes")
+    _axe(page)
+    # The site that flags: the values stay, each unreliable one marked u.
+    page.select_option("#dataset", "demo-flag")
+    page.wait_for_selector("#rows option[value='AGEGRP']", state="attached")
+    page.select_option("#rows", "REGION")
+    page.select_option("#cols", "SEX")
+    page.check("input[name='statistic'][value='weighted']")
+    _build(page)
+    weighted = _cell_texts(page, "Weighted counts")
+    assert "np" not in weighted
+    assert sum(t.endswith(" u") for t in weighted) == len(marked)
     _axe(page)
     assert not failures, failures
     page.close()

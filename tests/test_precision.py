@@ -323,3 +323,52 @@ def test_protected_sums_and_means_have_calibrated_standard_errors(incomes):
         assert 0.4 < float(np.mean(z**2)) < 1.6, (column, float(np.mean(z**2)))
     # No sampling variance here: the standard error is the protection's, and positive.
     assert np.all(stats["sum_X_weighted_se"][~np.isnan(stats["sum_X_weighted_se"])] > 0)
+
+
+# -- where standard errors are shown, and the footnotes that say so ----------------------
+
+
+def test_percentage_intervals_stay_within_0_and_100_and_say_so(census):
+    dataset, _ = census
+    prot = Protection(destatis(3, 1.0), se_min_count=30)
+    table = TableBuilder(dataset, prot).build(
+        TableRequest(("A", "B"), statistic="weighted,percent:row,percent:total", replicates=True)
+    )
+    counts = table.base_counts
+    statement = table.footnotes()["statement"]
+    assert (
+        "A percentage's interval that would reach below 0 starts at 0, and one above 100 "
+        "ends at 100." in statement
+    )
+    for kind in (Percent.ROW, Percent.TOTAL):
+        col = kind.column_name
+        se, low, high = (table.percentages[f"{col}{s}"] for s in ("_se", "_ci_low", "_ci_high"))
+        shown = ~np.isnan(se)
+        assert np.all(low[shown] >= 0) and np.all(high[shown] <= 100)
+        # Shown where the numerator's and the denominator's protected counts reach the threshold.
+        den = counts[denominator_index(kind, counts.shape)]
+        expect = table.computed & (counts >= 30) & (den >= 30)
+        np.testing.assert_array_equal(shown, expect)
+        assert shown.any() and (~shown & table.computed).any()
+
+
+def test_no_standard_error_of_a_sum_in_a_dominated_cell(incomes, tmp_path):
+    _, _, frame = incomes
+    # One record with a huge value dominates its cell (A = 0, B = 0).
+    big = frame.copy()
+    big.loc[big.index[(big["A"] == 0) & (big["B"] == 0)][0], "X"] = 999.0
+    big.loc[(big["A"] == 0) & (big["B"] == 0), "W"] = 5.0
+    catalog = _catalog(8, 6)
+    catalog["magnitudes"] = [{"name": "X", "label": "X", "lower": 0, "upper": 1000}]
+    data = write_dataset(tmp_path / "big", big, catalog)
+    from tablesafe.mechanisms._magnitudes import MagnitudeProtection
+
+    table = TableBuilder(
+        data, Protection(destatis(3, 1.0)), magnitudes=MagnitudeProtection(dominance=(1, 5.0))
+    ).build(TableRequest(("A", "B"), statistic="weighted,sum:X,mean:X", replicates=True))
+    flagged = table.sensitive["X"]
+    assert flagged.any()
+    for column in ("sum_X_weighted_se", "mean_X_weighted_se"):
+        se = table.statistics()[column]
+        assert np.isnan(se[flagged]).all()
+        assert not np.isnan(se[~flagged & table.computed]).all()

@@ -129,10 +129,17 @@ def test_jsonstat_and_sdmx_mark_low_reliability(data):
         )
 
 
-def test_xlsx_shows_np(data, tmp_path):
+def test_xlsx_shows_np_or_the_flag(data, tmp_path):
     table = _table(data, "np")
     book = pd.read_excel(io.BytesIO(table.to_xlsx_bytes()), sheet_name=None, dtype=str)
-    assert (book["cells"]["weighted"] == "np").sum() == int(table.unreliable["weighted"].sum())
+    marked = int(table.unreliable["weighted"].sum())
+    assert (book["cells"]["weighted"] == "np").sum() == marked
+    # The cross-tab sheet of the weighted counts shows np too.
+    assert (book["Weighted count"] == "np").sum().sum() == marked
+    flagged = _table(data, "flag")
+    book = pd.read_excel(io.BytesIO(flagged.to_xlsx_bytes()), sheet_name=None)
+    assert book["cells"]["unreliable_weighted"].sum() == int(flagged.unreliable["weighted"].sum())
+    assert not (book["cells"]["weighted"].astype(str) == "np").any()
 
 
 def test_without_se_asked_the_rule_still_decides_and_no_se_is_published(data):
