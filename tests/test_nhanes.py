@@ -125,7 +125,14 @@ def test_the_http_api_gives_the_same_figures_as_the_command_line(
     with TestClient(create_app(site)) as client:
         answer = client.post("/api/datasets/nhanes2/tables?format=csv", json=body)
     assert answer.status_code == 200, answer.text
-    # The API's CSV ends with its footnotes (# lines); the cells before them are the CLI's.
+    # The API's CSV ends with its footnotes (# lines); the cells before them are the CLI's,
+    # and so are the footnotes (--method none with percentages: the builder, no protection).
     api_cells = answer.text.split("\n\n# ")[0] + "\n"
     assert api_cells == cli
+    noted = _cli(
+        "table", str(nhanes2), *args, "--se", "--method", "none", "--format", "csv",
+        "--footnotes",
+    )  # fmt: skip
+    assert noted == answer.text
+    assert "# Protection: no protection" in noted
     assert "percent_row_se" in cli.splitlines()[0]

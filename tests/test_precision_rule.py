@@ -170,3 +170,27 @@ def test_bad_settings_are_refused(tmp_path, bad):
     data = {"base": str(tmp_path), "datasets": [{"name": "d", "path": ".", "rules": bad}]}
     with pytest.raises(ConfigError):
         load_site_config(data=data)
+
+
+def test_the_api_refuses_se_without_replicate_weights(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from tablesafe.server import create_app
+    from tsdata import RANDOM_CATALOG
+
+    catalog = {**RANDOM_CATALOG, "dataset": {"title": "t", "record_key": "RKEY", "weight": "W"}}
+    folder = tmp_path / "plain"
+    write_dataset(folder, random_frame(300, seed=3), catalog)
+    site = load_site_config(
+        data={
+            "base": str(tmp_path),
+            "datasets": [{"name": "d", "path": str(folder), "rules": {"min_universe_size": 0}}],
+        }
+    )
+    with TestClient(create_app(site)) as client:
+        body = {"dimensions": ["A"], "statistic": "weighted", "se": True}
+        answer = client.post("/api/datasets/d/tables", json=body)
+        assert answer.status_code == 400
+        assert "no replicate weights" in answer.json()["error"]["message"]
+        ok = client.post("/api/datasets/d/tables", json={**body, "se": False})
+        assert ok.status_code == 200
