@@ -372,3 +372,33 @@ def test_no_standard_error_of_a_sum_in_a_dominated_cell(incomes, tmp_path):
         se = table.statistics()[column]
         assert np.isnan(se[flagged]).all()
         assert not np.isnan(se[~flagged & table.computed]).all()
+
+
+def test_same_request_same_bytes_in_every_engine_and_row_order(incomes, tmp_path):
+    from tablesafe.engines import CubeCache, DuckDBEngine, MemoryEngine
+
+    sampled, _, frame = incomes
+    catalog = _catalog(8, 6)
+    catalog["magnitudes"] = [{"name": "X", "label": "X", "lower": 0, "upper": 1000}]
+    # The same records in another order, in a folder of the same name (the dataset's name).
+    shuffled = write_dataset(
+        tmp_path / "sampled",
+        frame.sample(frac=1.0, random_state=np.random.default_rng(1)),
+        catalog,
+    )
+    request = TableRequest(
+        ("A", "B"), statistic="weighted,percent:row,sum:X,mean:X", replicates=True
+    )
+    answers = {
+        (name, i): TableBuilder(data, Protection(destatis(3, 1.0)), engine=make())
+        .build(request)
+        .to_json_bytes()
+        for name, make in (
+            ("duckdb", DuckDBEngine),
+            ("memory", MemoryEngine),
+            ("cube", lambda: CubeCache(DuckDBEngine())),
+        )
+        for i, data in enumerate((sampled, shuffled))
+    }
+    assert len(set(answers.values())) == 1, list(answers)
+    assert b"mean_X_weighted_se" in next(iter(answers.values()))
