@@ -329,13 +329,19 @@ class StateStore(ABC):
     @contextmanager
     def _guarded(self, identity: str) -> Iterator[GuardTransaction]:
         shard = self._shard(identity)
+        read = 0
         with shard.lock:
-            with self._guard_write(identity) as sql:
-                read = _catch_up(sql, identity, shard.index)
-                tx = _Transaction(shard.index)
-                yield tx
-                _write_sets(sql, identity, tx.rows)
-            self._grown(read)  # (its own rows are read back by the next catch-up)
+            try:
+                with self._guard_write(identity) as sql:
+                    read = _catch_up(sql, identity, shard.index)
+                    tx = _Transaction(shard.index)
+                    yield tx
+                    _write_sets(sql, identity, tx.rows)
+            finally:
+                # Counted whether the table was answered or refused: the rows read
+                # are in the index either way (its own rows are read back by the
+                # next catch-up).
+                self._grown(read)
 
     def _shard(self, identity: str) -> _Shard:
         with self._shards_lock:
