@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -207,9 +207,18 @@ class PostgresState(StateStore):
 
     @contextmanager
     def _guard_write(self, identity: str) -> Iterator[Sql]:
-        with self._pool.connection() as con, con.transaction():
-            con.execute("SELECT pg_advisory_xact_lock(%s)", (identity_lock(identity),))
-            yield _Connection(con)
+        with self._pool.connection() as con:
+            # BEGIN and the lock in one round trip (a simple query: the key is an integer).
+            con.execute(f"BEGIN; SELECT pg_advisory_xact_lock({identity_lock(identity):d})")
+            try:
+                yield _Connection(con)
+            except BaseException:
+                # A broken connection cannot roll back; the pool discards it (and
+                # PostgreSQL ends the transaction when the connection closes).
+                with suppress(Exception):
+                    con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
 
     def close(self) -> None:
         """Close the pool's connections."""
