@@ -207,9 +207,15 @@ def test_replicate_standard_errors(random_data):
         TableRequest(("A",), replicates=True)
     )
     reps = table.replicate_weighted
-    direct = np.sqrt(0.75 * ((reps - table.weighted[None]) ** 2).sum(axis=0))
-    # JK1 on the replicate figures, shown only for cells of at least se_min_count (10)
+    # JK1 on the replicate figures plus the protection's variance (docs/precision.md):
+    # m^2 (q (q + 1) / 3 + s^2 / 3) per category, m = W' / n', q = ceil(0.05 n'), s = 0.5;
+    # the total adds up its categories'. Shown only for cells of at least se_min_count (10)
     # protected records.
+    n, w = table.counts[:-1], table.weighted[:-1]
+    q = np.ceil(0.05 * n - 1e-9)
+    noise = np.where(n > 0, (w / np.maximum(n, 1)) ** 2 * (q * (q + 1) / 3 + 0.25 / 3), 0.0)
+    noise = np.append(noise, noise.sum())
+    direct = np.sqrt(0.75 * ((reps - table.weighted[None]) ** 2).sum(axis=0) + noise)
     shown = table.counts >= 10
     assert shown.any() and (~shown).any()
     np.testing.assert_allclose(table.se[shown], direct[shown], rtol=1e-6)
