@@ -257,7 +257,7 @@ def test_a_sqlite_audit_database_from_before_the_store_keeps_working(tmp_path):
     con.close()
 
 
-def test_a_newer_schema_is_refused(tmp_path, postgres):
+def test_a_newer_sqlite_schema_is_refused(tmp_path):
     path = tmp_path / "state.sqlite"
     SQLiteState(path).close()
     con = sqlite3.connect(path)
@@ -265,6 +265,9 @@ def test_a_newer_schema_is_refused(tmp_path, postgres):
     con.close()
     with pytest.raises(ConfigError, match="schema version 99, newer than this tablesafe knows"):
         SQLiteState(path)
+
+
+def test_a_newer_postgres_schema_is_refused(postgres):
     import psycopg
 
     url = postgres.database()
