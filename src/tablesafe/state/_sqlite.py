@@ -118,7 +118,11 @@ class SQLiteState(StateStore):
         # The guard's connections, one per microdata identity, so that a check
         # (held for its whole transaction) does not hold this process's log lock.
         self._guard_cons: dict[str, sqlite3.Connection] = {}
-        self._migrate()
+        try:
+            self._migrate()
+        except BaseException:
+            self._con.close()
+            raise
 
     def _connect(self) -> sqlite3.Connection:
         # Autocommit mode: transactions are opened explicitly (BEGIN IMMEDIATE);
