@@ -371,7 +371,9 @@ def _check_json(
         for s, v in c.items():
             if s.startswith(("sum_", "mean_")) and isinstance(v, float):
                 assert v == v, "NaN written as a number"
-            if s.startswith(("sum_", "mean_")) and v is None:
+            # A standard error or interval is also blank below se_min_count (precision.md).
+            companion = s.endswith(("_se", "_ci_low", "_ci_high"))
+            if s.startswith(("sum_", "mean_")) and v is None and not companion:
                 # Blank only for a hidden cell, a suppressed sensitive one, or a
                 # mean over a protected count of 0.
                 name = s.split("_", 1)[1]
