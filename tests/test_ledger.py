@@ -1,0 +1,266 @@
+"""The privacy ledger (issue 28): figures, the largest loss of any possible record, budgets.
+
+Every figure here is checked against a brute force: each combination of the
+catalog's codes is a possible record, each published cell's membership is
+decided from the plan by hand, and distinct figures are told apart by the
+builder's own canonical definitions (``TableBuilder.definitions``), not by
+the ledger's digests.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import tablesafe as ts
+from tablesafe._request import Margins
+from tablesafe.mechanisms import dp_geometric
+from tablesafe.rules._ledger import (
+    BudgetExhausted,
+    Budgets,
+    LedgerIndex,
+    TableFigures,
+    summary,
+    table_figures,
+)
+from tablesafe.rules._ledger_loss import make_family, max_loss
+from tsdata import random_frame, write_dataset
+
+SECRET = b"ledger-test-secret-0123456789"
+
+# -- the search, against enumeration --------------------------------------------------------
+
+COLUMNS = {"x": (1, 2, 3), "y": ("a", "b", "c", "d"), "z": (0, 1)}
+
+
+def _random_family(rng: np.random.Generator):
+    cols = list(COLUMNS)
+    box = {}
+    for c in rng.choice(cols, size=rng.integers(0, 3), replace=False).tolist():
+        codes = [v for v in COLUMNS[c] if rng.random() < 0.6]
+        if codes and len(codes) < len(COLUMNS[c]):
+            box[c] = frozenset(codes)
+    dims = []
+    for c in rng.choice(cols, size=rng.integers(0, 3), replace=False).tolist():
+        allowed = [v for v in COLUMNS[c] if c not in box or v in box[c]]
+        if not allowed:
+            continue
+        # Categories: a partition of the allowed codes, or (sometimes) overlapping groups.
+        cuts = sorted(rng.choice(len(allowed), size=rng.integers(0, len(allowed)), replace=False))
+        members = [tuple(p) for p in np.split(np.array(allowed, dtype=object), cuts) if len(p)]
+        if rng.random() < 0.2:
+            members.append(tuple(allowed[: max(1, len(allowed) // 2)]))
+        dims.append((c, members))
+    shape = tuple(len(m) for _, m in dims)
+    counts = rng.integers(0, 3, size=shape) if rng.random() < 0.5 else np.ones(shape, dtype=int)
+    weights = (float(rng.choice([0.5, 1.0, 2.0])), 0.0, 0.0, 1.0, 0.0)
+    return weights, box, dims, counts
+
+
+def _value(record, weights, box, dims, counts, q=0):
+    if any(record[c] not in v for c, v in box.items()):
+        return 0.0
+    held = [[j for j, m in enumerate(members) if record[c] in m] for c, members in dims]
+    return weights[q] * sum(int(counts[idx]) for idx in itertools.product(*held))
+
+
+def _records():
+    for combo in itertools.product(*COLUMNS.values()):
+        yield dict(zip(COLUMNS, combo, strict=True))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_search_finds_the_largest_loss_of_any_possible_record(seed):
+    rng = np.random.default_rng(seed)
+    raw = [_random_family(rng) for _ in range(rng.integers(1, 9))]
+    new = [bool(rng.random() < 0.3) for _ in raw]
+    families = [make_family(*r, new=n) for r, n in zip(raw, new, strict=True)]
+    kept = [f for f in families if f is not None]
+    values = [[_value(rec, *r) for r in raw] for rec in _records()]
+    best = max(sum(v) for v in values)
+    got = max_loss(kept)
+    assert got.exact
+    assert math.isclose(got.value, max(best, 0.0), abs_tol=1e-9)
+    touched = [sum(v) for v in values if any(x > 0 for x, n in zip(v, new, strict=True) if n)]
+    got_touched = max_loss(kept, touched_only=True)
+    assert math.isclose(got_touched.value, max(touched, default=0.0), abs_tol=1e-9)
+
+
+def test_a_search_stopped_early_gives_an_upper_bound():
+    rng = np.random.default_rng(5)
+    raw = [_random_family(rng) for _ in range(12)]
+    kept = [f for f in (make_family(*r) for r in raw) if f is not None]
+    exact = max_loss(kept)
+    for limit in (0, 1, 3):
+        stopped = max_loss(kept, node_limit=limit)
+        assert stopped.value >= exact.value - 1e-9
+        assert not stopped.exact or stopped.value == exact.value
+
+
+# -- figures of real tables, against a brute force ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp("ledger"), random_frame(400, 3))
+
+
+def _builder(data, additivity="aggregate", epsilon=1.0):
+    prot = ts.Protection(dp_geometric(epsilon), seeds="keyed", secret=SECRET, additivity=additivity)
+    return ts.TableBuilder(data, prot), prot
+
+
+def _random_request(rng, catalog):
+    names = ["A", "B", "C", "CG", "D", "E"]
+    k = int(rng.integers(1, 3))
+    dims = [str(x) for x in rng.choice(names, size=k, replace=False)]
+    if "C" in dims and "CG" in dims:
+        dims.remove("CG")
+    universe = {}
+    others = [n for n in ("A", "B", "D", "E") if n not in dims]
+    if others and rng.random() < 0.6:
+        var = str(rng.choice(others))
+        codes = catalog.variable(var).codes
+        keep = [c for c in codes if rng.random() < 0.6] or [codes[0]]
+        universe[var] = keep
+    margins = str(rng.choice(["all", "none", "total"]))
+    return ts.TableRequest(tuple(dims), universe=universe, statistic="count", margins=margins)
+
+
+def _cells(builder, built, additivity):
+    """(canonical definition, membership test) of each noisy count cell, written from the plan."""
+    plan, table = built.plan, built.table
+    shape = table.computed.shape
+    inner = np.zeros(shape, dtype=bool)
+    inner[tuple(slice(0, s - 1) for s in shape)] = True
+    noisy = (inner if additivity == "aggregate" else table.computed) & ~table.structural_zero
+    defs = builder.definitions(plan, noisy)
+    universe = {c: set(v) for c, v in plan.universe}
+    out = []
+    for definition, idx in zip(defs, zip(*np.nonzero(noisy), strict=True), strict=True):
+        need = dict(universe)
+        for d, j in zip(plan.dimensions, idx, strict=True):
+            codes = set(itertools.chain(*d.members)) if j == d.size else set(d.members[j])
+            need[d.column] = need.get(d.column, codes) & codes
+        out.append((definition, need))
+    return out
+
+
+def _possible(catalog):
+    cols = [v.column for v in catalog.source_variables]
+    for combo in itertools.product(*(v.codes for v in catalog.source_variables)):
+        yield dict(zip(cols, combo, strict=True))
+
+
+@pytest.mark.parametrize("additivity", ["aggregate", "independent"])
+def test_the_ledger_is_the_brute_force_over_every_possible_record(data, additivity):
+    builder, prot = _builder(data, additivity)
+    rng = np.random.default_rng(11 if additivity == "aggregate" else 12)
+    ledger = LedgerIndex()
+    published: dict[bytes, dict] = {}
+    for _ in range(12):
+        built = builder.run(_random_request(rng, data.catalog))
+        figures = table_figures(built.plan, built.table, prot, data.catalog)
+        for definition, need in _cells(builder, built, additivity):
+            published.setdefault(definition, need)
+        ledger.add("k", figures)
+        assert ledger.dataset.figures == len(published)
+    loss = max(
+        sum(all(r[c] in v for c, v in need.items()) for need in published.values())
+        for r in _possible(data.catalog)
+    )
+    got = summary(ledger.dataset)
+    assert got["exact"]
+    assert got["epsilon_spent"] == pytest.approx(loss)
+    assert got["figures_per_record"] == loss
+
+
+def test_the_gate_refuses_exactly_the_tables_the_brute_force_refuses(data):
+    builder, prot = _builder(data, "independent", epsilon=0.5)
+    rng = np.random.default_rng(21)
+    ledger = LedgerIndex()
+    published: dict[bytes, dict] = {}
+    possible = list(_possible(data.catalog))
+    refused = answered = 0
+    for _ in range(40):
+        built = builder.run(_random_request(rng, data.catalog))
+        figures = table_figures(built.plan, built.table, prot, data.catalog)
+        cells = {d: need for d, need in _cells(builder, built, "independent")}
+        fresh = [need for d, need in cells.items() if d not in published]
+        after = list(published.values()) + fresh
+
+        def loss(r, defs):
+            return sum(all(r[c] in v for c, v in need.items()) for need in defs)
+
+        touched = [r for r in possible if loss(r, fresh)]
+        expect_refused = bool(touched) and max(0.5 * loss(r, after) for r in touched) > 3 + 1e-9
+        try:
+            ledger.check("k", figures, Budgets(epsilon=3))
+        except BudgetExhausted as exc:
+            assert expect_refused, str(exc)
+            assert "epsilon 3" in str(exc) and "still answered at no cost" in str(exc)
+            refused += 1
+            continue
+        assert not expect_refused
+        ledger.add("k", figures)
+        published.update(cells)
+        answered += 1
+    assert refused >= 5 and answered >= 5
+
+
+def test_equivalent_requests_are_the_same_figures_and_repeats_spend_nothing(data):
+    builder, prot = _builder(data, "independent")
+    cat = data.catalog
+    first = ts.TableRequest(("A", "B"), universe={"D": [1]}, margins="all")
+    same = [
+        ts.TableRequest(("B", "A"), universe={"D": [1]}, margins="all"),
+        ts.TableRequest(("A", "B"), universe={"D": [1], "E": [10, 20, 30]}, margins="all"),
+    ]
+    part = ts.TableRequest(("A",), universe={"D": [1]}, margins="none")
+
+    def figures(req):
+        built = builder.run(req)
+        return table_figures(built.plan, built.table, prot, cat)
+
+    base = figures(first)
+    ledger = LedgerIndex()
+    ledger.add("k", base)
+    for req in same:
+        f = figures(req)
+        assert set(f.digests.tolist()) == set(base.digests.tolist())
+        assert not ledger.check("k", f, Budgets(epsilon=1e-9))
+    # The A margin of the 2-way table is the 1-way table's inner cells.
+    assert not ledger.check("k", figures(part), Budgets(epsilon=1e-9))
+    # Another key was given none of them: its own budget counts them, the dataset's does not.
+    with pytest.raises(BudgetExhausted, match="this API key's privacy budget"):
+        ledger.check("other", base, Budgets(epsilon=1e-9, epsilon_per_key=1))
+    assert ledger.check("other", base, Budgets(epsilon=1e-9, epsilon_per_key=4))
+
+
+def test_additivity_decides_which_cells_are_noisy(data):
+    cat = data.catalog
+    request = ts.TableRequest(("A", "B"), margins=Margins.ALL, statistic="count")
+    sizes = {}
+    for additivity in ("aggregate", "independent", "ipf"):
+        builder, prot = _builder(data, additivity)
+        built = builder.run(request)
+        sizes[additivity] = table_figures(built.plan, built.table, prot, cat).digests.size
+        with_rule = table_figures(built.plan, built.table, prot, cat, universe_rule=True)
+        # The universe-size rule's figure is the total; independent tables publish it anyway.
+        extra = 0 if additivity != "aggregate" else 1
+        assert with_rule.digests.size == sizes[additivity] + extra
+    assert sizes == {"aggregate": 16, "independent": 25, "ipf": 25}
+
+
+def test_rows_read_back_to_the_same_figures(data):
+    builder, prot = _builder(data, "independent")
+    built = builder.run(ts.TableRequest(("CG", "B"), universe={"A": [1, 2]}, statistic="both"))
+    f = table_figures(built.plan, built.table, prot, data.catalog)
+    back = TableFigures.from_row(f.spec(), f.digests.astype("<u8").tobytes())
+    assert back.spec() == f.spec()
+    assert back.digests.tolist() == f.digests.tolist()
+    assert [k.name for k in f.kinds] == ["count", "weighted"]
+    assert f.kinds[0].dp and f.kinds[0].epsilon == 1.0 and f.kinds[1].epsilon is None
