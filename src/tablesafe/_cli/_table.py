@@ -111,12 +111,17 @@ def _engine(name: str, spark_master: str) -> Any:
 @click.option(
     "--statistic",
     default="both",
-    help="count, weighted or both, then sums and means of continuous variables: "
-    "'count,sum:INCOME,mean:HOURS' (weighted with weighted or both).",
+    help="count, weighted or both, then sums and means of continuous variables and "
+    "percentages: 'count,sum:INCOME,mean:HOURS', 'weighted,percent:row' (percent:row, "
+    "percent:column, percent:total; weighted with weighted or both).",
 )
 @click.option("--margins", default="all", help="all, none or total.")
 @click.option(
-    "--se", "replicates", is_flag=True, help="Add replicate standard errors and 95% intervals."
+    "--se",
+    "replicates",
+    is_flag=True,
+    help="Add standard errors and 95% intervals of the weighted estimates (replicates' "
+    "variance plus the protection's).",
 )
 @click.option(
     "--format",
