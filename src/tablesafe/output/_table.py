@@ -128,9 +128,12 @@ class ProtectedTable:
         """Statistic name -> extended array.
 
         ``n`` and ``weighted``, and, when the request asked for replicates,
-        ``se`` (replicate standard error of the weighted count) and the 95%
-        confidence interval ``ci_low``, ``ci_high`` (NaN where not published).
-        Weighted figures rounded to whole units are integers.
+        ``se`` (the weighted count's standard error: the replicates' variance
+        plus the protection's) and the 95% confidence interval ``ci_low``,
+        ``ci_high`` (NaN where not published); then the percentages
+        (``percent_row``...) and the sums and means, each followed by its
+        ``_se``, ``_ci_low``, ``_ci_high`` where asked. Weighted figures
+        rounded to whole units are integers.
         """
         out: dict[str, np.ndarray] = {}
         if self.counts is not None:
