@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+import scipy.linalg
 
 from tablesafe._errors import RefusedError
 from tablesafe._request import DimensionPlan, TabulationPlan
@@ -76,6 +77,28 @@ __all__ = [
 BUCKETS = 64
 #: The breakdown "column" of a whole set (a universe or a merged group).
 WHOLE = "*"
+
+#: Groups of buckets whose sums filter the sketches first (SetIndex.near).
+_GROUPS = 8
+
+
+def _group_sums(sketches: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+    """Per row, its sketch summed over :data:`_GROUPS` groups of consecutive buckets.
+
+    The L1 distance of two rows' group sums is at most that of their sketches
+    (the absolute value of a sum is at most the sum of absolute values).
+    """
+    rows, buckets = sketches.shape
+    if buckets and buckets % _GROUPS == 0:
+        grouped: npt.NDArray[np.int32] = sketches.reshape(rows, _GROUPS, buckets // _GROUPS).sum(
+            axis=2, dtype=np.int32
+        )
+        return grouped
+    out = np.zeros((rows, _GROUPS), dtype=np.int32)
+    if buckets:
+        np.add.at(out.T, np.arange(buckets) * _GROUPS // buckets, sketches.T.astype(np.int32))
+    return out
+
 
 #: A canonical definition: (column, sorted codes) pairs sorted by column; a column
 #: allowing every code of the catalog is left out.
@@ -324,6 +347,12 @@ class SetIndex:
     _pending: list[tuple[int, str, RecordSet]] = field(default_factory=list)
     _order: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _sorted: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # In the same order by size: each row's sketch summed over groups of buckets
+    # (zeros without a sketch) and whether it has one. See near().
+    _sorted_groups: npt.NDArray[np.int32] = field(
+        default_factory=lambda: np.zeros((0, _GROUPS), dtype=np.int32)
+    )
+    _sorted_has: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
     _published: dict[tuple[bytes, str], set[str]] = field(default_factory=dict)
     _published_by_key: dict[tuple[bytes, str, str], set[str]] = field(default_factory=dict)
     _contexts: dict[str, dict[str, list[int]]] = field(default_factory=dict)
@@ -331,6 +360,7 @@ class SetIndex:
     _codes: dict[tuple[Code, ...], tuple[Code, ...]] = field(default_factory=dict)
     _families: dict[tuple[str, str, str, str | None], Family] = field(default_factory=dict)
     _keys: dict[str, str] = field(default_factory=dict)
+    _frozen: dict[tuple[Code, ...], frozenset[Code]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.sets) + len(self._pending)
@@ -377,6 +407,10 @@ class SetIndex:
         at = np.searchsorted(self._sorted, sizes[by_size], side="right")
         self._order = np.insert(self._order, at, ids[by_size])
         self._sorted = np.insert(self._sorted, at, sizes[by_size])
+        rows = ids[by_size]
+        groups = _group_sums(self._sketches[rows]) * self._has_sketch[rows, None]
+        self._sorted_groups = np.insert(self._sorted_groups, at, groups, axis=0)
+        self._sorted_has = np.insert(self._sorted_has, at, self._has_sketch[rows])
 
     def _grow(self, rows: int) -> None:
         if rows <= len(self._sizes):
@@ -410,11 +444,17 @@ class SetIndex:
         lo = int(np.searchsorted(self._sorted, max(s.size - m + 1, m), side="left"))
         hi = int(np.searchsorted(self._sorted, s.size + m - 1, side="right"))
         rows: npt.NDArray[np.int64] = self._order[lo:hi]
-        if s.sketch is None or len(rows) == 0:
+        if s.sketch is None or len(rows) == 0 or len(s.sketch) != self.buckets:
             return rows
         # L1 of the sketches: a lower bound on the records two sets differ by.
-        # Rows without a sketch stay candidates.
-        dist = np.abs(self._sketches[rows] - s.sketch.astype(np.int32)).sum(axis=1)
+        # Rows without a sketch stay candidates. First the L1 of the sums over
+        # groups of buckets, a lower bound of that, read from arrays in size
+        # order (a slice, not a gather of every row's sketch), then the whole
+        # sketches of the rows it leaves.
+        mine = s.sketch.astype(np.int32)
+        coarse = np.abs(self._sorted_groups[lo:hi] - _group_sums(mine[None, :])).sum(axis=1)
+        rows = rows[(coarse < m) | ~self._sorted_has[lo:hi]]
+        dist = np.abs(self._sketches[rows] - mine).sum(axis=1)
         near: npt.NDArray[np.int64] = rows[(dist < m) | ~self._has_sketch[rows]]
         return near
 
@@ -455,11 +495,25 @@ class SetIndex:
         members = [row for row in rows[done_rows:] if self._member(row, breakdown, only)]
         whole = [row for row in defined[done_defined:] if self._member(row, breakdown, only)]
         family.add_many(
-            [_codes_on(self.sets[row], column, codes) for row in members] + [full] * len(whole),
+            [self._code_set(self.sets[row], column, full) for row in members] + [full] * len(whole),
             [self.sets[row].size for row in (*members, *whole)],
         )
         family.seen = (len(rows), len(defined))
         return family
+
+    def _code_set(self, s: RecordSet, column: str, full: frozenset[Code]) -> frozenset[Code]:
+        """The codes ``s`` allows on ``column``, one shared object per distinct code set.
+
+        Families hold these sets by the hundred thousand; sharing them keeps
+        the objects the collector walks down to the distinct ones.
+        """
+        for c, codes in s.definition:
+            if c == column:
+                frozen = self._frozen.get(codes)
+                if frozen is None:
+                    frozen = self._frozen[codes] = frozenset(codes)
+                return frozen
+        return full
 
     def _member(self, row: int, breakdown: str, only: str | None) -> bool:
         return breakdown in self.sets[row].columns and (only is None or self.keys[row] == only)
@@ -758,6 +812,12 @@ def _families(
                     )
 
 
+#: Per column's codes: each code's position, and the positions of each code set seen.
+_COLUMN_POSITIONS: dict[
+    tuple[Code, ...], tuple[dict[Code, int], dict[frozenset[Code], npt.NDArray[np.intp]]]
+] = {}
+
+
 @dataclass
 class Family:
     """The published code sets of one family (one context, one column, one breakdown).
@@ -778,20 +838,42 @@ class Family:
     sizes: dict[frozenset[Code], int] = field(default_factory=dict)  # records of each set
     members: int = 0
     seen: tuple[int, int] = (0, 0)  # rows of the index read: (family, defined as)
+    # Published sets whose indicators are independent and span the rest (at
+    # most one per code): what counts() solves with, however many sets there are.
+    independent: list[frozenset[Code]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.codes)
         self.basis = np.zeros((0, n))
         self.labels = np.zeros(n, dtype=np.int64)
         self.covered = np.zeros(n, dtype=bool)
-        self._pos = {c: j for j, c in enumerate(self.codes)}
+        # Families of one column share its code positions and the positions of
+        # each code set seen: indicators are built without a loop over codes.
+        self._pos, self._positions = _COLUMN_POSITIONS.setdefault(
+            self.codes, ({c: j for j, c in enumerate(self.codes)}, {})
+        )
         self._unbuilt: list[frozenset[Code]] = []
+
+    def _where(self, codes: frozenset[Code]) -> npt.NDArray[np.intp]:
+        where = self._positions.get(codes)
+        if where is None:
+            where = np.array([self._pos[c] for c in codes if c in self._pos], dtype=np.intp)
+            self._positions[codes] = where
+        return where
 
     def indicator(self, codes: frozenset[Code]) -> npt.NDArray[np.float64]:
         """The indicator vector of a code set."""
-        v = np.zeros(len(self.codes))
-        v[[self._pos[c] for c in codes if c in self._pos]] = 1.0
-        return v
+        out: npt.NDArray[np.float64] = self.indicators([codes])[0]
+        return out
+
+    def indicators(self, sets: Sequence[frozenset[Code]]) -> npt.NDArray[np.float64]:
+        """The indicator vectors of code sets, one row each."""
+        out = np.zeros((len(sets), len(self.codes)))
+        if sets:
+            where = [self._where(s) for s in sets]
+            rows = np.repeat(np.arange(len(sets)), [len(w) for w in where])
+            out[rows, np.concatenate(where)] = 1.0
+        return out
 
     def add(self, codes: frozenset[Code]) -> None:
         """Publish one more code set in the family."""
@@ -813,12 +895,23 @@ class Family:
         self._unbuilt.extend(fresh)
 
     def _build(self) -> None:
-        """Fold the sets published since into the basis and the atoms, all at once."""
+        """Fold the sets published since into the basis and the atoms, all at once.
+
+        One QR decomposition with column pivoting of the independent sets and
+        the new ones gives an orthonormal basis of their span and, in its
+        pivots, which of them stay independent.
+        """
         if not self._unbuilt:
             return
-        vectors = np.array([self.indicator(s) for s in self._unbuilt])
+        vectors = self.indicators(self._unbuilt)
+        sets = self.independent + self._unbuilt
         self._unbuilt = []
-        self.basis = _extend_basis(self.basis, vectors)
+        q, r, pivots = scipy.linalg.qr(self.indicators(sets).T, mode="economic", pivoting=True)
+        # |R[i, i]| falls along the diagonal; indicators hold 0 and 1, so a value
+        # below 1e-9 is a dependent set, never a short independent direction.
+        rank = int((np.abs(np.diag(r)) > 1e-9).sum())
+        self.basis = np.ascontiguousarray(q[:, :rank].T)
+        self.independent = [sets[i] for i in pivots[:rank].tolist()]
         self.labels = _refine(self.labels, vectors)
         self.covered |= (vectors > 0).any(axis=0)
 
@@ -828,7 +921,7 @@ class Family:
         if not new_sets or not self.members:
             return []  # nothing new in the family: no linear algebra at all
         self._build()
-        vectors = np.array([self.indicator(s) for s in new_sets])
+        vectors = self.indicators(new_sets)
         if _in_span(vectors, self.basis).all():
             return []  # the span is the same: whatever is derivable now was before
         labels = _refine(self.labels, vectors)
@@ -841,7 +934,7 @@ class Family:
         candidates = [a for a in map(frozenset, atoms.values()) if a not in published]
         if not candidates:
             return []
-        e = np.array([self.indicator(a) for a in candidates])
+        e = self.indicators(candidates)
         before = _in_span(e, self.basis)
         now = _in_span(e, _extend_basis(self.basis, vectors))
         return [a for a, b, n in zip(candidates, before, now, strict=True) if n and not b]
@@ -861,10 +954,16 @@ class Family:
         """
         if not atoms:
             return []
-        known = {**new, **self.sizes}
+        self._build()
+        # The independent published sets and the new ones span every atom
+        # (sets published without a size, by ``add``, are not in the solve).
+        spanning = self.independent
+        if any(s not in self.sizes for s in spanning):
+            spanning = list(self.sizes)
+        known = {**new, **{s: self.sizes[s] for s in spanning}}
         sets = list(known)
-        matrix = np.array([self.indicator(s) for s in sets]).T  # codes x sets
-        targets = np.array([self.indicator(a) for a in atoms]).T  # codes x atoms
+        matrix = self.indicators(sets).T  # codes x sets
+        targets = self.indicators(atoms).T  # codes x atoms
         coef, *_ = np.linalg.lstsq(matrix, targets, rcond=None)
         records = coef.T @ np.array([known[s] for s in sets], dtype=np.float64)
         return [round(float(r)) for r in records]
@@ -875,25 +974,19 @@ def _extend_basis(
 ) -> npt.NDArray[np.float64]:
     """An orthonormal basis of the span of ``basis`` and ``vectors``.
 
-    All vectors are projected off the basis at once (twice: orthogonal to
-    working precision); those left with a residual add one direction each,
-    so the loop turns at most once per new dimension, however many sets a
-    family holds.
+    One singular value decomposition of them all (LAPACK, a few microseconds
+    for a column's codes): a Gram-Schmidt loop turned once per new dimension
+    in Python, and was most of the check's tail with families of many sets.
     """
-    rows = basis if basis.shape[0] else np.zeros((0, vectors.shape[1]))
-    pending = vectors.astype(np.float64)
-    while len(pending) and rows.shape[0] < rows.shape[1]:
-        for _ in range(2):
-            if rows.shape[0]:
-                pending = pending - (pending @ rows.T) @ rows
-        norms = np.linalg.norm(pending, axis=1)
-        keep = norms > 1e-9
-        pending, norms = pending[keep], norms[keep]
-        if not len(pending):
-            break
-        rows = np.vstack([rows, pending[0] / norms[0]])
-        pending = pending[1:]
-    return rows
+    stacked = np.vstack([basis, vectors]) if basis.shape[0] else vectors.astype(np.float64)
+    if not stacked.shape[0]:
+        return np.zeros((0, vectors.shape[1]))
+    _, singular, vt = np.linalg.svd(stacked, full_matrices=False)
+    # Indicators hold 0 and 1 and basis rows are unit vectors: a singular value
+    # below 1e-9 is a dependent direction, never a short independent one.
+    rank = int((singular > 1e-9).sum())
+    out: npt.NDArray[np.float64] = vt[:rank]
+    return out
 
 
 def _in_span(

@@ -1,0 +1,44 @@
+"""The guard's index finds every published set near a new one (brute force over random sets)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tablesafe.rules._guard import BUCKETS, RecordSet, SetIndex, fingerprint
+
+
+def _random_set(rng: np.random.Generator, i: int, keys: np.ndarray, sketch: bool) -> RecordSet:
+    size = int(rng.integers(1, 60))
+    members = np.sort(rng.choice(keys.size, size=size, replace=False))
+    counts = np.bincount(keys[members] % BUCKETS, minlength=BUCKETS).astype(np.int64)
+    return RecordSet(
+        definition=(("ID", (f"s{i}",)),),
+        columns=frozenset({"SEX"}),
+        size=size,
+        fingerprint=fingerprint(size, int(keys[members].sum()) % 2**32),
+        sketch=counts if sketch else None,
+    )
+
+
+def test_near_is_every_row_within_m_in_size_and_sketch():
+    """Rows of m records or more, within m of the new set in size, whose sketches are
+    within m in L1 (or that have no sketch): the coarse filter over groups of buckets
+    drops none of them, whatever order the rows came in."""
+    rng = np.random.default_rng(31)
+    keys = rng.integers(0, 2**32, size=400, dtype=np.int64)
+    index = SetIndex()
+    stored = [_random_set(rng, i, keys, sketch=rng.random() < 0.9) for i in range(3_000)]
+    for start in range(0, len(stored), 700):  # read in several catch-ups
+        index.add((i + 1, "k", s) for i, s in enumerate(stored[start : start + 700], start))
+        index.near(stored[0], 5)
+    sketches = [s.sketch for s in stored]
+    for probe in [_random_set(rng, -j, keys, sketch=True) for j in range(60)]:
+        for m in (3, 10, 25):
+            expected = [
+                row
+                for row, s in enumerate(stored)
+                if s.size >= m
+                and abs(s.size - probe.size) < m
+                and (sketches[row] is None or int(np.abs(sketches[row] - probe.sketch).sum()) < m)
+            ]
+            assert sorted(index.near(probe, m).tolist()) == expected
