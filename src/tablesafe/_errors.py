@@ -13,6 +13,7 @@ errors (a broken invariant, i.e. a bug in tablesafe)::
     │   ├── FormatError           a malformed input file (ptable CSV, table CSV, ...)
     │   ├── ConfigError           a malformed or inconsistent site configuration
     │   └── RefusedError          a valid request that the disclosure rules refuse
+    │       └── BudgetExhausted   its new figures would take a record past a privacy budget
     ├── ComputationError          a computation that could not finish (no convergence, too large)
     └── InternalError             a bug in tablesafe; never the caller's fault
 
@@ -28,6 +29,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 __all__ = [
+    "BudgetExhausted",
     "CatalogError",
     "ComputationError",
     "ConfigError",
@@ -96,6 +98,16 @@ class ConfigError(UserError):
 
 class RefusedError(UserError):
     """A valid request that the data owner's disclosure rules refuse."""
+
+    status_code = 403
+
+
+class BudgetExhausted(RefusedError):
+    """A table whose new figures would take some possible record past a privacy budget.
+
+    The privacy ledger (:mod:`tablesafe.rules._ledger`) decides on what was
+    published alone; a table already published is still answered.
+    """
 
     status_code = 403
 

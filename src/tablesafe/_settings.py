@@ -432,6 +432,22 @@ class RuleSettings(BaseModel):
         "leave only true candidates for an exact count). Accepted so that older site "
         "configurations load.",
     )
+    privacy_budget_epsilon: float | None = Field(
+        None,
+        gt=0,
+        le=1e6,
+        description="The privacy ledger's budget for the dataset, all keys together: a table "
+        "whose new figures would raise the privacy loss of any possible record (the sum of "
+        "the epsilons of the distinct figures holding it) above this is refused with "
+        "BudgetExhausted; a table already published is still answered (none: no budget).",
+    )
+    privacy_budget_epsilon_per_key: float | None = Field(
+        None,
+        gt=0,
+        le=1e6,
+        description="The same budget per API key, over the figures that key was given "
+        "(none: no budget).",
+    )
     max_custom_groups: int = Field(
         30,
         ge=0,
@@ -530,6 +546,18 @@ class DatasetSettings(BaseModel):
                 "seeds = 'dynamic' cannot be served: it gives the same records a fresh draw in "
                 "every other table, and averaging tables recovers small counts; use seeds = "
                 "'keyed' (with the secret), or 'cellkey'"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _budget_needs_epsilon(self) -> DatasetSettings:
+        # The ledger composes each figure's epsilon: a mechanism without one has nothing to add.
+        rules, method = self.rules, self.protection.method
+        budget = rules.privacy_budget_epsilon or rules.privacy_budget_epsilon_per_key
+        if budget is not None and method in (ProtectionMethod.NONE, ProtectionMethod.Q_RECORDS):
+            raise ValueError(
+                f"a privacy budget needs a mechanism with an epsilon per figure (dp, ckm, pram, "
+                f"q or ptable); method {method} has none"
             )
         return self
 

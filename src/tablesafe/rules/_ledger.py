@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import RefusedError
+from tablesafe._errors import BudgetExhausted
 from tablesafe._protection import CellwiseMechanism, Protection
 from tablesafe._protection_limits import Additivity
 from tablesafe._request import TabulationPlan
@@ -66,10 +66,6 @@ __all__ = [
     "TableFigures",
     "table_figures",
 ]
-
-
-class BudgetExhausted(RefusedError):
-    """A table whose new figures would take some record past a privacy budget."""
 
 
 # -- what a table publishes ------------------------------------------------------------------
