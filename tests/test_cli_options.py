@@ -122,6 +122,7 @@ OPTIONS: dict[str, list[str]] = {
         "--format",
     ],
     "audit": ["--config", "--key-id", "--dataset", "--since", "--limit", "--format"],
+    "audit ledger": ["--config (required)", "--dataset (required)", "--format"],
     "audit reconstruct": [
         "--config (required)",
         "--dataset (required)",

@@ -28,7 +28,7 @@ from tablesafe._errors import TablesafeError, UserError
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "api-key": ("_server",),
     "attack": ("_attack", "_reconstruct", "_attack_tables"),
-    "audit": ("_server", "_reconstruct"),
+    "audit": ("_server", "_reconstruct", "_ledger"),
     "catalog": ("_catalog",),
     "cyclic": ("_cyclic",),
     "demo-data": ("_data",),

@@ -9,6 +9,7 @@ Endpoints::
     GET  /api/admin/audit                 the audit log (admin keys only)
     GET  /api/admin/datasets/{name}/reconstruction   reconstruction audits over time (admin)
     POST /api/admin/datasets/{name}/reconstruction   run the reconstruction audit now (admin)
+    GET  /api/admin/datasets/{name}/ledger           the privacy ledger: epsilon spent (admin)
     GET  /                                the web page (and /favicon.ico, its icon)
     GET  /openapi.json                    the OpenAPI schema
     GET  /docs, /redoc                    its interactive pages ([server] api_docs only)
@@ -99,6 +100,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
     _add_error_handlers(app)
     _add_dataset_routes(app, service)
     _add_admin_routes(app, site, service, auth, audit)
+    _add_ledger_route(app, site, service, auth, audit)
     _add_pages(app, site)
     return app
 
@@ -306,6 +308,22 @@ def _add_admin_routes(
             protection=service.served(name).builder.protection,
         )
         return out
+
+
+def _add_ledger_route(
+    app: FastAPI, site: SiteConfig, service: TableService, auth: Authenticator, audit: StateStore
+) -> None:
+    """The privacy ledger of a dataset (admin keys only): what ``audit ledger`` prints."""
+
+    @app.get("/api/admin/datasets/{name}/ledger", tags=["admin"])
+    def ledger(request: Request, name: str, who: Principal = Depends(_principal)) -> dict[str, Any]:
+        """The privacy loss of everything served from the dataset, all keys and per key."""
+        from tablesafe.server._ledger import ledger_report
+
+        auth.require_admin(who)
+        _served(service, request, name)
+        served = service.served(name)
+        return ledger_report(site, audit, name, data=served.dataset, engine=served.builder.engine)
 
 
 def _add_pages(app: FastAPI, site: SiteConfig) -> None:

@@ -39,6 +39,7 @@ from tablesafe.rules._guard import (
     record_sets,
     zero_boxes,
 )
+from tablesafe.rules._ledger import Budgets, TableFigures, table_figures
 from tablesafe.server._auth import Principal
 from tablesafe.state import StateStore, open_state
 
@@ -59,8 +60,9 @@ def site_protection(dataset: DatasetSettings, site: SiteConfig) -> Protection:
     return core_protection(dataset.protection, secret=site.secret(dataset), resolve=site.resolve)
 
 
-# A cached answer: the protected table and the record sets it publishes (for the guard).
-_Entry = tuple[ProtectedTable, list[RecordSet]]
+# A cached answer: the protected table, the record sets it publishes (for the guard) and
+# its noisy figures (for the privacy ledger).
+_Entry = tuple[ProtectedTable, list[RecordSet], TableFigures]
 
 
 #: How many exact counts the guard keeps between tables (a few MB).
@@ -258,12 +260,19 @@ class TableService:
                 if rules.sliver_min_difference
                 else []
             )
-            entry = (built.table, sets)
+            figures = table_figures(
+                built.plan,
+                built.table,
+                s.builder.protection,
+                s.dataset.catalog,
+                magnitudes=s.builder.magnitude_protection,
+                universe_rule=rules.min_universe_size > 0,
+            )
+            entry = (built.table, sets, figures)
         else:
             entry = cached
-        table, sets = entry
-        if rules.sliver_min_difference > 0:
-            self._guard(s, who, sets)
+        table, sets, figures = entry
+        self._guard(s, who, sets, figures)
         if cached is None:
             self._store(cache_key, entry)
         return table
@@ -283,15 +292,27 @@ class TableService:
         }
         return record_sets(plan, agg, sketch, s.dataset.catalog, merged)
 
-    def _guard(self, s: _Served, who: Principal, sets: list[RecordSet]) -> None:
-        """The sliver guard: check and remember in one transaction of the guard's store.
+    def _guard(
+        self, s: _Served, who: Principal, sets: list[RecordSet], figures: TableFigures
+    ) -> None:
+        """The privacy ledger and the sliver guard: checked and written in one transaction.
+
+        The ledger first (its budgets decide on published definitions alone),
+        then the guard; a refusal by either writes nothing.
 
         Raises:
+            BudgetExhausted: for a table whose new figures take a record past a budget.
             RefusedError: for a table that makes a sliver with published ones.
         """
         if s.identity is None:
             s.identity = dataset_identity(s.builder.engine, s.dataset)
+        rules = s.settings.rules
+        budgets = Budgets(rules.privacy_budget_epsilon, rules.privacy_budget_epsilon_per_key)
         with self.guard.transaction(s.identity) as tx:
+            if tx.ledger.check(who.id, figures, budgets):
+                tx.spend(who.id, figures, s.settings.name)
+            if rules.sliver_min_difference <= 0:
+                return
             fresh = guard_check(
                 tx.index,
                 sets,

@@ -86,10 +86,20 @@ def _first(con: sqlite3.Connection) -> None:
         con.execute("ALTER TABLE requests ADD COLUMN client TEXT")
 
 
+def _ledger(con: sqlite3.Connection) -> None:
+    """Version 2: the privacy ledger, one row per table that spent something (issue 28)."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS ledger_tables (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+        "identity TEXT NOT NULL, time TEXT NOT NULL, key_id TEXT NOT NULL, dataset TEXT, "
+        "figures TEXT NOT NULL, digests BLOB NOT NULL)"
+    )
+    con.execute("CREATE INDEX IF NOT EXISTS ledger_tables_identity ON ledger_tables (identity, id)")
+
+
 #: The schema's migrations, oldest first: version i + 1 is ``MIGRATIONS[i]``. A new
-#: table (the privacy ledger) is one more function here and one more script in
+#: table is one more function here and one more script in
 #: :data:`tablesafe.state._postgres.MIGRATIONS`.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_first]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_first, _ledger]
 
 
 class SQLiteState(StateStore):

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tablesafe.rules._guard import BUCKETS, RecordSet, SetIndex, parse_definition
+from tablesafe.rules._ledger import LedgerIndex, TableFigures
 from tablesafe.state._rates import MINUTE_MS, minute_and_rest
 
 __all__ = ["GuardTransaction", "Sql", "StateStore"]
@@ -95,30 +96,41 @@ class Sql(Protocol):
 
 
 class GuardTransaction(Protocol):
-    """One check of the sliver guard, inside the store's transaction."""
+    """One check of the sliver guard and the privacy ledger, inside the store's transaction."""
 
     index: SetIndex
+    ledger: LedgerIndex
 
     def remember(self, key_id: str, sets: Sequence[RecordSet]) -> None:
         """Write ``sets`` when the transaction commits."""
+        ...
+
+    def spend(self, key_id: str, figures: TableFigures, dataset: str | None = None) -> None:
+        """Write a table's figures to the ledger when the transaction commits."""
         ...
 
 
 @dataclass
 class _Transaction:
     index: SetIndex
+    ledger: LedgerIndex
     rows: list[tuple[str, RecordSet]] = field(default_factory=list)
+    spent: list[tuple[str, TableFigures, str | None]] = field(default_factory=list)
 
     def remember(self, key_id: str, sets: Sequence[RecordSet]) -> None:
         self.rows.extend((key_id, s) for s in sets)
 
+    def spend(self, key_id: str, figures: TableFigures, dataset: str | None = None) -> None:
+        self.spent.append((key_id, figures, dataset))
+
 
 @dataclass
 class _Shard:
-    """One microdata identity in this process: its lock and the guard's index of its sets."""
+    """One microdata identity in this process: its lock, the guard's index, the ledger."""
 
     lock: threading.Lock
     index: SetIndex
+    ledger: LedgerIndex = field(default_factory=LedgerIndex)
 
 
 def _now() -> str:
@@ -334,14 +346,35 @@ class StateStore(ABC):
             try:
                 with self._guard_write(identity) as sql:
                     read = _catch_up(sql, identity, shard.index)
-                    tx = _Transaction(shard.index)
+                    _ledger_catch_up(sql, identity, shard.ledger)
+                    tx = _Transaction(shard.index, shard.ledger)
                     yield tx
                     _write_sets(sql, identity, tx.rows)
+                    _write_ledger(sql, identity, tx.spent)
             finally:
                 # Counted whether the table was answered or refused: the rows read
                 # are in the index either way (its own rows are read back by the
                 # next catch-up).
                 self._grown(read)
+
+    def ledger_rows(
+        self, identity: str, after: int = 0
+    ) -> list[tuple[int, str, str | None, TableFigures]]:
+        """The ledger's rows of the microdata ``identity`` after id ``after``, in order.
+
+        Returns:
+            (id, key id, dataset name, the table's figures) per table that spent something.
+        """
+        with self._connection() as sql:
+            rows = sql.execute(
+                "SELECT id, key_id, dataset, figures, digests FROM ledger_tables "
+                "WHERE identity = ? AND id > ? ORDER BY id",
+                (identity, int(after)),
+            ).fetchall()
+        return [
+            (int(i), str(k), None if d is None else str(d), TableFigures.from_row(f, bytes(g)))
+            for i, k, d, f, g in rows
+        ]
 
     def _shard(self, identity: str) -> _Shard:
         with self._shards_lock:
@@ -421,4 +454,35 @@ def _write_sets(sql: Sql, identity: str, rows: Sequence[tuple[str, RecordSet]]) 
             "definition, ancestors) VALUES "
             + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk)),
             [v for row in chunk for v in row],
+        )
+
+
+def _ledger_catch_up(sql: Sql, identity: str, ledger: LedgerIndex) -> None:
+    """Replay into ``ledger`` the tables of ``identity`` committed since it last read."""
+    rows = sql.execute(
+        "SELECT id, key_id, figures, digests FROM ledger_tables WHERE identity = ? AND id > ? "
+        "ORDER BY id",
+        (identity, ledger.last_id),
+    ).fetchall()
+    for row_id, key_id, spec, digests in rows:
+        ledger.add(str(key_id), TableFigures.from_row(spec, bytes(digests)))
+        ledger.last_id = int(row_id)
+
+
+def _write_ledger(
+    sql: Sql, identity: str, spent: Sequence[tuple[str, TableFigures, str | None]]
+) -> None:
+    now = _now()
+    for key_id, figures, dataset in spent:
+        sql.execute(
+            "INSERT INTO ledger_tables (identity, time, key_id, dataset, figures, digests) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                identity,
+                now,
+                key_id,
+                dataset,
+                figures.spec(),
+                figures.digests.astype("<u8").tobytes(),
+            ),
         )

@@ -1,0 +1,69 @@
+"""``tablesafe audit ledger``: the privacy ledger of a dataset (issue 28)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tablesafe._cli import PATH
+from tablesafe._cli._server import audit_app
+
+
+@audit_app.command("ledger")
+@click.option("--config", type=PATH, required=True, help="Site configuration (TOML).")
+@click.option("--dataset", required=True, help="The dataset (its name in the configuration).")
+@click.option("--format", "fmt", default="text", help="text or json.")
+def audit_ledger(config: Path, dataset: str, fmt: str) -> None:
+    """The privacy loss of everything served from a dataset's microdata, all keys and per key."""
+    from tablesafe._errors import RequestError
+    from tablesafe._settings import load_site_config
+    from tablesafe.server._ledger import ledger_report
+    from tablesafe.state import open_state
+
+    if fmt not in ("text", "json"):
+        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
+    site = load_site_config(config)
+    state = open_state(site)
+    try:
+        out = ledger_report(site, state, dataset)
+    finally:
+        state.close()
+    if fmt == "json":
+        click.echo(json.dumps(out, indent=1))
+        return
+    _report(out)
+
+
+def _budget(value: float | None) -> str:
+    return "none" if value is None else f"{value:g}"
+
+
+def _report(out: dict[str, Any]) -> None:
+    """The report as text: the dataset's figures, the records' distribution, each key."""
+    bound = "" if out["exact"] else " (upper bound: the search stopped at its node limit)"
+    lines = [
+        f"Privacy ledger of {out['dataset']}: {out['tables']} tables, {out['figures']} distinct "
+        "figures",
+        f"  epsilon spent (largest loss of any possible record): {out['epsilon_spent']:.6g}{bound}",
+        f"  delta spent: {out['delta_spent']:.6g}; figures per record (most): "
+        f"{out['figures_per_record']}, of which without an epsilon: "
+        f"{out['figures_without_epsilon_per_record']}",
+        f"  zCDP: rho {out['zcdp']['rho']:.6g}, i.e. epsilon {out['zcdp']['epsilon']:.6g} at delta "
+        f"{out['zcdp']['delta']:.3g}",
+        f"  budget: {_budget(out['budget']['epsilon'])} (left: {_budget(out['epsilon_left'])}); "
+        f"per key: {_budget(out['budget']['epsilon_per_key'])}",
+        f"  records of the microdata ({out['records']['records']}), by epsilon spent:",
+    ]
+    lines += [f"    {d['epsilon']:>10.6g}  {d['records']}" for d in out["records"]["distribution"]]
+    lines.append("  per key: epsilon spent, tables, figures")
+    lines += [
+        f"    {k['key_id']:<20} {k['epsilon_spent']:>10.6g} {k['tables']:>6} {k['figures']:>8}"
+        for k in out["keys"]
+    ]
+    if "note" in out:
+        lines.append(f"  note: {out['note']}")
+    lines.append(f"  ({out['accounting']})")
+    click.echo("\n".join(lines))

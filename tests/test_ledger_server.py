@@ -1,0 +1,263 @@
+"""The privacy ledger served (issue 28): budgets over HTTP, the state store, the report.
+
+The store tests run on SQLite and on a real PostgreSQL (tests/_postgres.py),
+two stores on one database standing for two processes or replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+
+import tablesafe as ts
+from tablesafe._cli import app as cli
+from tablesafe.mechanisms import dp_geometric
+from tablesafe.rules._guard import dataset_identity
+from tablesafe.rules._ledger import BudgetExhausted, Budgets, table_figures
+from tablesafe.server import create_app
+from tablesafe.server._ledger import NOT_DP, ledger_report
+from test_server import ADMIN_KEY, USER_KEY, error_of, site
+from test_state import backend  # noqa: F401 (the fixture: each test on SQLite and PostgreSQL)
+
+SECRET = "ledger-server-secret-0123456789"
+DP = {"method": "dp", "epsilon": 1.0, "cap": 5, "seeds": "keyed", "secret_env": "TS_LEDGER_SECRET"}
+ONE_WAY = ["SEX", "REGION", "TENURE", "MARSTAT", "EDUC", "EMPSTAT", "OCC", "HHSIZE"]
+
+
+@pytest.fixture(autouse=True)
+def _secret(monkeypatch):
+    monkeypatch.setenv("TS_LEDGER_SECRET", SECRET)
+
+
+def _table(client, dims, key=USER_KEY, fmt="csv", **body):
+    return client.post(
+        f"/api/datasets/demo/tables?format={fmt}",
+        json={"dimensions": dims, "statistic": "count", **body},
+        headers={"x-api-key": key},
+    )
+
+
+def test_a_dp_site_answers_three_tables_of_epsilon_1_and_refuses_a_fourth(demo_dir, tmp_path):
+    # No universe-size rule: it reads the universe's own protected count, a figure of its own
+    # (the next test).
+    rules = {"privacy_budget_epsilon": 3, "min_universe_size": 0}
+    config = site(demo_dir, tmp_path, protection=DP, rules=rules)
+    with TestClient(create_app(config)) as client:
+        first = _table(client, ["SEX"])
+        assert first.status_code == 200
+        assert _table(client, ["REGION"]).status_code == 200
+        assert _table(client, ["TENURE"], key=ADMIN_KEY).status_code == 200
+        fourth = _table(client, ["MARSTAT"])
+        assert fourth.status_code == 403
+        err = error_of(fourth)
+        assert err["type"] == "BudgetExhausted"
+        assert "epsilon 4" in err["message"] and "budget of epsilon 3" in err["message"]
+        assert "3 spent, 0 left" in err["message"]
+        assert "already published are still answered at no cost" in err["message"]
+        again = _table(client, ["SEX"])
+        assert again.status_code == 200 and again.content == first.content
+        # Another key, a table already published: free for the dataset.
+        assert _table(client, ["SEX"], key=ADMIN_KEY).content == first.content
+        admin = client.get(
+            "/api/admin/datasets/demo/ledger", headers={"x-api-key": ADMIN_KEY}
+        ).json()
+    report = ledger_report(config, ts_state(config), "demo")
+    assert report == admin
+    assert report["epsilon_spent"] == 3 and report["epsilon_left"] == 0
+    assert report["budget"] == {"epsilon": 3, "epsilon_per_key": None}
+    assert report["tables"] == 3 and report["exact"]
+    # A one-way table of counts publishes its inner cells (aggregate additivity): a record is
+    # in one of each table's; the margins are sums of them.
+    assert report["figures_per_record"] == 3
+    records = report["records"]
+    assert records["records"] == 20_000 and records["epsilon_max"] == 3
+    assert records["distribution"] == [{"epsilon": 3.0, "records": 20_000}]
+    keys = {k["key_id"]: k for k in report["keys"]}
+    # user1 was given SEX and REGION, admin1 TENURE and SEX.
+    assert keys["user1"]["epsilon_spent"] == 2 and keys["admin1"]["epsilon_spent"] == 2
+    assert keys["user1"]["tables"] == 2 and keys["admin1"]["tables"] == 2
+    assert "note" not in report
+
+
+def test_the_universe_size_rule_reads_a_figure_counted_once_per_universe(demo_dir, tmp_path):
+    rules = {"privacy_budget_epsilon": 4, "min_universe_size": 20}
+    config = site(demo_dir, tmp_path, protection=DP, rules=rules)
+    with TestClient(create_app(config)) as client:
+        for dims in (["SEX"], ["REGION"], ["TENURE"]):
+            assert _table(client, dims).status_code == 200
+        assert _table(client, ["MARSTAT"]).status_code == 403
+        # Inside a universe, that universe's count is one more figure for its records.
+        assert _table(client, ["SEX"], universe={"REGION": [1]}).status_code == 403
+    report = ledger_report(config, ts_state(config), "demo")
+    # The whole population's count, read by the rule for all three tables, counts once.
+    assert report["epsilon_spent"] == 4 and report["figures_per_record"] == 4
+
+
+def ts_state(config):
+    from tablesafe.state import open_state
+
+    return open_state(config)
+
+
+def test_a_per_key_budget_counts_what_the_key_was_given(demo_dir, tmp_path):
+    rules = {
+        "privacy_budget_epsilon": 10,
+        "privacy_budget_epsilon_per_key": 2,
+        "min_universe_size": 0,
+    }
+    config = site(demo_dir, tmp_path, protection=DP, rules=rules)
+    with TestClient(create_app(config)) as client:
+        assert _table(client, ["SEX"]).status_code == 200
+        assert _table(client, ["REGION"]).status_code == 200
+        refused = _table(client, ["TENURE"])
+        assert error_of(refused)["type"] == "BudgetExhausted"
+        assert "this API key's privacy budget of epsilon 2" in error_of(refused)["message"]
+        assert "this key was already given are still answered" in error_of(refused)["message"]
+        # The admin key has its own budget; the tables the user was given cost it too.
+        for dims in (["SEX"], ["REGION"]):
+            assert _table(client, dims, key=ADMIN_KEY).status_code == 200
+        assert _table(client, ["TENURE"], key=ADMIN_KEY).status_code == 403
+        assert _table(client, ["SEX"]).status_code == 200
+
+
+def test_a_site_that_is_not_dp_says_its_figures_are_a_bound(demo_dir, tmp_path):
+    ckm = {"method": "ckm", "seeds": "keyed", "secret_env": "TS_LEDGER_SECRET"}
+    config = site(demo_dir, tmp_path, protection=ckm)
+    with TestClient(create_app(config)) as client:
+        assert _table(client, ["SEX", "REGION"]).status_code == 200
+    report = ledger_report(config, ts_state(config), "demo")
+    assert report["note"] == NOT_DP
+    assert report["kinds"][0]["kind"] == "count" and not report["kinds"][0]["dp"]
+    assert report["epsilon_spent"] > 0 and report["budget"]["epsilon"] is None
+
+
+def test_a_budget_needs_an_epsilon_per_figure(demo_dir, tmp_path):
+    from tablesafe._errors import ConfigError
+
+    with pytest.raises(ConfigError, match="a privacy budget needs a mechanism"):
+        site(demo_dir, tmp_path, rules={"privacy_budget_epsilon": 3})
+
+
+def test_audit_ledger_prints_the_report(demo_dir, tmp_path):
+    rules = {"privacy_budget_epsilon": 3, "min_universe_size": 0}
+    config = site(demo_dir, tmp_path, protection=DP, rules=rules)
+    with TestClient(create_app(config)) as client:
+        for dims in (["SEX"], ["REGION"]):
+            assert _table(client, dims).status_code == 200
+    path = tmp_path / "site.toml"
+    path.write_text(_toml(demo_dir))
+    runner = CliRunner()
+    out = runner.invoke(cli, ["audit", "ledger", "--config", str(path), "--dataset", "demo",
+                              "--format", "json"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert doc["epsilon_spent"] == 2 and doc["epsilon_left"] == 1
+    text = runner.invoke(cli, ["audit", "ledger", "--config", str(path), "--dataset", "demo"])
+    assert text.exit_code == 0 and "epsilon spent" in text.output
+
+
+def _toml(demo_dir):
+    return f"""
+[server]
+audit_db = "audit.sqlite"
+[[datasets]]
+name = "demo"
+path = "{demo_dir}"
+[datasets.protection]
+method = "dp"
+epsilon = 1.0
+cap = 5
+seeds = "keyed"
+secret_env = "TS_LEDGER_SECRET"
+[datasets.rules]
+min_universe_size = 0
+privacy_budget_epsilon = 3
+"""
+
+
+# -- the state store: atomic with the guard, across threads and stores ----------------------
+
+
+@pytest.fixture(scope="module")
+def figures_of(demo_dir):
+    data = ts.Dataset.open(demo_dir)
+    prot = ts.Protection(dp_geometric(1.0), seeds="keyed", secret=SECRET.encode())
+    builder = ts.TableBuilder(data, prot)
+    identity = dataset_identity(builder.engine, data)
+    out = {}
+    for name in (*ONE_WAY, "AGEGRP"):
+        built = builder.run(ts.TableRequest((name,), statistic="count"))
+        out[name] = table_figures(built.plan, built.table, prot, data.catalog)
+    return identity, out
+
+
+def _spend(store, identity, key, figures, budgets):
+    try:
+        with store.transaction(identity) as tx:
+            if tx.ledger.check(key, figures, budgets):
+                tx.spend(key, figures, "demo")
+        return True
+    except BudgetExhausted:
+        return False
+
+
+def test_simultaneous_tables_cannot_both_spend_the_last_of_a_budget(backend, figures_of):  # noqa: F811
+    identity, figures = figures_of
+    stores = [backend(), backend()]
+    start = threading.Barrier(len(ONE_WAY))
+
+    def ask(i):
+        start.wait()
+        return _spend(stores[i % 2], identity, f"k{i}", figures[ONE_WAY[i]], Budgets(epsilon=3))
+
+    with ThreadPoolExecutor(len(ONE_WAY)) as pool:
+        answered = sum(pool.map(ask, range(len(ONE_WAY))))
+    assert answered == 3
+    # What each store reads back: three tables, every record at epsilon 3.
+    for store in stores:
+        rows = store.ledger_rows(identity)
+        assert len(rows) == 3
+        assert not _spend(store, identity, "late", figures["AGEGRP"], Budgets(epsilon=3))
+        # A table already published is free, whichever store serves it.
+        key, table = rows[0][1], rows[0][3]
+        assert _spend(store, identity, key, table, Budgets(epsilon=3))
+    assert len(stores[0].ledger_rows(identity)) == 3
+
+
+def test_a_refused_transaction_writes_nothing(backend, figures_of):  # noqa: F811
+    identity, figures = figures_of
+    store = backend()
+    with pytest.raises(RuntimeError), store.transaction(identity) as tx:
+        assert tx.ledger.check("k", figures["SEX"], Budgets())
+        tx.spend("k", figures["SEX"], "demo")
+        raise RuntimeError("the guard refused")
+    assert store.ledger_rows(identity) == []
+    assert _spend(store, identity, "k", figures["SEX"], Budgets(epsilon=1))
+    assert len(backend().ledger_rows(identity)) == 1
+
+
+def test_a_store_from_before_the_ledger_gains_it_and_keeps_its_rows(tmp_path, figures_of):
+    import sqlite3
+
+    from tablesafe.state import SQLiteState
+
+    identity, figures = figures_of
+    path = tmp_path / "state.sqlite"
+    store = SQLiteState(path)
+    store.record(key_id="old", endpoint="GET /api/datasets", status=200, outcome="ok")
+    store.close()
+    con = sqlite3.connect(path)
+    con.executescript("DROP TABLE ledger_tables; PRAGMA user_version = 1;")
+    con.close()
+    store = SQLiteState(path)
+    try:
+        assert [r["key_id"] for r in store.query()] == ["old"]
+        assert _spend(store, identity, "k", figures["SEX"], Budgets(epsilon=1))
+        assert [row[1:3] for row in store.ledger_rows(identity)] == [("k", "demo")]
+    finally:
+        store.close()
