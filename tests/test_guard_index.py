@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+import tablesafe.rules._guard as guard
 from tablesafe.rules._guard import BUCKETS, RecordSet, SetIndex, fingerprint
 
 
@@ -20,13 +22,17 @@ def _random_set(rng: np.random.Generator, i: int, keys: np.ndarray, sketch: bool
     )
 
 
-def test_near_is_every_row_within_m_in_size_and_sketch():
+@pytest.mark.parametrize("recent", [2048, 100])
+def test_near_is_every_row_within_m_in_size_and_sketch(recent, monkeypatch):
     """Rows of m records or more, within m of the new set in size, whose sketches are
     within m in L1 (or that have no sketch): the coarse filter over groups of buckets
-    drops none of them, whatever order the rows came in."""
+    drops none of them, in order of size then publication, whether the rows were
+    merged into the arrays in size order or are still recent."""
+    monkeypatch.setattr(guard, "_RECENT", recent)
     rng = np.random.default_rng(31)
     keys = rng.integers(0, 2**32, size=400, dtype=np.int64)
     index = SetIndex()
+    assert index.near(_random_set(rng, -1, keys, sketch=True), 5).tolist() == []  # nothing yet
     stored = [_random_set(rng, i, keys, sketch=rng.random() < 0.9) for i in range(3_000)]
     for start in range(0, len(stored), 700):  # read in several catch-ups
         index.add((i + 1, "k", s) for i, s in enumerate(stored[start : start + 700], start))
@@ -41,4 +47,5 @@ def test_near_is_every_row_within_m_in_size_and_sketch():
                 and abs(s.size - probe.size) < m
                 and (sketches[row] is None or int(np.abs(sketches[row] - probe.sketch).sum()) < m)
             ]
-            assert sorted(index.near(probe, m).tolist()) == expected
+            expected.sort(key=lambda row: (stored[row].size, row))
+            assert index.near(probe, m).tolist() == expected

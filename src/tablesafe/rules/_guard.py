@@ -80,6 +80,8 @@ WHOLE = "*"
 
 #: Groups of buckets whose sums filter the sketches first (SetIndex.near).
 _GROUPS = 8
+#: Rows kept out of the arrays in size order until there are more (SetIndex._merge).
+_RECENT = 2048
 
 
 def _group_sums(sketches: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
@@ -353,6 +355,9 @@ class SetIndex:
         default_factory=lambda: np.zeros((0, _GROUPS), dtype=np.int32)
     )
     _sorted_has: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    # Rows from _merged on are not in the arrays in size order yet: _recent lists them.
+    _merged: int = 0
+    _recent: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _published: dict[tuple[bytes, str], set[str]] = field(default_factory=dict)
     _published_by_key: dict[tuple[bytes, str, str], set[str]] = field(default_factory=dict)
     _contexts: dict[str, dict[str, list[int]]] = field(default_factory=dict)
@@ -401,16 +406,28 @@ class SetIndex:
                 self._sketches[i] = s.sketch
                 self._has_sketch[i] = True
         self._sizes[start : start + len(new)] = sizes
-        # Merge the new rows into the order by size (one copy, no sort of it all).
-        ids = np.arange(start, start + len(new), dtype=np.int64)
+        self._recent = np.arange(self._merged, start + len(new), dtype=np.int64)
+        if len(self._recent) > max(_RECENT, self._merged // 16):
+            self._merge()
+
+    def _merge(self) -> None:
+        """Merge the recent rows into the arrays in size order (one copy each, no sort of all).
+
+        Not at every catch-up: each merge copies every array, so rows wait in
+        a short list that near() reads directly until it is long.
+        """
+        rows = self._recent
+        sizes = self._sizes[rows]
         by_size = np.argsort(sizes, kind="stable")
-        at = np.searchsorted(self._sorted, sizes[by_size], side="right")
-        self._order = np.insert(self._order, at, ids[by_size])
-        self._sorted = np.insert(self._sorted, at, sizes[by_size])
-        rows = ids[by_size]
+        rows, sizes = rows[by_size], sizes[by_size]
+        at = np.searchsorted(self._sorted, sizes, side="right")
+        self._order = np.insert(self._order, at, rows)
+        self._sorted = np.insert(self._sorted, at, sizes)
         groups = _group_sums(self._sketches[rows]) * self._has_sketch[rows, None]
         self._sorted_groups = np.insert(self._sorted_groups, at, groups, axis=0)
         self._sorted_has = np.insert(self._sorted_has, at, self._has_sketch[rows])
+        self._merged = len(self.sets)
+        self._recent = np.zeros(0, dtype=np.int64)
 
     def _grow(self, rows: int) -> None:
         if rows <= len(self._sizes):
@@ -441,21 +458,30 @@ class SetIndex:
         sizes, where most stored sets are.
         """
         self._flush()
-        lo = int(np.searchsorted(self._sorted, max(s.size - m + 1, m), side="left"))
-        hi = int(np.searchsorted(self._sorted, s.size + m - 1, side="right"))
+        low, high = max(s.size - m + 1, m), s.size + m - 1
+        lo = int(np.searchsorted(self._sorted, low, side="left"))
+        hi = int(np.searchsorted(self._sorted, high, side="right"))
         rows: npt.NDArray[np.int64] = self._order[lo:hi]
-        if s.sketch is None or len(rows) == 0 or len(s.sketch) != self.buckets:
+        recent = self._recent[
+            (self._sizes[self._recent] >= low) & (self._sizes[self._recent] <= high)
+        ]
+        if not len(rows) and not len(recent):
             return rows
-        # L1 of the sketches: a lower bound on the records two sets differ by.
-        # Rows without a sketch stay candidates. First the L1 of the sums over
-        # groups of buckets, a lower bound of that, read from arrays in size
-        # order (a slice, not a gather of every row's sketch), then the whole
-        # sketches of the rows it leaves.
-        mine = s.sketch.astype(np.int32)
-        coarse = np.abs(self._sorted_groups[lo:hi] - _group_sums(mine[None, :])).sum(axis=1)
-        rows = rows[(coarse < m) | ~self._sorted_has[lo:hi]]
-        dist = np.abs(self._sketches[rows] - mine).sum(axis=1)
-        near: npt.NDArray[np.int64] = rows[(dist < m) | ~self._has_sketch[rows]]
+        if s.sketch is not None and len(s.sketch) == self.buckets:
+            # L1 of the sketches: a lower bound on the records two sets differ by.
+            # Rows without a sketch stay candidates. First the L1 of the sums over
+            # groups of buckets, a lower bound of that, read from arrays in size
+            # order (a slice, not a gather of every row's sketch), then the whole
+            # sketches of the rows it leaves.
+            mine = s.sketch.astype(np.int32)
+            coarse = np.abs(self._sorted_groups[lo:hi] - _group_sums(mine[None, :])).sum(axis=1)
+            rows = np.concatenate([rows[(coarse < m) | ~self._sorted_has[lo:hi]], recent])
+            dist = np.abs(self._sketches[rows] - mine).sum(axis=1)
+            rows = rows[(dist < m) | ~self._has_sketch[rows]]
+        else:
+            rows = np.concatenate([rows, recent])
+        # In order of size, then of publication, wherever the rows are kept.
+        near: npt.NDArray[np.int64] = rows[np.lexsort((rows, self._sizes[rows]))]
         return near
 
     def same_sketch(self, row: int, s: RecordSet) -> bool:
