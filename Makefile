@@ -26,9 +26,9 @@ $(VENV)/.installed-demo: $(BIN)/activate pyproject.toml
 	touch $@
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
-	@echo "installing tablesafe with the dev, Spark and PostgreSQL extras into $(VENV) (for the tests; a few minutes the first time)"
+	@echo "installing tablesafe with the dev, Spark, PostgreSQL and server extras into $(VENV) (for the tests; a few minutes the first time)"
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark,postgres]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,postgres,server]'
 	touch $(VENV)/.installed-demo $@
 
 install: $(VENV)/.installed

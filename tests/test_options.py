@@ -36,11 +36,13 @@ from tablesafe._protection_limits import CHOICES, Additivity, ProtectionMethod
 from tablesafe._request import Margins, Percent, Statistic, TableRequest
 from tablesafe._seeds import SeedScheme
 from tablesafe._settings import (
+    AuditFailure,
     EngineKind,
     EngineSettings,
     MagnitudeSettings,
     ProtectionSettings,
     RuleSettings,
+    ServerSettings,
     SliverScope,
     SmallCellAction,
     UnreliableAction,
@@ -75,6 +77,7 @@ OPTIONS: dict[type[enum.StrEnum], tuple[str, ...]] = {
     SmallCellAction: ("suppress", "show_less_than"),
     UnreliableAction: ("np", "flag"),
     SliverScope: ("dataset", "key"),
+    AuditFailure: ("refuse", "answer"),
     DataFormat: ("parquet", "csv"),
     ReplicateMethod: ("JK1", "JK2", "BRR", "bootstrap"),
     Resampling: ("bootstrap", "binomial"),
@@ -115,6 +118,7 @@ def test_settings_and_value_objects_share_one_class_per_option():
     assert _field_type(RuleSettings, "small_cell_action") is SmallCellAction
     assert _field_type(RuleSettings, "sliver_scope") is SliverScope
     assert _field_type(RuleSettings, "unreliable_action") is UnreliableAction
+    assert _field_type(ServerSettings, "audit_failure") is AuditFailure
     assert _hint(TableRequest, "percentages") == tuple[Percent, ...]
     assert _hint(PTable, "selector") is Selector
     assert _hint(Dataset, "format") is DataFormat
@@ -132,7 +136,8 @@ def test_settings_and_value_objects_share_one_class_per_option():
 
 def test_settings_defaults_are_members():
     # pydantic does not validate defaults: a text default would stay a plain str.
-    for model in (ProtectionSettings, MagnitudeSettings, EngineSettings, RuleSettings):
+    models = (ProtectionSettings, MagnitudeSettings, EngineSettings, RuleSettings, ServerSettings)
+    for model in models:
         for name, f in model.model_fields.items():
             if isinstance(f.annotation, type) and issubclass(f.annotation, enum.StrEnum):
                 assert type(f.default) is f.annotation, (model.__name__, name)

@@ -67,6 +67,7 @@ ENGINES = {
 ERROR_TYPES = {
     "RequestError",
     "RefusedError",
+    "TooManyCells",
     "ParameterError",
     "ValidationError",
     "NotFound",

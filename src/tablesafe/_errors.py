@@ -40,6 +40,7 @@ __all__ = [
     "RefusedError",
     "RequestError",
     "TablesafeError",
+    "TooManyCells",
     "UserError",
     "choice",
 ]
@@ -98,6 +99,16 @@ class ConfigError(UserError):
 
 class RefusedError(UserError):
     """A valid request that the data owner's disclosure rules refuse."""
+
+    status_code = 403
+
+
+class TooManyCells(RefusedError):
+    """A table with more cells than the direct limit (``max_cells``) allows.
+
+    Its own type, so that a client can offer the larger limit of a job
+    (``max_job_cells``) for it.
+    """
 
     status_code = 403
 

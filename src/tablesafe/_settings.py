@@ -46,6 +46,7 @@ from tablesafe.mechanisms._magnitudes import MagnitudeMethod, MagnitudeProtectio
 
 __all__ = [
     "ApiKeySettings",
+    "AuditFailure",
     "DatasetSettings",
     "EngineKind",
     "EngineSettings",
@@ -84,6 +85,18 @@ class UnreliableAction(StrEnum):
 
     NP = "np"
     FLAG = "flag"
+
+
+class AuditFailure(StrEnum):
+    """What the server does when it cannot write a request's audit row.
+
+    ``refuse``: the answer is withheld and the request answered 503
+    ``Unavailable`` (every answer given is in the audit log); ``answer``: the
+    failure is logged and the answer given (the audit log may miss it).
+    """
+
+    REFUSE = "refuse"
+    ANSWER = "answer"
 
 
 class SliverScope(StrEnum):
@@ -168,6 +181,39 @@ class ServerSettings(BaseModel):
         False,
         description="Serve the interactive API pages /docs and /redoc, which load Swagger UI "
         "and ReDoc from cdn.jsdelivr.net (off: only /openapi.json).",
+    )
+    audit_failure: AuditFailure = Field(
+        AuditFailure.REFUSE,
+        description="refuse (a request whose audit row cannot be written is answered 503 "
+        "Unavailable instead, so every answer given is in the audit log) or answer (the "
+        "failure is logged and the answer given).",
+    )
+    access_log: bool = Field(
+        True,
+        description="Write one JSON line per request to standard error (logger "
+        "tablesafe.access): time, method, path, route, status, duration, bytes, client, key "
+        "id and error type; never a query string, a body, a key or a secret.",
+    )
+    shutdown_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="On SIGTERM or SIGINT the server stops accepting connections and waits "
+        "this long for the requests in flight to be answered before it closes them.",
+    )
+    job_result_days: float = Field(
+        7.0,
+        gt=0,
+        le=366,
+        description="Days a finished job (its result or error) is kept after it ends; then "
+        "workers delete it.",
+    )
+    job_stale_seconds: float = Field(
+        300.0,
+        ge=10,
+        le=86_400,
+        description="A running job whose worker has not reported for this long (it was "
+        "stopped) is taken by another worker; after 3 tries it fails.",
     )
 
     @field_validator("trusted_proxies")
@@ -381,6 +427,15 @@ class RuleSettings(BaseModel):
         "shows '<k').",
     )
     max_cells: int = Field(10_000, gt=0, description="Most cells (with margins) in one table.")
+    max_job_cells: int = Field(
+        1_000_000,
+        gt=0,
+        description="Most cells (with margins) in one table built as a job "
+        "(POST /api/datasets/{name}/jobs).",
+    )
+    job_timeout_seconds: float = Field(
+        600.0, gt=0, description="Longest a job's tabulation may run before it is cancelled."
+    )
     max_rse: float | None = Field(
         None,
         gt=0,

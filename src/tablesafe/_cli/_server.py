@@ -30,6 +30,8 @@ def serve(config: Path, host: str, port: int) -> None:
     site = load_site_config(config)
     # Bound before the data is loaded or anything announced: a busy port fails first.
     sock = listen(host, port)
+    if site.server.access_log:
+        _log_access()
     try:
         application = create_app(site)
         connections = open_files_for(site.server.max_connections)
@@ -41,6 +43,19 @@ def serve(config: Path, host: str, port: int) -> None:
         server.run(sockets=[sock])
     finally:
         sock.close()
+
+
+def _log_access() -> None:
+    """Access-log lines (one JSON object each) to standard error, as they are."""
+    import logging
+    import sys
+
+    access = logging.getLogger("tablesafe.access")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False
 
 
 @app.group(

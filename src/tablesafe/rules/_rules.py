@@ -27,7 +27,7 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import RefusedError
+from tablesafe._errors import RefusedError, TooManyCells
 from tablesafe._request import TableRequest
 from tablesafe._settings import RuleSettings, SmallCellAction
 from tablesafe.catalog._catalog import Catalog
@@ -41,12 +41,12 @@ def check_request_limits(request: TableRequest, catalog: Catalog, rules: RuleSet
 
     Raises:
         RequestError: too many dimensions (a request the site never allows).
-        RefusedError: too many cells.
+        TooManyCells: too many cells (a RefusedError).
     """
     plan = request.bind(catalog, max_dimensions=rules.max_dimensions)
     cells = math.prod(plan.shape)
     if cells > rules.max_cells:
-        raise RefusedError(
+        raise TooManyCells(
             f"the table would have {cells:,} cells (with margins); this dataset allows at most "
             f"{rules.max_cells:,}: use fewer or coarser variables (groupings) or a narrower "
             "universe on a dimension"

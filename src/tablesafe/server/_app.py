@@ -12,6 +12,8 @@ Endpoints::
     GET  /api/admin/datasets/{name}/ledger           the privacy ledger: epsilon spent (admin)
     GET  /                                the web page (and /favicon.ico, its icon)
     GET  /openapi.json                    the OpenAPI schema
+    GET  /healthz, /readyz, /metrics      liveness, readiness, Prometheus metrics (no key, not
+                                          audited: :mod:`tablesafe.server._observe`)
     GET  /docs, /redoc                    its interactive pages ([server] api_docs only)
 
 Every error, ours or the framework's, is answered in one JSON shape::
@@ -48,6 +50,7 @@ from tablesafe.output._formats import WriteOptions, format_names, output_format
 from tablesafe.server._auth import Authenticator, AuthError, Principal
 from tablesafe.server._bodies import TableBody
 from tablesafe.server._gate import Edge, Gate, error_shape
+from tablesafe.server._observe import Observed, Operations
 from tablesafe.server._service import TableService
 from tablesafe.state import StateStore
 
@@ -127,6 +130,7 @@ def _application(
         redoc_url="/redoc" if site.server.api_docs else None,
     )
     app.edge = Edge(site.server, auth, audit)
+    app.ops = Operations(service, app.edge)
     app.state.service = service
     return app
 
@@ -360,12 +364,17 @@ def _add_pages(app: FastAPI, site: SiteConfig) -> None:
 
 
 class _Application(FastAPI):
-    """FastAPI with the gate around its whole middleware stack (error handlers included)."""
+    """FastAPI with the gate around its whole middleware stack (error handlers included).
+
+    Outside the gate, the operations layer: health, readiness, metrics, access logs.
+    """
 
     edge: Edge
+    ops: Operations
 
     def build_middleware_stack(self) -> ASGIApp:
-        return Gate(super().build_middleware_stack(), self.edge)
+        self.ops.routes = list(self.routes)
+        return Observed(Gate(super().build_middleware_stack(), self.edge), self.ops)
 
 
 class NotFound(UserError):

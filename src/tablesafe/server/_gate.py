@@ -14,7 +14,10 @@ gate
   bodies;
 * writes exactly one audit row per request, whoever answered it (a route,
   an error handler, the framework, or the gate itself), when the answer
-  starts; and adds the security headers to every answer.
+  starts; and adds the security headers to every answer. When the row cannot
+  be written, ``[server] audit_failure = "refuse"`` (the default) withholds
+  the answer and sends 503 ``Unavailable`` instead: every answer given is in
+  the audit log (docs/decisions.md).
 
 Refusals before the request is parsed (malformed request line, oversized
 headers, slow headers, too many connections) happen in the HTTP protocol
@@ -26,6 +29,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import threading
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -33,7 +37,7 @@ from typing import Any
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tablesafe._settings import ServerSettings
+from tablesafe._settings import AuditFailure, ServerSettings
 from tablesafe.server._auth import Authenticator, AuthError, RateLimited
 from tablesafe.state import StateStore
 
@@ -91,8 +95,11 @@ class Edge:
     auth: Authenticator
     audit: StateStore
     proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(init=False)
+    #: Audit rows that could not be written (the metrics read it).
+    audit_failures: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
+        self._failures_lock = threading.Lock()
         self.proxies = tuple(
             ipaddress.ip_network(p, strict=False) for p in self.settings.trusted_proxies
         )
@@ -132,8 +139,12 @@ class Edge:
         client: str,
         dataset: str | None = None,
         request: Any = None,
-    ) -> None:
-        """Write one audit row; a failing write is logged, never raised."""
+    ) -> bool:
+        """Write one audit row; a failing write is logged and counted, never raised.
+
+        Returns:
+            Whether the row was written.
+        """
         try:
             self.audit.record(
                 key_id=key_id,
@@ -146,6 +157,10 @@ class Edge:
             )
         except Exception:  # the audit must never turn an answer into a crash
             log.exception("audit log write failed")
+            with self._failures_lock:
+                self.audit_failures += 1
+            return False
+        return True
 
 
 def _is_address(text: str) -> bool:
@@ -271,12 +286,14 @@ class _Answer:
         self.scope = scope
         self._send = send
         self.started = False
+        # The answer was replaced by a 503 (its audit row could not be written).
+        self.withheld = False
         path = str(scope.get("path", ""))
         self.csp = (DOCS_CSP if path in DOCS_PATHS else CSP).encode()
 
-    async def write_row(self, status: int, default: str) -> None:
+    async def write_row(self, status: int, default: str) -> bool:
         state = self.scope["state"]
-        await anyio.to_thread.run_sync(
+        return await anyio.to_thread.run_sync(
             partial(
                 self.edge.log,
                 key_id=str(state.get("key_id", "-")),
@@ -290,16 +307,37 @@ class _Answer:
         )
 
     async def send(self, message: Message) -> None:
+        if self.withheld:  # the application's answer, after its 503: dropped
+            return
         if message["type"] == "http.response.start" and not self.started:
             self.started = True
             status = int(message["status"])
-            await self.write_row(status, "ok" if status < 400 else f"HTTP {status}")
+            written = await self.write_row(status, "ok" if status < 400 else f"HTTP {status}")
+            if not written and self.edge.settings.audit_failure == AuditFailure.REFUSE:
+                await self._withhold()
+                return
             headers = [
                 (k, v) for k, v in message.get("headers", []) if k.lower() not in _HEADER_NAMES
             ]
             headers += [(b"content-security-policy", self.csp), *SECURITY_HEADERS]
             message = {**message, "headers": headers}
         await self._send(message)
+
+    async def _withhold(self) -> None:
+        """Answer 503 instead of an answer the audit log could not record."""
+        self.withheld = True
+        message = "the audit log cannot be written, so nothing is answered; try again shortly"
+        self.scope["state"]["outcome"] = f"Unavailable: {message}"
+        data = json.dumps(error_shape(503, "Unavailable", message)).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(data)).encode()),
+            (b"retry-after", b"5"),
+            (b"content-security-policy", self.csp),
+            *SECURITY_HEADERS,
+        ]
+        await self._send({"type": "http.response.start", "status": 503, "headers": headers})
+        await self._send({"type": "http.response.body", "body": data})
 
     async def json(self, status: int, kind: str, message: str, close: bool = False) -> None:
         data = json.dumps(error_shape(status, kind, message)).encode()

@@ -28,6 +28,7 @@ import errno
 import http
 import json
 import logging
+import math
 import resource
 import socket
 from typing import Any, ClassVar
@@ -349,6 +350,8 @@ def server_config(app: Any, *, max_connections: int | None = None) -> uvicorn.Co
         proxy_headers=False,
         server_header=False,
         timeout_keep_alive=settings.keep_alive_seconds,
+        # On SIGTERM: stop accepting, answer the requests in flight, then close.
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_seconds),
         h11_max_incomplete_event_size=settings.max_header_bytes,
         log_level="warning",
         access_log=False,

@@ -41,6 +41,7 @@ from tablesafe.rules._guard import (
 )
 from tablesafe.rules._ledger import Budgets, TableFigures, table_figures
 from tablesafe.server._auth import Principal
+from tablesafe.server._tally import Tally
 from tablesafe.state import StateStore, open_state
 
 __all__ = ["TableService", "site_protection"]
@@ -126,6 +127,8 @@ class TableService:
         # changes the answer is in the key, including fields added later.
         self._cache: OrderedDict[tuple[str, TableRequest], _Entry] = OrderedDict()
         self._cache_lock = threading.Lock()
+        # Tables answered, built or cached, per dataset (the metrics read it).
+        self.tally = Tally()
         for ds in site.datasets:
             try:
                 dataset = Dataset.open(site.resolve(ds.path), name=ds.name)
@@ -275,6 +278,7 @@ class TableService:
         self._guard(s, who, sets, figures)
         if cached is None:
             self._store(cache_key, entry)
+        self.tally.add(name, cached=cached is not None)
         return table
 
     def _record_sets(

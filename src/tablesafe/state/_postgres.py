@@ -182,6 +182,9 @@ class PostgresState(StateStore):
             min_size=1,
             max_size=pool_size,
             kwargs={"autocommit": True},
+            # A connection is checked before it is lent (one round trip): one that a
+            # PostgreSQL restart or a network cut broke is replaced, not failed on.
+            check=ConnectionPool.check_connection,
             timeout=connect_timeout,
             name="tablesafe-state",
             open=True,

@@ -176,6 +176,11 @@ class StateStore(ABC):
     def close(self) -> None:
         """Release the store's connections."""
 
+    def ping(self) -> None:
+        """One round trip to the store (the server's readiness); raises if it does not answer."""
+        with self._connection() as sql:
+            sql.execute("SELECT 1").fetchone()
+
     # -- the audit log ------------------------------------------------------------------------
 
     def record(
