@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from tablesafe._settings import RuleSettings
     from tablesafe.engines._base import Engine
     from tablesafe.mechanisms._magnitudes import MagnitudeProtection, ProtectedMagnitudes
+    from tablesafe.mechanisms._quantiles import ProtectedQuantiles
 
 __all__ = [
     "Built",
@@ -380,6 +381,10 @@ class TableBuilder:
                 mag_columns = self._magnitude_se(
                     agg, counts, mags, (raw_weighted, reps, noise), computed
                 )
+        if request.quantiles:
+            quantiles = self._protect_quantiles(request, plan, agg, counts, computed, want_w)
+            meta["quantiles"] = quantiles.meta
+            mag_columns = {**(mag_columns or {}), **quantiles.columns}
         return ProtectedTable(
             request=request,
             dimensions=plan.dimensions,
@@ -630,6 +635,50 @@ class TableBuilder:
             (lambda name: self.overall_magnitude_mean(name, want_w))
             if prot.perturbs_empty_cells
             else None,
+        )
+
+    def _protect_quantiles(
+        self,
+        request: TableRequest,
+        plan: TabulationPlan,
+        agg: CellAggregates,
+        counts: np.ndarray,
+        computed: npt.NDArray[np.bool_],
+        want_w: bool,
+    ) -> ProtectedQuantiles:
+        """Step 6 of protect: medians and quantiles, from each cell's records sorted.
+
+        The engine lists the universe's records with their values (no
+        aggregate gives a quantile); :mod:`tablesafe.cells._quantiles` sorts
+        them per cell and finds each quantile's record exactly, and
+        :mod:`tablesafe.mechanisms._quantiles` protects it.
+        """
+        from tablesafe.catalog._magnitudes import parse_quantile_item
+        from tablesafe.cells._magnitude_sums import MagnitudePlan
+        from tablesafe.cells._quantiles import sort_cells
+        from tablesafe.mechanisms._quantiles import protect_quantiles
+
+        cat = self.dataset.catalog
+        weight = cat.weight if want_w else None
+        names = dict.fromkeys(str((parse_quantile_item(q) or ("",))[0]) for q in request.quantiles)
+        cells = {}
+        for name in names:
+            variable = MagnitudePlan(name, cat.magnitude(name).column, weight)
+            values = self.engine.record_values(self.dataset, plan, variable)
+            cells[name] = sort_cells(values, agg.shape, plan.grouping_sets)
+        prot = self.protection
+        return protect_quantiles(
+            request.quantiles,
+            cells,
+            counts,
+            computed,
+            (agg.n, agg.cell_key),
+            cat.magnitudes,
+            self.magnitude_protection,
+            prot.seeds,
+            prot.secret,
+            (lambda mask: self.definitions(plan, mask)) if prot.perturbs_empty_cells else None,
+            weighted=want_w,
         )
 
     def _magnitude_se(

@@ -19,6 +19,7 @@ from typing import Any, TypeGuard
 from tablesafe._errors import RequestError, choice
 from tablesafe.catalog._catalog import Catalog, Code, Variable
 from tablesafe.catalog._custom import CustomGrouping, extend_catalog, parse_groupings
+from tablesafe.catalog._magnitudes import parse_quantile_item, quantile_item
 from tablesafe.cells._magnitude_sums import MagnitudePlan, with_top
 
 __all__ = [
@@ -132,6 +133,11 @@ class TableRequest:
             ``"mean:HOURS"`` alone, which keeps the counts): they are moved
             here. They are weighted (sums of ``w x``, means over the weighted
             count) when ``statistic`` is ``"weighted"`` or ``"both"``.
+        quantiles: Medians and quantiles of continuous variables, each
+            ``"median:VAR"`` or ``"quantile:VAR:P"`` (``P`` a fraction with at
+            most two decimals; ``quantile:VAR:0.5`` is ``median:VAR``). They
+            may also be given inside ``statistic`` or ``magnitudes``: they are
+            moved here. Weighted when ``statistic`` is ``"weighted"`` or ``"both"``.
         percentages: Row, column or total percentages (:class:`Percent`), of
             the weighted counts when ``statistic`` is ``"weighted"`` or
             ``"both"``, else of the counts. They may also be given inside
@@ -158,6 +164,7 @@ class TableRequest:
     groupings: tuple[CustomGrouping, ...] = ()
     magnitudes: tuple[str, ...] = ()
     percentages: tuple[Percent, ...] = ()
+    quantiles: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "groupings", parse_groupings(self.groupings))
@@ -263,17 +270,43 @@ class TableRequest:
         kinds = [choice(Percent, p, "percentage", RequestError) for p in percents]
         object.__setattr__(self, "percentages", tuple(dict.fromkeys(kinds)))
         out: list[str] = []
+        quantiles = self._listed_quantiles()
         for item in items:
+            found = parse_quantile_item(item)
+            if found is not None:
+                quantiles.append(quantile_item(*found))
+                continue
             kind, _, name = item.partition(":") if isinstance(item, str) else ("", "", "")
             if kind not in ("sum", "mean") or not name:
                 raise RequestError(
-                    f"unknown statistic {item!r}; magnitudes are written sum:VAR or mean:VAR "
-                    "(VAR a continuous variable of the catalog)"
+                    f"unknown statistic {item!r}; magnitudes are written sum:VAR, mean:VAR, "
+                    "median:VAR or quantile:VAR:P (VAR a continuous variable of the catalog)"
                 )
             if f"{kind}:{name}" not in out:
                 out.append(f"{kind}:{name}")
         object.__setattr__(self, "statistic", base)
         object.__setattr__(self, "magnitudes", tuple(out))
+        object.__setattr__(self, "quantiles", tuple(dict.fromkeys(quantiles)))
+
+    def _listed_quantiles(self) -> list[str]:
+        """The ``quantiles`` field's items in their canonical form (``median:VAR``...)."""
+        given: object = self.quantiles
+        if isinstance(given, str):
+            given = [q.strip() for q in given.split(",") if q.strip()]
+        if not _is_list(given):
+            raise RequestError(
+                f"quantiles must be a list of 'median:VAR' or 'quantile:VAR:P' items, not {given!r}"
+            )
+        out = []
+        for item in given:
+            parts = parse_quantile_item(item)
+            if parts is None:
+                raise RequestError(
+                    f"unknown quantile {item!r}; quantiles are written median:VAR or "
+                    "quantile:VAR:P (P a fraction such as 0.9)"
+                )
+            out.append(quantile_item(*parts))
+        return out
 
     def _listed_percentages(self) -> list[str]:
         """The ``percentages`` field's items as texts (members are texts)."""
@@ -489,6 +522,10 @@ class TableRequest:
         """
         weight = catalog.weight if self.statistic != Statistic.COUNT else None
         names = dict.fromkeys(catalog.magnitude(m.split(":", 1)[1]).name for m in self.magnitudes)
+        for item in self.quantiles:
+            parts = parse_quantile_item(item)
+            assert parts is not None
+            catalog.magnitude(parts[0])
         plans = [
             MagnitudePlan(name=n, column=catalog.magnitudes[n].column, weight=weight) for n in names
         ]

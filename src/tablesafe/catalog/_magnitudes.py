@@ -28,6 +28,7 @@ point, as :mod:`tablesafe.cells._fixed` does for weights), so the total of
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import CatalogError, DataError
+from tablesafe._errors import CatalogError, DataError, RequestError
 
 __all__ = [
     "MAGNITUDE_BITS",
@@ -51,7 +52,12 @@ __all__ = [
     "magnitude_fixed",
     "magnitude_fixed_sql",
     "parse_magnitudes",
+    "parse_quantile_item",
+    "quantile_column",
+    "quantile_item",
+    "quantile_words",
     "read_magnitude_column",
+    "read_quantile_column",
     "require_numeric",
 ]
 
@@ -134,6 +140,69 @@ def read_magnitude_column(column: str) -> tuple[str, str, bool] | None:
     if rest.endswith(WEIGHTED_SUFFIX):
         return kind, rest[: -len(WEIGHTED_SUFFIX)], True
     return kind, rest, False
+
+
+# -- quantiles ------------------------------------------------------------------------------
+
+
+def quantile_item(name: str, percent: int) -> str:
+    """The canonical request item of a quantile: ``median:NAME`` or ``quantile:NAME:0.9``."""
+    if percent == 50:
+        return f"median:{name}"
+    return f"quantile:{name}:{percent / 100:g}"
+
+
+def parse_quantile_item(item: object) -> tuple[str, int] | None:
+    """``(magnitude, percent)`` of a ``median:VAR`` or ``quantile:VAR:P`` item, else ``None``.
+
+    ``P`` is a fraction strictly between 0 and 1 with at most two decimals
+    (``0.9``, ``0.25``): quantiles are percentiles.
+
+    Raises:
+        RequestError: for a quantile item whose ``P`` is not such a fraction.
+    """
+    if not isinstance(item, str):
+        return None
+    kind, _, rest = item.partition(":")
+    if kind == "median" and rest and ":" not in rest:
+        return rest, 50
+    if kind != "quantile":
+        return None
+    name, _, p = rest.partition(":")
+    match = re.fullmatch(r"0?\.(\d{1,2})", p.strip())
+    percent = int(match.group(1).ljust(2, "0")) if match else 0
+    if not name or not 1 <= percent <= 99:
+        raise RequestError(
+            f"quantile item {item!r} is written quantile:VAR:P with P a fraction strictly "
+            "between 0 and 1 with at most two decimals (quantile:INCOME:0.9), or median:VAR"
+        )
+    return name, percent
+
+
+def quantile_column(percent: int, name: str, *, weighted: bool) -> str:
+    """A quantile's column: ``median_INCOME``, ``p90_INCOME_weighted``."""
+    kind = "median" if percent == 50 else f"p{percent:02d}"
+    return f"{kind}_{name}{WEIGHTED_SUFFIX if weighted else ''}"
+
+
+def read_quantile_column(column: str) -> tuple[int, str, bool] | None:
+    """``(percent, magnitude, weighted)`` of a :func:`quantile_column` column, else ``None``."""
+    kind, _, rest = column.partition("_")
+    match = re.fullmatch(r"p(\d\d)", kind)
+    if not rest or (kind != "median" and (match is None or match.group(1) in ("00", "50"))):
+        return None
+    percent = 50 if kind == "median" else int(kind[1:])
+    if rest.endswith(WEIGHTED_SUFFIX):
+        return percent, rest[: -len(WEIGHTED_SUFFIX)], True
+    return percent, rest, False
+
+
+def quantile_words(percent: int) -> str:
+    """A quantile in words: ``Median``, ``90th percentile``, ``1st percentile``."""
+    if percent == 50:
+        return "Median"
+    last = percent % 10 if percent // 10 != 1 else 0
+    return f"{percent}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(last, 'th') } percentile"
 
 
 def parse_magnitudes(

@@ -22,14 +22,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import DataError
+from tablesafe._errors import ComputationError, DataError
 from tablesafe._request import TabulationPlan
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._magnitudes import from_magnitude_fixed
 from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe.cells._fixed import from_fixed, range_error
-from tablesafe.cells._magnitude_sums import MagnitudeSums, merge_top, top_of_margins
+from tablesafe.cells._magnitude_sums import MagnitudePlan, MagnitudeSums, merge_top, top_of_margins
+from tablesafe.cells._quantiles import RecordValues
 from tablesafe.cells._selection import SelectedSums
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "assemble_grouped",
     "check_keys_and_weights",
     "file_fingerprint",
+    "record_values",
     "weight_columns",
 ]
 
@@ -145,6 +147,27 @@ class Engine(ABC):
             k: Per inner cell, how many records to choose (0 for none).
             counts: Per inner cell, its number of records in the universe.
         """
+
+    def record_values(
+        self, dataset: Dataset, plan: TabulationPlan, magnitude: MagnitudePlan
+    ) -> RecordValues:
+        """The records of ``plan``'s universe with their value of one continuous variable.
+
+        Quantiles are not sums (no aggregate of a cell's parts gives them):
+        they are computed from these values (:mod:`tablesafe.cells._quantiles`).
+
+        Args:
+            dataset: The dataset.
+            plan: The tabulation plan (dimensions and universe).
+            magnitude: The variable, with its weight where the table is weighted.
+
+        Raises:
+            ComputationError: for an engine that cannot list records (the default).
+        """
+        raise ComputationError(
+            f"the {self.name} engine cannot compute quantiles; use the duckdb, memory or "
+            "spark engine"
+        )
 
     def bucket_counts(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates | None:
         """Counts of every cell of ``plan``, whose last dimension is the record key's bucket.
@@ -334,6 +357,37 @@ def assemble_grouped(
         weight_sq_sum=None,
         replicate_sums=reps,
         computed=computed,
+    )
+
+
+def record_values(
+    plan: TabulationPlan,
+    codes: list[np.ndarray],
+    x: npt.NDArray[np.float64],
+    weight: npt.NDArray[np.float64] | None,
+    key: npt.NDArray[np.int64],
+) -> RecordValues:
+    """:class:`RecordValues` of records given by their raw codes (an SQL engine's rows).
+
+    Args:
+        plan: The tabulation plan.
+        codes: Per dimension, each record's raw code.
+        x: Each record's value.
+        weight: Each record's weight, or ``None``.
+        key: Each record's record key.
+
+    Raises:
+        DataError: for a raw code the catalog does not list.
+    """
+    rows = len(x)
+    index = _row_cells(plan, np.zeros(rows, dtype=np.int64), codes, rows)
+    inner_shape = tuple(d.size for d in plan.dimensions)
+    cell = np.ravel_multi_index(tuple(index), inner_shape) if rows else np.zeros(0, dtype=np.int64)
+    return RecordValues(
+        cell=np.asarray(cell, dtype=np.int64),
+        x=np.asarray(x, dtype=np.float64),
+        weight=None if weight is None else np.asarray(weight, dtype=np.float64),
+        key=np.asarray(key, dtype=np.int64),
     )
 
 

@@ -48,6 +48,7 @@ from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE
 from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe.cells._fixed import FIXED_SCALE
 from tablesafe.cells._magnitude_sums import MagnitudePlan, merge_top
+from tablesafe.cells._quantiles import RecordValues
 from tablesafe.cells._selection import SelectedSums
 from tablesafe.engines._base import DatasetSummary, Engine, assemble_grouped
 
@@ -156,6 +157,12 @@ class CubeCache(Engine):
     ) -> SelectedSums:
         """Record-level selection needs the records: the wrapped engine's."""
         return self.engine.select(dataset, plan, seed, k, counts)
+
+    def record_values(
+        self, dataset: Dataset, plan: TabulationPlan, magnitude: MagnitudePlan
+    ) -> RecordValues:
+        """Quantiles need the records (no cube of sums gives them): the wrapped engine's."""
+        return self.engine.record_values(dataset, plan, magnitude)
 
     def close(self) -> None:
         """Drop the cubes and close the wrapped engine."""

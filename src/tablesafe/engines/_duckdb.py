@@ -26,6 +26,8 @@ from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
 from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.cells._magnitude_sums import MagnitudePlan
+from tablesafe.cells._quantiles import RecordValues
 from tablesafe.cells._selection import (
     SelectedSums,
     mix32_staged_sql,
@@ -38,9 +40,10 @@ from tablesafe.engines._base import (
     Engine,
     assemble_grouped,
     check_keys_and_weights,
+    record_values,
     weight_columns,
 )
-from tablesafe.engines._sql import Dialect, ranking_sql, tabulation_sql
+from tablesafe.engines._sql import Dialect, ranking_sql, tabulation_sql, values_sql
 
 __all__ = ["DuckDBEngine"]
 
@@ -421,6 +424,21 @@ class DuckDBEngine(Engine):
             key_sum=_values(res["ts_key"], int),
             weight_sum=None,
             replicate_sums=None,
+        )
+
+    def record_values(
+        self, dataset: Dataset, plan: TabulationPlan, magnitude: MagnitudePlan
+    ) -> RecordValues:
+        """The universe's records with their value of ``magnitude`` (one query, no sorting)."""
+        self.ensure_valid(dataset)
+        sql, params = values_sql(plan, self._scan(dataset), _DIALECT, magnitude)
+        res = self._run(sql, params, timeout=self._timeout, fetch="numpy")
+        return record_values(
+            plan,
+            [_values(res[f"ts_d{i}"]) for i in range(len(plan.dimensions))],
+            _values(res["ts_x"], float),
+            _values(res["ts_w"], float) if magnitude.weight is not None else None,
+            _values(res["ts_key"], int),
         )
 
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:

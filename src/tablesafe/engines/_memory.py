@@ -23,6 +23,8 @@ from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._fixed import from_fixed, range_error, to_fixed
+from tablesafe.cells._magnitude_sums import MagnitudePlan
+from tablesafe.cells._quantiles import RecordValues
 from tablesafe.cells._selection import SelectedSums, mix32
 from tablesafe.engines._base import DatasetSummary, Engine
 
@@ -185,6 +187,20 @@ class MemoryEngine(Engine):
             np.ravel_multi_index(tuple(index), shape) if len(sub) else np.zeros(0, dtype=np.int64)
         )
         return sub, flat, shape
+
+    def record_values(
+        self, dataset: Dataset, plan: TabulationPlan, magnitude: MagnitudePlan
+    ) -> RecordValues:
+        """The universe's records with their value of ``magnitude``, from the frame."""
+        self.ensure_valid(dataset)
+        sub, flat, _ = self._cells(dataset, plan)
+        weight = magnitude.weight
+        return RecordValues(
+            cell=flat.astype(np.int64),
+            x=sub[magnitude.column].to_numpy(dtype=np.float64),
+            weight=None if weight is None else sub[weight].to_numpy(dtype=np.float64),
+            key=sub[plan.record_key].to_numpy().astype(np.int64),
+        )
 
     def bucket_counts(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """Counts per cell and key bucket (``record key % B``, the last dimension's ``B`` codes)."""

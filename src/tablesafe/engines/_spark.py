@@ -27,6 +27,8 @@ from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
 from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.cells._magnitude_sums import MagnitudePlan
+from tablesafe.cells._quantiles import RecordValues
 from tablesafe.cells._selection import (
     MIX_MULTIPLIER,
     SelectedSums,
@@ -39,9 +41,10 @@ from tablesafe.engines._base import (
     Engine,
     assemble_grouped,
     check_keys_and_weights,
+    record_values,
     weight_columns,
 )
-from tablesafe.engines._sql import Dialect, ranking_sql, tabulation_sql
+from tablesafe.engines._sql import Dialect, ranking_sql, tabulation_sql, values_sql
 
 __all__ = ["SparkEngine"]
 
@@ -338,6 +341,26 @@ class SparkEngine(Engine):
             mags.append((np.array(cols[pos], dtype=np.int64), np.array(tops, dtype=np.float64)))
             pos += 1 + m.top
         return assemble_grouped(plan, g, codes, n, keys, w, reps, mags)
+
+    def record_values(
+        self, dataset: Dataset, plan: TabulationPlan, magnitude: MagnitudePlan
+    ) -> RecordValues:
+        """The universe's records with their value of ``magnitude``, collected on the driver."""
+        self.ensure_valid(dataset)
+        sql, params = values_sql(plan, self._view(dataset), _DIALECT, magnitude)
+        rows = self._run(sql, dict(params))
+        k = len(plan.dimensions)
+        width = k + 2 + (1 if magnitude.weight is not None else 0)
+        cols: list[tuple[Any, ...]] = (
+            list(zip(*rows, strict=True)) if rows else [() for _ in range(width)]
+        )
+        return record_values(
+            plan,
+            [np.array(cols[i], dtype=object) for i in range(k)],
+            np.array(cols[k + 1], dtype=np.float64),
+            np.array(cols[k + 2], dtype=np.float64) if magnitude.weight is not None else None,
+            np.array(cols[k], dtype=np.int64),
+        )
 
     def select(
         self,

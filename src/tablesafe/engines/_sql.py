@@ -18,9 +18,16 @@ from typing import Any
 from tablesafe._request import TabulationPlan
 from tablesafe.cells._aggregates import KEY_MODULUS
 from tablesafe.cells._fixed import fixed_sql
-from tablesafe.cells._magnitude_sums import magnitude_sql
+from tablesafe.cells._magnitude_sums import MagnitudePlan, magnitude_sql
 
-__all__ = ["Dialect", "SQLParams", "ranking_sql", "tabulation_sql", "universe_sql"]
+__all__ = [
+    "Dialect",
+    "SQLParams",
+    "ranking_sql",
+    "tabulation_sql",
+    "universe_sql",
+    "values_sql",
+]
 
 #: A query's bound values: positional (a list, for ``?``) or named (a dict, for
 #: ``:p0``), as the engine's :class:`Dialect` says; the universe's codes.
@@ -110,6 +117,31 @@ def tabulation_sql(plan: TabulationPlan, source: str, dialect: Dialect) -> tuple
         f"WITH ts_cells AS ({cte}) SELECT {', '.join(outer)} FROM ts_cells "
         f"GROUP BY GROUPING SETS ({sets})"
     )
+    return sql, params
+
+
+def values_sql(
+    plan: TabulationPlan, source: str, dialect: Dialect, magnitude: MagnitudePlan
+) -> tuple[str, Any]:
+    """The records of the universe with their value of one continuous variable.
+
+    Columns: ``ts_d0 ..`` (each dimension's raw code), ``ts_key`` (the
+    record key), ``ts_x`` (the value) and, where the magnitude plan has a
+    weight, ``ts_w``: the input of exact quantiles
+    (:mod:`tablesafe.cells._quantiles`), sorted and added up in numpy, not
+    here, so every engine gives the same bits.
+    """
+    q = dialect.ident
+    x = f"CAST({q(magnitude.column)} AS DOUBLE)"
+    items = [f"{q(d.column)} AS ts_d{i}" for i, d in enumerate(plan.dimensions)]
+    items += [f"CAST({q(plan.record_key)} AS BIGINT) AS ts_key", f"{x} AS ts_x"]
+    if magnitude.weight is not None:
+        items.append(f"CAST({q(magnitude.weight)} AS DOUBLE) AS ts_w")
+    params: SQLParams = {} if dialect.named else []
+    where = universe_sql(plan, dialect, params)
+    sql = f"SELECT {', '.join(items)} FROM {source}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
     return sql, params
 
 

@@ -138,6 +138,15 @@ class MagnitudeProtection:
         p_percent: The ``p`` of the p% rule, or ``None``.
         action: What a sensitive cell gets: ``"flag"`` (a public flag beside
             its perturbed values) or ``"suppress"`` (sum and mean blank).
+        quantile_window: ``h``: a quantile's window holds the ``h`` records
+            below and above its own (:mod:`tablesafe.mechanisms._quantiles`).
+        quantile_move: ``(g_lo, g_hi)``: the share of its spread a quantile
+            moves (the cell-key method): the spread is the distance to the
+            ``h``-th neighbour on the nearer side, at most ``quantile_cap``
+            times the quantile's value.
+        quantile_cap: The largest spread, as a share of the quantile's value.
+        quantile_min_count: The smallest protected count of a cell whose
+            quantiles are published (at least ``2 h + 1``).
 
     Raises:
         ParameterError: for an unknown option or an impossible value.
@@ -158,6 +167,10 @@ class MagnitudeProtection:
     dominance: tuple[int, float] | None = (1, 85.0)
     p_percent: float | None = 10.0
     action: SensitiveAction = SensitiveAction.FLAG
+    quantile_window: int = 5
+    quantile_move: tuple[float, float] = (0.1, 0.5)
+    quantile_cap: float = 0.08
+    quantile_min_count: int = 20
 
     def __post_init__(self) -> None:
         from tablesafe._rounding import Rounding
@@ -193,6 +206,31 @@ class MagnitudeProtection:
             raise ParameterError(f"p_percent must lie in (0, 100], not {self.p_percent!r}")
         for r in (self.rounding, self.mean_rounding):
             Rounding.parse(r)
+        self._check_quantiles()
+
+    def _check_quantiles(self) -> None:
+        """The quantile parameters: a window of 1 to 50 records a side, a move within it."""
+        h = self.quantile_window
+        if isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= 50:
+            raise ParameterError(f"quantile_window must be an integer in 1..50, not {h!r}")
+        move = tuple(self.quantile_move)
+        ok = len(move) == 2 and all(
+            isinstance(g, int | float) and not isinstance(g, bool) for g in move
+        )
+        if not ok or not 0 < float(move[0]) <= float(move[1]) <= 1:
+            raise ParameterError(
+                f"quantile_move must be two shares 0 < low <= high <= 1, not {self.quantile_move!r}"
+            )
+        object.__setattr__(self, "quantile_move", (float(move[0]), float(move[1])))
+        cap = self.quantile_cap
+        if isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap <= 1:
+            raise ParameterError(f"quantile_cap must be a share in (0, 1], not {cap!r}")
+        least = self.quantile_min_count
+        if isinstance(least, bool) or not isinstance(least, int) or least < 2 * h + 1:
+            raise ParameterError(
+                f"quantile_min_count must be an integer of at least 2 * quantile_window + 1 = "
+                f"{2 * h + 1}, not {least!r}"
+            )
 
     def top_needed(self) -> int:
         """How many largest contributions per cell the protection and the rules use.
@@ -252,6 +290,38 @@ class MagnitudeProtection:
         out["rules"] = rules
         out["sensitive_cells"] = str(self.action)
         out["rounding"] = {"sum": self.rounding, "mean": self.mean_rounding}
+        return out
+
+    def describe_quantiles(self, *, weighted: bool) -> dict[str, Any]:
+        """The public statement of the protection of medians and quantiles (``meta.quantiles``)."""
+        out: dict[str, Any] = {"method": str(self.method), "weighted": weighted}
+        h, (low, high) = self.quantile_window, self.quantile_move
+        if self.method == MagnitudeMethod.CKM:
+            out.update(
+                window=h,
+                move=[low, high],
+                min_count=self.quantile_min_count,
+                cap=self.quantile_cap,
+                statement=(
+                    f"each quantile moves up or down from the value of the record at its rank by "
+                    f"a share from {low:g} to {high:g} of its spread (the distance to the {h}th "
+                    f"record on the nearer side, at most {self.quantile_cap:g} of the value), "
+                    f"drawn from the keys of the {2 * h + 1} records around it; published where "
+                    f"{h} records lie on each side of it and the protected count is at least "
+                    f"{self.quantile_min_count}"
+                ),
+            )
+        elif self.method == MagnitudeMethod.DP:
+            out.update(
+                epsilon=self.epsilon,
+                min_count=self.quantile_min_count,
+                statement=(
+                    f"exponential mechanism over the owner's bounds (epsilon {self.epsilon:g} per "
+                    f"cell and quantile); published where the protected count is at least "
+                    f"{self.quantile_min_count}"
+                ),
+            )
+        out["rounding"] = self.rounding
         return out
 
 
