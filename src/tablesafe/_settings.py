@@ -551,6 +551,42 @@ class MagnitudeSettings(BaseModel):
         description="What a cell the rules find sensitive gets: flag (a public "
         "sensitive_VAR column, values still published) or suppress (sum and mean blank).",
     )
+    quantile_window: int = Field(
+        5,
+        ge=1,
+        le=50,
+        description="ckm: h, the records below and above a quantile's own that its window "
+        "holds (docs/quantiles.md).",
+    )
+    quantile_move: list[float] = Field(
+        [0.1, 0.5],
+        min_length=2,
+        max_length=2,
+        description="ckm: the lowest and highest share of its spread a quantile moves.",
+    )
+    quantile_cap: float = Field(
+        0.08, gt=0, le=1, description="ckm: a quantile's largest spread, as a share of its value."
+    )
+    quantile_min_count: int = Field(
+        20,
+        ge=3,
+        description="The smallest protected count of a cell whose medians and quantiles are "
+        "published (at least 2 x quantile_window + 1).",
+    )
+
+    @model_validator(mode="after")
+    def _quantile_parameters(self) -> MagnitudeSettings:
+        low, high = self.quantile_move
+        if not 0 < low <= high <= 1:
+            raise ValueError(
+                f"quantile_move must be two shares 0 < low <= high <= 1, not {self.quantile_move}"
+            )
+        if self.quantile_min_count < 2 * self.quantile_window + 1:
+            raise ValueError(
+                f"quantile_min_count must be at least 2 x quantile_window + 1 = "
+                f"{2 * self.quantile_window + 1}, not {self.quantile_min_count}"
+            )
+        return self
 
     def protection(self) -> MagnitudeProtection:
         """The magnitudes' protection these settings describe."""
@@ -568,6 +604,10 @@ class MagnitudeSettings(BaseModel):
             dominance=(self.dominance_n, self.dominance_k) if self.dominance_n else None,
             p_percent=self.p_percent or None,
             action=self.sensitive_action,
+            quantile_window=self.quantile_window,
+            quantile_move=(self.quantile_move[0], self.quantile_move[1]),
+            quantile_cap=self.quantile_cap,
+            quantile_min_count=self.quantile_min_count,
         )
 
 

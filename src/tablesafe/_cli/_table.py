@@ -111,9 +111,10 @@ def _engine(name: str, spark_master: str) -> Any:
 @click.option(
     "--statistic",
     default="both",
-    help="count, weighted or both, then sums and means of continuous variables and "
-    "percentages: 'count,sum:INCOME,mean:HOURS', 'weighted,percent:row' (percent:row, "
-    "percent:column, percent:total; weighted with weighted or both).",
+    help="count, weighted or both, then sums, means, medians and quantiles of continuous "
+    "variables and percentages: 'count,sum:INCOME,mean:HOURS', 'weighted,median:INCOME,"
+    "quantile:INCOME:0.9', 'weighted,percent:row' (percent:row, percent:column, "
+    "percent:total; weighted with weighted or both).",
 )
 @click.option("--margins", default="all", help="all, none or total.")
 @click.option(
@@ -225,7 +226,9 @@ def table(
     rules: Any = None
     if config is not None:
         protection, magnitudes, rules = _site_protection(config, data_dir)
-    elif method == ProtectionMethod.NONE and not (request.percentages or request.replicates):
+    elif method == ProtectionMethod.NONE and not (
+        request.percentages or request.replicates or request.quantiles
+    ):
         _echo_unprotected(dataset, request, eng, fmt, footnotes)
         return
     else:

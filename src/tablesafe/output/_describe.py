@@ -17,7 +17,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tablesafe._errors import RequestError
-from tablesafe.catalog._magnitudes import read_magnitude_column
+from tablesafe.catalog._magnitudes import (
+    quantile_words,
+    read_magnitude_column,
+    read_quantile_column,
+)
 
 if TYPE_CHECKING:
     from tablesafe._request import TableRequest
@@ -96,6 +100,12 @@ def statistic_label(column: str, catalog: Catalog | None, metadata: Mapping[str,
             return words.format(base, base[:1].lower() + base[1:])
     if column.startswith("percent_"):
         return f"{column.removeprefix('percent_').capitalize()} percentage"
+    quantile = read_quantile_column(column)
+    if quantile is not None:
+        percent, name, weighted = quantile
+        kind = quantile_words(percent)
+        kind = f"Weighted {kind[:1].lower() + kind[1:]}" if weighted else kind
+        return f"{kind} of {_magnitude_words(catalog, name)}"
     parts = read_magnitude_column(column)
     if parts is None:
         return column

@@ -176,6 +176,9 @@ def footnotes(
     mags = metadata.get("magnitudes")
     if isinstance(mags, Mapping):
         _magnitude_notes(mags, magnitudes, statement, flags)
+    quantiles = metadata.get("quantiles")
+    if isinstance(quantiles, Mapping):
+        _quantile_notes(quantiles, statement)
     citation = metadata.get("citation")
     if citation:
         statement.append(f"Source: {_plain(str(citation))}")
@@ -341,6 +344,21 @@ def _magnitude_notes(
                 f"the {' or '.join(rules)} rule finds that a few records make up most of "
                 f"this cell's {name}" + ("; its sum and mean are left blank" if hidden else "")
             )
+
+
+def _quantile_notes(quantiles: Mapping[str, Any], statement: list[str]) -> None:
+    """The sentences of a table's medians and quantiles (``meta.quantiles``)."""
+    over = "survey weights" if quantiles.get("weighted") else "records"
+    words = Rounding.parse(str(quantiles.get("rounding", "1"))).describe()
+    if quantiles.get("method") == MagnitudeMethod.NONE:
+        statement.append(
+            f"Medians and quantiles are exact (no protection), over the {over}, {words}."
+        )
+        return
+    statement.append(
+        f"Medians and quantiles (over the {over}): {quantiles.get('statement', '')}; "
+        f"{words}; blank where not published."
+    )
 
 
 def footnote_lines(notes: Mapping[str, Any]) -> list[str]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tablesafe.catalog._magnitudes import read_magnitude_column
+from tablesafe.catalog._magnitudes import read_magnitude_column, read_quantile_column
 from tablesafe.output._describe import title
 from tablesafe.output._render import TOTAL_LABEL
 from tablesafe.output._xlsx import BOLD, NUMBER, Grid, workbook_bytes
@@ -57,9 +57,14 @@ def sheet_names(statistics: Sequence[str]) -> dict[str, str]:
                 if s.endswith(suffix):
                     core, tail = s.removesuffix(suffix), words
         parts = read_magnitude_column(core)
+        quantile = read_quantile_column(core)
         base = _SHEET.get(s) or s
         if core.startswith("percent_"):
             base = f"{core.removeprefix('percent_').capitalize()} percentage{tail}"
+        elif quantile is not None:
+            kind = "median" if quantile[0] == 50 else f"P{quantile[0]}"
+            weighted = quantile[2]
+            base = f"{'Weighted ' + kind if weighted else kind.capitalize()} {quantile[1]}{tail}"
         elif parts is not None:
             kind, name, weighted = parts
             base = f"{'Weighted ' + kind if weighted else kind.capitalize()} {name}{tail}"

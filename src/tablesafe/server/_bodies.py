@@ -90,20 +90,24 @@ class TableBody(BaseModel):
         Field(
             max_length=400,
             pattern=rf"^({'|'.join(Statistic)})?"
-            rf"(,?((sum|mean):[A-Za-z][A-Za-z0-9_]{{0,62}}|percent:({'|'.join(Percent)})))*$",
+            rf"(,?((sum|mean|median):[A-Za-z][A-Za-z0-9_]{{0,62}}"
+            rf"|quantile:[A-Za-z][A-Za-z0-9_]{{0,62}}:0?\.[0-9]{{1,2}}"
+            rf"|percent:({'|'.join(Percent)})))*$",
         ),
     ] = Field(
         "both",
         description="count, weighted or both (unweighted counts, weighted counts, or both), "
-        "optionally followed by sums and means of continuous variables and percentages: "
-        "'count,sum:INCOME', 'weighted,percent:row' (percent:row, percent:column or "
-        "percent:total, of the weighted counts; of the counts with 'count').",
+        "optionally followed by sums, means, medians and quantiles of continuous variables "
+        "and percentages: 'count,sum:INCOME', 'weighted,median:INCOME,quantile:INCOME:0.9', "
+        "'weighted,percent:row' (percent:row, percent:column or percent:total, of the weighted "
+        "counts; of the counts with 'count').",
     )
     magnitudes: list[Annotated[str, Field(max_length=70)]] = Field(
         default_factory=list,
         max_length=10,
-        description="Sums and means of continuous variables: 'sum:VAR' or 'mean:VAR' "
-        "(weighted when the statistic is weighted or both).",
+        description="Sums, means, medians and quantiles of continuous variables: 'sum:VAR', "
+        "'mean:VAR', 'median:VAR' or 'quantile:VAR:P' (P a fraction such as 0.9; weighted "
+        "when the statistic is weighted or both).",
     )
     # Typed str, not Margins: FastAPI would add an enum class to the API's schema.
     margins: Annotated[

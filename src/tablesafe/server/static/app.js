@@ -401,7 +401,10 @@ function requestBody() {
   const body = { dimensions: dims, universe, statistic, margins: "all" };
   const mag = $("magvar").value;
   const magStats = [...document.querySelectorAll('input[name="magstat"]:checked')].map((c) => c.value);
-  if (mag && magStats.length) body.magnitudes = magStats.map((s) => `${s}:${mag}`);
+  // Quartiles are two quantiles; every other box is one item (sum:, mean:, median:).
+  if (mag && magStats.length) {
+    body.magnitudes = magStats.flatMap((s) => (s === "quartiles" ? [`quantile:${mag}:0.25`, `quantile:${mag}:0.75`] : [`${s}:${mag}`]));
+  }
   if ($("se").checked) body.se = true;
   const used = customGroupings().filter((g) => dims.includes(g.name) || g.name in universe);
   if (used.length) body.groupings = used;
@@ -420,7 +423,13 @@ function fmt(value, stat) {
   if (typeof value === "string") return value;
   if (stat.startsWith("mean_")) return value.toLocaleString(undefined, { maximumFractionDigits: 2 });
   if (stat.startsWith("percent_")) return value.toLocaleString(undefined, { minimumFractionDigits: 2, maximumFractionDigits: 2 });
-  return stat === "weighted" || stat.startsWith("sum_") ? Math.round(value).toLocaleString() : value.toLocaleString();
+  const whole = stat === "weighted" || stat.startsWith("sum_") || isQuantile(stat);
+  return whole ? Math.round(value).toLocaleString() : value.toLocaleString();
+}
+
+// Medians and quantiles: median_VAR, p25_VAR (and _weighted), in the variable's units.
+function isQuantile(stat) {
+  return /^(median|p\d\d)_/.test(stat) && !/_(se|ci_low|ci_high)$/.test(stat);
 }
 
 // A statistic's caption: counts, or the table's own words for a sum or mean (meta.statistics,
@@ -737,7 +746,9 @@ async function restoreFromUrl() {
   $("se").checked = t.se === true && !$("se").disabled;
   const mags = Array.isArray(t.magnitudes) ? t.magnitudes.map((m) => String(m).split(":")) : [];
   $("magvar").value = mags.length && magnitudeInfo(mags[0][1]) ? mags[0][1] : "";
-  for (const c of document.querySelectorAll('input[name="magstat"]')) c.checked = mags.some((m) => m[0] === c.value);
+  for (const c of document.querySelectorAll('input[name="magstat"]')) {
+    c.checked = mags.some((m) => m[0] === (c.value === "quartiles" ? "quantile" : c.value));
+  }
   state.layer = params.get("layer");
   await build();
 }
