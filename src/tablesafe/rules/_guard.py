@@ -948,7 +948,13 @@ class Family:
             return []  # nothing new in the family: no linear algebra at all
         self._build()
         vectors = self.indicators(new_sets)
-        if _in_span(vectors, self.basis).all():
+        if len(new_sets) == 1 and not vectors[0][self.covered].any():
+            # One new set sharing no code with the published ones: the span gains
+            # a direction apart from theirs, and the new set is an atom of its own.
+            return []
+        residual = vectors - (vectors @ self.basis.T) @ self.basis
+        grows = np.linalg.norm(residual, axis=1) >= _SPAN_TOLERANCE
+        if not grows.any():
             return []  # the span is the same: whatever is derivable now was before
         labels = _refine(self.labels, vectors)
         covered = self.covered | (vectors > 0).any(axis=0)
@@ -956,13 +962,19 @@ class Family:
         for j, label in enumerate(labels.tolist()):
             if covered[j]:
                 atoms.setdefault(label, []).append(self.codes[j])
-        published = self.published | set(new_sets)
-        candidates = [a for a in map(frozenset, atoms.values()) if a not in published]
+        mine = set(new_sets)
+        candidates = [
+            a for a in map(frozenset, atoms.values()) if a not in self.published and a not in mine
+        ]
         if not candidates:
             return []
+        # An atom off the published span (its residual not zero) is newly derivable
+        # when its residual lies in the span of the new sets' residuals.
         e = self.indicators(candidates)
-        before = _in_span(e, self.basis)
-        now = _in_span(e, _extend_basis(self.basis, vectors))
+        off = e - (e @ self.basis.T) @ self.basis
+        before = np.linalg.norm(off, axis=1) < _SPAN_TOLERANCE
+        added = _extend_basis(np.zeros((0, len(self.codes))), residual[grows])
+        now = np.linalg.norm(off - (off @ added.T) @ added, axis=1) < _SPAN_TOLERANCE
         return [a for a, b, n in zip(candidates, before, now, strict=True) if n and not b]
 
     def counts(
@@ -1015,14 +1027,8 @@ def _extend_basis(
     return out
 
 
-def _in_span(
-    vectors: npt.NDArray[np.float64], basis: npt.NDArray[np.float64]
-) -> npt.NDArray[np.bool_]:
-    if basis.shape[0] == 0:
-        return np.zeros(len(vectors), dtype=bool)
-    residual = vectors - (vectors @ basis.T) @ basis
-    out: npt.NDArray[np.bool_] = np.linalg.norm(residual, axis=1) < 1e-6
-    return out
+#: A residual shorter than this is in the span (indicators hold 0 and 1).
+_SPAN_TOLERANCE = 1e-6
 
 
 def _refine(
