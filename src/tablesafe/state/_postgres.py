@@ -26,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from tablesafe._errors import ConfigError
 from tablesafe.rules._guard import BUCKETS
+from tablesafe.state._jobs import JOB_SCHEMA
 from tablesafe.state._store import Cursor, Sql, StateStore
 
 __all__ = ["MIGRATIONS", "PostgresState"]
@@ -96,6 +97,8 @@ CREATE TABLE ledger_tables (
 );
 CREATE INDEX ledger_tables_identity ON ledger_tables (identity, id);
 """,
+    # Version 3: the job queue and its results (issue 31).
+    JOB_SCHEMA.replace("BLOB", "BYTEA"),
 ]
 
 #: The advisory lock of migrations (the two-key form: apart from the identities' keys).
@@ -149,6 +152,9 @@ class PostgresState(StateStore):
         ConfigError: if psycopg is not installed, the database cannot be
             reached, or its schema is newer than this tablesafe knows.
     """
+
+    #: The job queue's claim locks the row it picks; other workers skip it, never wait.
+    claim_lock = " FOR UPDATE SKIP LOCKED"
 
     def __init__(
         self,

@@ -96,10 +96,19 @@ def _ledger(con: sqlite3.Connection) -> None:
     con.execute("CREATE INDEX IF NOT EXISTS ledger_tables_identity ON ledger_tables (identity, id)")
 
 
+def _jobs(con: sqlite3.Connection) -> None:
+    """Version 3: the job queue and its results (issue 31)."""
+    from tablesafe.state._jobs import JOB_SCHEMA
+
+    for statement in JOB_SCHEMA.split(";"):
+        if statement.strip():
+            con.execute(statement)
+
+
 #: The schema's migrations, oldest first: version i + 1 is ``MIGRATIONS[i]``. A new
 #: table is one more function here and one more script in
 #: :data:`tablesafe.state._postgres.MIGRATIONS`.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_first, _ledger]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_first, _ledger, _jobs]
 
 
 class SQLiteState(StateStore):
