@@ -26,6 +26,7 @@ from tablesafe.rules._ledger import (
     summary,
     table_figures,
 )
+from tablesafe.rules import _ledger_loss as loss
 from tablesafe.rules._ledger_loss import make_family, max_loss
 from tsdata import random_frame, write_dataset
 
@@ -72,8 +73,11 @@ def _records():
         yield dict(zip(COLUMNS, combo, strict=True))
 
 
+@pytest.mark.parametrize("dense_work", [0, 60, loss.DENSE_WORK])
 @pytest.mark.parametrize("seed", range(40))
-def test_the_search_finds_the_largest_loss_of_any_possible_record(seed):
+def test_the_search_finds_the_largest_loss_of_any_possible_record(seed, dense_work, monkeypatch):
+    # The branch and bound alone (0), switching to the grid in small nodes (60), the grid.
+    monkeypatch.setattr(loss, "DENSE_WORK", dense_work)
     rng = np.random.default_rng(seed)
     raw = [_random_family(rng) for _ in range(rng.integers(1, 9))]
     new = [bool(rng.random() < 0.3) for _ in raw]
@@ -89,7 +93,8 @@ def test_the_search_finds_the_largest_loss_of_any_possible_record(seed):
     assert math.isclose(got_touched.value, max(touched, default=0.0), abs_tol=1e-9)
 
 
-def test_a_search_stopped_early_gives_an_upper_bound():
+def test_a_search_stopped_early_gives_an_upper_bound(monkeypatch):
+    monkeypatch.setattr(loss, "DENSE_WORK", 0)
     rng = np.random.default_rng(5)
     raw = [_random_family(rng) for _ in range(12)]
     kept = [f for f in (make_family(*r) for r in raw) if f is not None]

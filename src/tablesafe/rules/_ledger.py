@@ -38,6 +38,7 @@ spent something (its definitions and digests), replayed in order.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -54,7 +55,7 @@ from tablesafe._request import TabulationPlan
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._variables import Code
 from tablesafe.output._table import ProtectedTable
-from tablesafe.rules._guard import canonical, definition_text
+from tablesafe.rules._guard import _code_key, definition_text
 from tablesafe.rules._ledger_loss import QUANTITIES, Family, Loss, make_family, max_loss
 
 __all__ = [
@@ -302,10 +303,10 @@ def table_figures(
         for d in plan.dimensions
     )
 
+    full = {c: frozenset(v) for c, v in all_codes.items()}
+
     def piece(column: str, codes: frozenset[Code]) -> int:
-        if codes >= frozenset(all_codes.get(column, ())):
-            return 0
-        return _hash64(definition_text(canonical({column: codes}, all_codes)).encode())
+        return _piece(column, codes, full.get(column, frozenset()))
 
     fixed = sum(piece(c, v) for c, v in allowed.items() if c not in {d for d, _ in dims})
     totals = [piece(c, allowed[c]) for c, _ in dims]
@@ -341,6 +342,14 @@ def table_figures(
     )
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _piece(column: str, codes: frozenset[Code], full: frozenset[Code]) -> int:
+    """One column's condition, digested as the guard's canonical form writes it (0: all codes)."""
+    if codes >= full:
+        return 0
+    return _hash64(definition_text(((column, tuple(sorted(codes, key=_code_key))),)).encode())
+
+
 def _order(code: Code) -> tuple[int, int, str]:
     return (0, code, "") if isinstance(code, int) else (1, 0, str(code))
 
@@ -360,33 +369,37 @@ class Budgets:
 
 
 class _Digests:
-    """A set of figure digests: a sorted array, and the recent additions in a Python set."""
+    """A set of figure digests: sorted arrays whose sizes at least halve from one to the next.
+
+    8 bytes a figure (a Python set took about 60); a lookup is a binary search
+    in each of O(log n) arrays; an addition merges the last arrays while the
+    one before is at most twice as large (sorting two sorted runs is one merge).
+    """
 
     def __init__(self) -> None:
-        self.base = np.zeros(0, dtype=np.uint64)
-        self.recent: set[int] = set()
+        self.chunks: list[npt.NDArray[np.uint64]] = []
 
     def __len__(self) -> int:
-        return int(self.base.size) + len(self.recent)
+        return sum(int(c.size) for c in self.chunks)
 
     def contains(self, digests: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool_]:
+        # Sorted queries: each search starts near the last one's end.
+        order = np.argsort(digests, kind="stable")
+        queries = digests[order]
         found = np.zeros(digests.size, dtype=bool)
-        if self.base.size:
-            pos = np.minimum(np.searchsorted(self.base, digests), self.base.size - 1)
-            found = self.base[pos] == digests
-        if self.recent:
-            found |= np.fromiter(
-                (int(d) in self.recent for d in digests.tolist()), bool, count=digests.size
-            )
-        return np.asarray(found, dtype=bool)
+        for chunk in self.chunks:
+            pos = np.minimum(np.searchsorted(chunk, queries), chunk.size - 1)
+            found[order] |= chunk[pos] == queries
+        return found
 
     def add(self, digests: npt.NDArray[np.uint64]) -> None:
-        self.recent.update(digests.tolist())
-        # Folded into the sorted array now and then: 8 bytes a figure, not a Python int's 60.
-        if len(self.recent) > 4096 + self.base.size // 8:
-            merged = np.fromiter(self.recent, dtype=np.uint64, count=len(self.recent))
-            self.base = np.union1d(self.base, merged)
-            self.recent = set()
+        """Add digests not yet in the set."""
+        if digests.size == 0:
+            return
+        self.chunks.append(np.sort(digests))
+        while len(self.chunks) > 1 and self.chunks[-2].size <= 2 * self.chunks[-1].size:
+            last = self.chunks.pop()
+            self.chunks[-1] = np.sort(np.concatenate([self.chunks[-1], last]), kind="stable")
 
 
 @dataclass

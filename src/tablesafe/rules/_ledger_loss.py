@@ -33,6 +33,8 @@ says so.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -49,6 +51,9 @@ QUANTITIES = ("epsilon", "delta", "rho", "figures", "uncovered")
 
 #: Nodes the search visits before it settles for an upper bound.
 NODE_LIMIT = 20_000
+
+#: Largest (grid cells x families) evaluated at once rather than searched further.
+DENSE_WORK = 1 << 22
 
 #: Two losses closer than this (relative) are equal: sums of 0.1 must meet a budget of 3.
 TOLERANCE = 1e-9
@@ -81,7 +86,9 @@ class Family:
         return self.weights[q] * float(self.counts.max()) * self.overlap
 
 
-def _slot_map(members: Sequence[Iterable[Code]]) -> dict[Code, tuple[int, ...]]:
+@functools.lru_cache(maxsize=4096)
+def _slot_map(members: tuple[tuple[Code, ...], ...]) -> Mapping[Code, tuple[int, ...]]:
+    """Each code and the categories holding it (shared by every family: never changed)."""
     out: dict[Code, list[int]] = {}
     for j, codes in enumerate(members):
         for c in codes:
@@ -112,17 +119,19 @@ def make_family(
     if not counts.any():
         return None
     axes: list[str] = []
-    slots: list[dict[Code, tuple[int, ...]]] = []
+    slots: list[Mapping[Code, tuple[int, ...]]] = []
     overlap = 1
     keep = []
     for a, (column, members) in enumerate(dims):
-        slot = _slot_map(members)
+        slot = _slot_map(tuple(tuple(m) for m in members))
         most = max((len(v) for v in slot.values()), default=1)
         if most == 1 and np.all(counts == counts.take([0], axis=a)):
             continue  # every category holds as many figures: the box says who gets them
         used = np.atleast_1d(counts.any(axis=tuple(i for i in range(counts.ndim) if i != a)))
         axes.append(column)
-        slots.append({c: v for c, v in slot.items() if any(used[j] for j in v)})
+        slots.append(
+            slot if used.all() else {c: v for c, v in slot.items() if any(used[j] for j in v)}
+        )
         overlap *= most
         keep.append(a)
     dropped = tuple(a for a in range(counts.ndim) if a not in keep)
@@ -143,7 +152,7 @@ class _Fam:
     """A family in the search: one quantity's weight, and what is left of its box and axes."""
 
     w: float
-    box: dict[str, frozenset[Code]]
+    box: Mapping[str, frozenset[Code]]  # never changed in place: shared by the search's nodes
     axes: tuple[str, ...]
     slots: tuple[Mapping[Code, tuple[int, ...]], ...]
     counts: npt.NDArray[np.int64]
@@ -212,7 +221,7 @@ def max_loss(
         The largest loss (0 when no record takes anything), exact or an upper bound.
     """
     fams = [
-        _Fam(f.weights[q], dict(f.box), f.axes, f.slots, f.counts, f.new, f.overlap, f.top(q))
+        _Fam(f.weights[q], f.box, f.axes, f.slots, f.counts, f.new, f.overlap, f.top(q))
         for f in families
         if f.weights[q] > 0
     ]
@@ -241,7 +250,7 @@ def _fold(fams: list[_Fam], const: float, touched: bool) -> tuple[list[_Fam], fl
         f = same[0]
         if len(same) > 1:
             top = sum(g.top for g in same)
-            f = _Fam(top, f.box, (), (), f.counts, f.new, 1, top)
+            f = _Fam(top, f.box, (), (), np.ones((), dtype=np.int64), f.new, 1, top)
         out.append(f)
     return out, const, touched
 
@@ -260,6 +269,9 @@ def _descend(state: _Search, fams: list[_Fam], const: float, touched: bool) -> N
     if state.nodes > state.node_limit:
         state.bound = max(state.bound, ub)
         return
+    if _grid_cells(fams) * len(fams) <= DENSE_WORK:
+        _dense(state, fams, const, touched)
+        return
     column = _column(fams)
     inside = [f for f in fams if f.constrains(column)]
     outside = [f for f in fams if not f.constrains(column)]
@@ -272,6 +284,86 @@ def _descend(state: _Search, fams: list[_Fam], const: float, touched: bool) -> N
         _descend(state, outside + child, const, touched)
 
 
+def _grid_cells(fams: list[_Fam]) -> int:
+    """At most how many classes of codes the columns the families name make together."""
+    named: dict[str, set[Code]] = {}
+    for f in fams:
+        for c, allowed in f.box.items():
+            named.setdefault(c, set()).update(allowed)
+        for c, slot in zip(f.axes, f.slots, strict=True):
+            named.setdefault(c, set()).update(slot)
+    return math.prod(len(v) for v in named.values())
+
+
+def _dense(state: _Search, fams: list[_Fam], const: float, touched: bool) -> None:
+    """Every class of codes at once: the families' sum on the grid of the columns' classes."""
+    columns = sorted({c for f in fams for c in (*f.box, *f.axes)})
+    reps = {c: _atoms([f for f in fams if f.constrains(c)], c) for c in columns}
+    shape = tuple(len(reps[c]) for c in columns)
+    total = np.full(shape, const, dtype=np.float64)
+    hit = np.full(shape, touched, dtype=bool)
+    boxes: dict[tuple[tuple[str, ...], bool], list[_Fam]] = {}
+    for f in fams:
+        if f.axes:
+            part = _on_grid(f, columns, reps)
+            total = total + f.w * part
+            if f.new:
+                hit |= part > 0
+        else:
+            boxes.setdefault((tuple(sorted(f.box)), f.new), []).append(f)
+    for (cols, new), group in boxes.items():
+        part = _boxes_on_grid(group, cols, columns, reps)
+        total = total + part
+        if new:
+            hit |= part > 0
+    where = hit if state.touched_only else np.ones(shape, dtype=bool)
+    if where.any():
+        state.best = max(state.best, float(total[where].max()))
+
+
+def _boxes_on_grid(
+    group: list[_Fam], cols: tuple[str, ...], columns: list[str], reps: dict[str, list[Code]]
+) -> npt.NDArray[np.float64]:
+    """The sum of families with boxes on the same columns (no axes): one tensor contraction."""
+    mats = []
+    for c in cols:
+        pos = {code: i for i, code in enumerate(reps[c])}
+        m = np.zeros((len(group), len(pos)))
+        for k, f in enumerate(group):
+            # Each class lies wholly inside or outside a box: its code decides.
+            m[k, [pos[code] for code in f.box[c] if code in pos]] = 1.0
+        mats.append(m)
+    weights = np.array([f.top for f in group])
+    letters = "abcdefghijklmnopqrstuvwxy"[: len(cols)]
+    spec = "z," + ",".join(f"z{x}" for x in letters) + "->" + letters
+    part = np.einsum(spec, weights, *mats) if cols else np.asarray(weights.sum())
+    return np.asarray(part).reshape([len(reps[c]) if c in cols else 1 for c in columns])
+
+
+def _on_grid(f: _Fam, columns: list[str], reps: dict[str, list[Code]]) -> npt.NDArray[np.float64]:
+    """The figures family ``f`` gives each class of the grid (broadcastable to it)."""
+    part = np.asarray(f.counts, dtype=np.float64)
+    have = list(f.axes)
+    for a, c in enumerate(f.axes):
+        # Class x of column c is in the categories that hold its code (overlaps add up).
+        held = np.zeros((len(reps[c]), part.shape[a]))
+        for i, code in enumerate(reps[c]):
+            held[i, list(f.slots[a].get(code, ()))] = 1.0
+        part = np.moveaxis(np.tensordot(part, held, axes=([a], [1])), -1, a)
+    for c, allowed in f.box.items():
+        inside = np.array([code in allowed for code in reps[c]], dtype=np.float64)
+        if c in have:
+            a = have.index(c)
+            part = part * inside.reshape([-1 if i == a else 1 for i in range(part.ndim)])
+        else:
+            part = part[..., None] * inside
+            have.append(c)
+    order = sorted(range(len(have)), key=lambda i: columns.index(have[i]))
+    part = np.transpose(part, order)
+    placed = [columns.index(have[i]) for i in order]
+    return part.reshape([len(reps[c]) if j in placed else 1 for j, c in enumerate(columns)])
+
+
 def _column(fams: list[_Fam]) -> str:
     """The column the most weight depends on (ties: the first name)."""
     score: dict[str, float] = {}
@@ -282,25 +374,25 @@ def _column(fams: list[_Fam]) -> str:
 
 
 def _atoms(inside: list[_Fam], column: str) -> list[Code]:
-    """One code per class of the codes of ``column`` that no family in ``inside`` tells apart."""
-    named: set[Code] = set()
-    for f in inside:
+    """One code per class of the codes of ``column`` that no family in ``inside`` tells apart.
+
+    A code's signature lists the families whose box allows it and the categories
+    holding it; it is built from what each family names, so the cost is the size
+    of the families' conditions, not codes times families.
+    """
+    sig: dict[Code, list[object]] = {}
+    for i, f in enumerate(inside):
         if column in f.box:
-            named.update(f.box[column])
+            for code in f.box[column]:
+                sig.setdefault(code, []).append(i)
         if column in f.axes:
-            named.update(f.slots[f.axes.index(column)])
+            for code, held in f.slots[f.axes.index(column)].items():
+                sig.setdefault(code, []).append((i, held))
     seen: dict[tuple[object, ...], Code] = {}
     # In a fixed order (sets of text codes iterate in a per-process order), so that a
     # search stopped at its node limit gives the same bound in every process.
-    for code in sorted(named, key=_code_order):
-        sig = tuple(
-            (
-                code in f.box[column] if column in f.box else None,
-                f.slots[f.axes.index(column)].get(code, ()) if column in f.axes else None,
-            )
-            for f in inside
-        )
-        seen.setdefault(sig, code)
+    for code in sorted(sig, key=_code_order):
+        seen.setdefault(tuple(sig[code]), code)
     return list(seen.values())
 
 
