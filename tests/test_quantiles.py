@@ -9,6 +9,8 @@ record, in (value, record key) order, at which the cumulative weight reaches
 from __future__ import annotations
 
 import itertools
+import math
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +34,8 @@ SECRET = b"quantile-test-secret-0123456789abcdef"
 def brute_quantile(x: np.ndarray, w: np.ndarray, key: np.ndarray, percent: int) -> float:
     """The definition, one record at a time, in exact rational arithmetic on fixed-point weights."""
     order = sorted(range(len(x)), key=lambda i: (x[i], key[i]))
-    units = [int(round(w[i] * 2**16)) for i in order]
+    # Fixed point: w * 2**16 rounded half away from zero (weights are >= 0), exactly.
+    units = [math.floor(Fraction(float(w[i])) * 2**16 + Fraction(1, 2)) for i in order]
     total = sum(units)
     running = 0
     for i, u in zip(order, units, strict=True):
@@ -252,7 +255,7 @@ def test_unprotected_quantiles_equal_the_brute_force(make_dataset, weighted: boo
         for percent, column in ((50, f"median_X{suffix}"), (90, f"p90_X{suffix}")):
             truth = _truth(frame, ("A", "D"), "X", weighted, percent)
             for _, row in f.iterrows():
-                n, want = truth[(str(row["A"]), str(row["D"]))]
+                _, want = truth[(str(row["A"]), str(row["D"]))]
                 got = row[column]
                 assert (got is None or np.isnan(got)) if want is None else got == want
 
