@@ -18,6 +18,7 @@ import pytest
 import tablesafe as ts
 from tablesafe._request import Margins
 from tablesafe.mechanisms import dp_geometric
+from tablesafe.rules import _ledger_loss as loss
 from tablesafe.rules._ledger import (
     BudgetExhausted,
     Budgets,
@@ -26,7 +27,6 @@ from tablesafe.rules._ledger import (
     summary,
     table_figures,
 )
-from tablesafe.rules import _ledger_loss as loss
 from tablesafe.rules._ledger_loss import make_family, max_loss
 from tsdata import random_frame, write_dataset
 
@@ -269,3 +269,58 @@ def test_rows_read_back_to_the_same_figures(data):
     assert back.digests.tolist() == f.digests.tolist()
     assert [k.name for k in f.kinds] == ["count", "weighted"]
     assert f.kinds[0].dp and f.kinds[0].epsilon == 1.0 and f.kinds[1].epsilon is None
+
+
+def test_refusals_depend_on_what_was_published_not_on_the_records(data, tmp_path):
+    other = write_dataset(tmp_path / "other", random_frame(900, 99))
+    outcomes = []
+    for dataset in (data, other):
+        builder, prot = _builder(dataset, "independent", epsilon=0.5)
+        rng = np.random.default_rng(31)
+        ledger, seen = LedgerIndex(), []
+        for _ in range(30):
+            built = builder.run(_random_request(rng, dataset.catalog))
+            figures = table_figures(built.plan, built.table, prot, dataset.catalog)
+            try:
+                ledger.check("k", figures, Budgets(epsilon=3))
+            except BudgetExhausted as exc:
+                seen.append(str(exc))
+                continue
+            ledger.add("k", figures)
+            seen.append("answered")
+        outcomes.append(seen)
+    assert outcomes[0] == outcomes[1]
+    assert "answered" in outcomes[0] and any(o != "answered" for o in outcomes[0])
+
+
+def test_tables_of_disjoint_universes_compose_in_parallel(data):
+    builder, prot = _builder(data, "aggregate")
+    ledger = LedgerIndex()
+    for code in data.catalog.variable("C").codes:
+        built = builder.run(ts.TableRequest(("A", "B"), universe={"C": [code]}, statistic="count"))
+        figures = table_figures(built.plan, built.table, prot, data.catalog)
+        assert ledger.check("k", figures, Budgets(epsilon=1))
+        ledger.add("k", figures)
+    assert summary(ledger.dataset)["epsilon_spent"] == 1
+    assert ledger.dataset.tables == 10
+
+
+def test_the_records_distribution_is_over_the_records_the_microdata_hold(data):
+    from tablesafe.engines import DuckDBEngine
+    from tablesafe.server._ledger import records_distribution
+
+    builder, prot = _builder(data, "aggregate")
+    ledger = LedgerIndex()
+    for universe in ({"A": [4]}, {"A": [1, 4]}):  # no record has A = 4
+        built = builder.run(ts.TableRequest(("B",), universe=universe, statistic="count"))
+        ledger.add("k", table_figures(built.plan, built.table, prot, data.catalog))
+    got = records_distribution(DuckDBEngine(), data, ledger.dataset.families)
+    frame = random_frame(400, 3)
+    in_a1 = int((frame["A"] == 1).sum())
+    assert got["records"] == 400
+    assert got["distribution"] == [
+        {"epsilon": 0.0, "records": 400 - in_a1},
+        {"epsilon": 1.0, "records": in_a1},
+    ]
+    # A record with A = 4 could exist: it would be in both tables' cells.
+    assert summary(ledger.dataset)["epsilon_spent"] == 2 and got["epsilon_max"] == 1

@@ -7,6 +7,7 @@ two stores on one database standing for two processes or replicas.
 from __future__ import annotations
 
 import json
+import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -71,6 +72,17 @@ def test_a_dp_site_answers_three_tables_of_epsilon_1_and_refuses_a_fourth(demo_d
     assert report["epsilon_spent"] == 3 and report["epsilon_left"] == 0
     assert report["budget"] == {"epsilon": 3, "epsilon_per_key": None}
     assert report["tables"] == 3 and report["exact"]
+    per_figure = dp_geometric(1.0, cap=5).privacy().delta
+    assert report["delta_spent"] == pytest.approx(3 * per_figure)
+    rho = 3 * 1.0**2 / 2
+    assert report["zcdp"] == pytest.approx(
+        {
+            "rho": rho,
+            "epsilon": rho + 2 * math.sqrt(rho * math.log(1e6)),
+            "delta": 3 * per_figure + 1e-6,
+        }
+    )
+    assert report["figures_without_epsilon_per_record"] == 0
     # A one-way table of counts publishes its inner cells (aggregate additivity): a record is
     # in one of each table's; the margins are sums of them.
     assert report["figures_per_record"] == 3
@@ -123,6 +135,19 @@ def test_a_per_key_budget_counts_what_the_key_was_given(demo_dir, tmp_path):
             assert _table(client, dims, key=ADMIN_KEY).status_code == 200
         assert _table(client, ["TENURE"], key=ADMIN_KEY).status_code == 403
         assert _table(client, ["SEX"]).status_code == 200
+
+
+def test_weighted_figures_are_counted_without_an_epsilon(demo_dir, tmp_path):
+    config = site(demo_dir, tmp_path, protection=DP, rules={"min_universe_size": 0})
+    with TestClient(create_app(config)) as client:
+        assert _table(client, ["SEX"], statistic="both").status_code == 200
+    report = ledger_report(config, ts_state(config), "demo")
+    assert report["epsilon_spent"] == 1 and report["figures_per_record"] == 2
+    assert report["figures_without_epsilon_per_record"] == 1
+    assert [(k["kind"], k["epsilon"], k["figures"]) for k in report["kinds"]] == [
+        ("count", 1.0, 2),
+        ("weighted", None, 2),
+    ]
 
 
 def test_a_site_that_is_not_dp_says_its_figures_are_a_bound(demo_dir, tmp_path):
@@ -245,14 +270,18 @@ def test_a_store_from_before_the_ledger_gains_it_and_keeps_its_rows(tmp_path, fi
     import sqlite3
 
     from tablesafe.state import SQLiteState
+    from tablesafe.state._sqlite import MIGRATIONS
 
     identity, figures = figures_of
     path = tmp_path / "state.sqlite"
-    store = SQLiteState(path)
-    store.record(key_id="old", endpoint="GET /api/datasets", status=200, outcome="ok")
-    store.close()
     con = sqlite3.connect(path)
-    con.executescript("DROP TABLE ledger_tables; PRAGMA user_version = 1;")
+    MIGRATIONS[0](con)  # the schema's version 1: no ledger
+    con.execute(
+        "INSERT INTO requests (time, key_id, endpoint, status, outcome) "
+        "VALUES ('2025-01-01T00:00:00.000+00:00', 'old', 'GET /api/datasets', 200, 'ok')"
+    )
+    con.execute("PRAGMA user_version = 1")
+    con.commit()
     con.close()
     store = SQLiteState(path)
     try:
