@@ -37,6 +37,7 @@ __all__ = [
     "iter_json",
     "long_columns",
     "long_frame",
+    "long_rows",
     "render_text",
     "to_csv",
     "to_json",
@@ -64,17 +65,36 @@ def long_columns(
         computed: Which cells to include.
         labels: Also add a ``<name>_label`` column per dimension.
     """
-    shape = computed.shape
-    idx = np.nonzero(computed.reshape(-1))[0]
-    multi = np.unravel_index(idx, shape)
+    idx = np.flatnonzero(computed)
+    values = {name: arr.reshape(-1)[idx] for name, arr in columns.items()}
+    return long_rows(dimensions, computed.shape, idx, values, labels=labels)
+
+
+def long_rows(
+    dimensions: Sequence[DimensionPlan],
+    shape: tuple[int, ...],
+    cells: np.ndarray,
+    columns: Mapping[str, np.ndarray],
+    *,
+    labels: bool = False,
+) -> dict[str, np.ndarray]:
+    """:func:`long_columns` of some cells: their codes, then ``columns`` (their values).
+
+    Args:
+        dimensions: The table's dimensions.
+        shape: The extended shape.
+        cells: Flat positions of the cells in it.
+        columns: Statistic name -> the values at ``cells`` (1-D).
+        labels: Also add a ``<name>_label`` column per dimension.
+    """
+    multi = np.unravel_index(cells, shape)
     data: dict[str, Any] = {}
     for d, pos in zip(dimensions, multi, strict=True):
         codes = np.array([*d.codes, TOTAL_CODE], dtype=object)
         data[d.name] = codes[pos]
         if labels:
             data[f"{d.name}_label"] = np.array([*d.labels, TOTAL_LABEL], dtype=object)[pos]
-    for name, arr in columns.items():
-        data[name] = arr.reshape(-1)[idx]
+    data.update(columns)
     return data
 
 
@@ -157,8 +177,13 @@ def iter_csv(frame: Columns, *, chunk: int = 16384) -> Iterator[bytes]:
         yield piece.encode()
 
 
-def _csv_pieces(cols: dict[str, np.ndarray], chunk: int | None) -> Iterator[str]:
-    """CSV text of ``cols`` in pieces of ``chunk`` rows (all at once for ``None``)."""
+def _csv_pieces(
+    cols: dict[str, np.ndarray], chunk: int | None, *, header: bool = True
+) -> Iterator[str]:
+    """CSV text of ``cols`` in pieces of ``chunk`` rows (all at once for ``None``).
+
+    ``header=False`` leaves the header line out (a streamed writer's later pieces).
+    """
     text = [_csv_column(v) for v in cols.values()]
     rows = len(text[0]) if text else 0
     step = chunk or max(rows, 1)
@@ -170,7 +195,7 @@ def _csv_pieces(cols: dict[str, np.ndarray], chunk: int | None) -> Iterator[str]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(list(cols))
-    head = buf.getvalue()
+    head = buf.getvalue() if header else ""
     if rows == 0:
         yield head
     for start in range(0, rows, step):

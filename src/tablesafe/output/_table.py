@@ -23,7 +23,7 @@ from tablesafe._rounding import Rounding
 from tablesafe.output._published import estimate_companions
 from tablesafe.output._render import (
     iter_json,
-    long_columns,
+    long_rows,
     render_text,
     to_csv,
     to_json,
@@ -160,7 +160,24 @@ class ProtectedTable:
 
     def shown_statistics(self) -> dict[str, np.ndarray]:
         """Statistics as published: suppressed cells blank (``None``) or ``"<k"``."""
-        cols: dict[str, np.ndarray] = dict(self.statistics())
+        return self.published(self.statistics())
+
+    def published(
+        self, statistics: Mapping[str, np.ndarray], cells: npt.NDArray[np.intp] | None = None
+    ) -> dict[str, np.ndarray]:
+        """``statistics`` (:meth:`statistics`' arrays) as published, at some cells or all.
+
+        Args:
+            statistics: Statistic name -> extended array.
+            cells: Flat positions in the extended shape: the values there, as
+                1-D arrays (a streamed writer's piece); all cells, in the
+                extended shape, when None.
+        """
+
+        def at(values: np.ndarray) -> np.ndarray:
+            return values if cells is None else values.reshape(-1)[cells]
+
+        cols = {name: at(values) for name, values in statistics.items()}
         for name in (
             "se",
             "ci_low",
@@ -173,17 +190,18 @@ class ProtectedTable:
                 values[np.isnan(cols[name])] = None
                 cols[name] = values
         if self.unreliable_display is not None:
-            for name, flag in (self.unreliable or {}).items():
+            for name, unreliable in (self.unreliable or {}).items():
+                flag = at(unreliable)
                 for column in (name, *estimate_companions(name)):
                     if column in cols and flag.any():
                         values = cols[column].astype(object)
                         values[flag] = self.unreliable_display
                         cols[column] = values
         if self.suppressed is not None and self.suppressed.any():
-            shown = self.suppressed_display
+            shown, suppressed = self.suppressed_display, at(self.suppressed)
             for name in list(cols):
                 values = cols[name].astype(object)
-                values[self.suppressed] = shown
+                values[suppressed] = shown
                 cols[name] = values
         return cols
 
@@ -208,20 +226,46 @@ class ProtectedTable:
         self, *, labels: bool = False, flags: bool = True, owner: bool = False
     ) -> dict[str, np.ndarray]:
         """The columns of :meth:`to_frame` as numpy arrays (no pandas needed)."""
-        cols = self.shown_statistics()
+        return self.long_rows(
+            np.flatnonzero(self.computed), labels=labels, flags=flags, owner=owner
+        )
+
+    def long_rows(
+        self,
+        cells: npt.NDArray[np.intp],
+        *,
+        labels: bool = False,
+        flags: bool = True,
+        owner: bool = False,
+        statistics: Mapping[str, np.ndarray] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """The rows of :meth:`long_columns` at some computed cells (a streamed writer's piece).
+
+        Args:
+            cells: Flat positions of computed cells in the extended shape, ascending.
+            labels: Add a ``<name>_label`` column per dimension.
+            flags: Add the public flags (as :meth:`to_frame`).
+            owner: Add the owner's flags (as :meth:`to_frame`).
+            statistics: :meth:`statistics`, computed once for every piece (default: now).
+        """
+        cols = self.published(self.statistics() if statistics is None else statistics, cells)
+
+        def at(values: np.ndarray) -> np.ndarray:
+            return values.reshape(-1)[cells]
+
         if flags:
-            cols["structural_zero"] = self.structural_zero
+            cols["structural_zero"] = at(self.structural_zero)
             if self.suppressed is not None:
-                cols["suppressed"] = self.suppressed
+                cols["suppressed"] = at(self.suppressed)
             for name, flag in (self.sensitive or {}).items():
-                cols[f"sensitive_{name}"] = flag
+                cols[f"sensitive_{name}"] = at(flag)
             if self.unreliable_display is None:
                 for name, flag in (self.unreliable or {}).items():
-                    cols[f"unreliable_{name}"] = flag
+                    cols[f"unreliable_{name}"] = at(flag)
         if owner:
-            cols["perturbed"] = self.perturbed
-            cols["adjusted"] = self.adjusted
-        return long_columns(self.dimensions, cols, self.computed, labels=labels)
+            cols["perturbed"] = at(self.perturbed)
+            cols["adjusted"] = at(self.adjusted)
+        return long_rows(self.dimensions, self.computed.shape, cells, cols, labels=labels)
 
     @property
     def title(self) -> str:
