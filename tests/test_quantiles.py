@@ -424,3 +424,42 @@ min_universe_size = 20
     assert "median_INCOME_weighted" in out.output
     cells = lambda text: [line for line in text.splitlines() if line and not line.startswith("#")]  # noqa: E731
     assert cells(out.output) == cells(r.text)
+
+
+def test_footnotes_state_the_quantiles_protection_and_blanks(demo_dir: Path) -> None:
+    ds = ts.Dataset.open(demo_dir)
+    protected = ts.TableBuilder(ds, ts.Protection(destatis(3, 1.0))).build(
+        ts.TableRequest(("REGION",), statistic="weighted,median:INCOME")
+    )
+    notes = " ".join(protected.footnotes()["statement"])
+    statement = protected.metadata["quantiles"]["statement"]
+    assert f"Medians and quantiles (over the survey weights): {statement}" in notes
+    assert "blank where not published" in notes
+    exact = ts.TableBuilder(ds, ts.Protection(None)).build(
+        ts.TableRequest(("REGION",), statistic="count,median:INCOME")
+    )
+    assert "Medians and quantiles are exact (no protection), over the records" in " ".join(
+        exact.footnotes()["statement"]
+    )
+
+
+@pytest.mark.system
+def test_spark_lists_the_same_records(demo_dir: Path) -> None:
+    """Spark's records give the same protected quantiles as DuckDB's, bit for bit."""
+    import shutil
+
+    if shutil.which("java") is None:
+        pytest.fail("the Spark tests need Java 17")
+    from tablesafe.engines import SparkEngine
+
+    ds = ts.Dataset.open(demo_dir)
+    request = ts.TableRequest(
+        ("REGION", "SEX"), universe={"EDUC": [3, 4]}, statistic="weighted,median:INCOME"
+    )
+    protection = ts.Protection(destatis(3, 1.0), seeds="keyed", secret=SECRET)
+    spark = SparkEngine(master="local[2]")
+    try:
+        a = ts.TableBuilder(ds, protection, engine=spark).build(request).to_json()
+    finally:
+        spark.close()
+    assert a == ts.TableBuilder(ds, protection).build(request).to_json()
