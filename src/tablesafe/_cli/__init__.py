@@ -42,6 +42,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "serve": ("_server",),
     "table": ("_table",),
     "version": (),
+    "worker": ("_worker",),
 }
 
 #: The one-line help of each top-level command, shown by ``tablesafe --help``
@@ -68,6 +69,7 @@ COMMAND_HELP: dict[str, str] = {
     "serve": "Serve the table builder: HTTP API and web page.",
     "table": "Build a protected table: rows by columns (by layers) inside a universe.",
     "version": "Print the version of tablesafe.",
+    "worker": "Build queued jobs: large tables asked for with POST /api/datasets/{name}/jobs.",
 }
 
 #: The parameter type of file and folder arguments: a :class:`pathlib.Path`,

@@ -6,6 +6,8 @@ Endpoints::
     GET  /api/datasets                    datasets served
     GET  /api/datasets/{name}             variables, categories, labels, rules, protection
     POST /api/datasets/{name}/tables      a protected table (?format=json|csv|xlsx|jsonstat|...)
+    POST /api/datasets/{name}/jobs        a large table as a job; GET /api/jobs/{id} and
+                                          /api/jobs/{id}/result (:mod:`tablesafe.server._jobs`)
     GET  /api/admin/audit                 the audit log (admin keys only)
     GET  /api/admin/datasets/{name}/reconstruction   reconstruction audits over time (admin)
     POST /api/admin/datasets/{name}/reconstruction   run the reconstruction audit now (admin)
@@ -50,6 +52,7 @@ from tablesafe.output._formats import WriteOptions, format_names, output_format
 from tablesafe.server._auth import Authenticator, AuthError, Principal
 from tablesafe.server._bodies import TableBody
 from tablesafe.server._gate import Edge, Gate, error_shape
+from tablesafe.server._jobs import add_job_routes
 from tablesafe.server._observe import Observed, Operations
 from tablesafe.server._service import TableService
 from tablesafe.state import StateStore
@@ -104,6 +107,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
     _add_dataset_routes(app, service)
     _add_admin_routes(app, site, service, auth, audit)
     _add_ledger_route(app, site, service, auth, audit)
+    add_job_routes(app, service, auth, principal=_principal, served=_served)
     _add_pages(app, site)
     return app
 

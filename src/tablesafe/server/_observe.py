@@ -315,11 +315,10 @@ class _Collector:
         yield from self._jobs(GaugeMetricFamily)
 
     def _jobs(self, gauge: Any) -> Iterator[Any]:
-        counts = getattr(self.service.state, "job_counts", None)
-        if counts is None:
-            return
+        from tablesafe.state._jobs import JobQueue
+
         try:
-            by_status = counts()
+            by_status = JobQueue(self.service.state).counts()
         except Exception:  # the store is down: /readyz says so; the other figures still count
             log.exception("metrics: the job queue cannot be read")
             return

@@ -65,6 +65,8 @@ _ROWS_PER_INSERT = 500
 
 #: The endpoint of a table request, as the audit log writes it.
 _TABLES_ENDPOINT = "POST /api/datasets/%/tables"
+#: The audit row a worker writes for a table built as a job.
+_JOBS_ENDPOINT = "JOB /api/datasets/%/jobs/%"
 
 _REQUEST_COLUMNS = ["id", "time", "key_id", "dataset", "endpoint", "request", "status", "outcome",
                     "client"]  # fmt: skip
@@ -247,12 +249,12 @@ class StateStore(ABC):
         return {str(k): str(t) for k, t in rows}
 
     def served_tables(self, dataset: str) -> list[tuple[str, dict[str, Any]]]:
-        """Every table answered for ``dataset`` (any key), oldest first: (time, request body)."""
+        """Every table answered for ``dataset`` (any key, jobs too), oldest first: (time, body)."""
         with self._connection() as sql:
             rows = sql.execute(
                 "SELECT time, request FROM requests WHERE dataset = ? AND status = 200 AND "
-                "endpoint LIKE ? AND request IS NOT NULL ORDER BY id",
-                (dataset, _TABLES_ENDPOINT),
+                "(endpoint LIKE ? OR endpoint LIKE ?) AND request IS NOT NULL ORDER BY id",
+                (dataset, _TABLES_ENDPOINT, _JOBS_ENDPOINT),
             ).fetchall()
         out = []
         for when, body in rows:

@@ -1,0 +1,53 @@
+"""Command line: `tablesafe worker`, which builds the tables asked for as jobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tablesafe._cli import PATH, app
+
+
+@app.command("worker")
+@click.option("--config", type=PATH, required=True, help="Site configuration (TOML).")
+@click.option(
+    "--poll-seconds",
+    type=click.FloatRange(0.05, 60),
+    default=1.0,
+    show_default=True,
+    help="Wait between looks at an empty queue.",
+)
+@click.option("--once", is_flag=True, help="Build the jobs queued now, then stop.")
+def worker(config: Path, poll_seconds: float, once: bool) -> None:
+    """Build queued jobs: large tables asked for with POST /api/datasets/{name}/jobs.
+
+    Takes jobs one at a time from the site's state store ([state] url's
+    PostgreSQL, or the SQLite audit_db on one machine) and builds each as a
+    direct table is built, with the dataset's job limits. Any number of
+    workers may share one store. SIGTERM or Ctrl-C: the job being built is
+    finished first, then the worker stops.
+    """
+    import signal
+    import threading
+
+    from tablesafe._settings import load_site_config
+    from tablesafe.server._jobs import Worker
+
+    site = load_site_config(config)
+    runner = Worker(site)
+    stop = threading.Event()
+
+    def finish(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, finish)
+    signal.signal(signal.SIGINT, finish)
+    click.echo(
+        f"tablesafe: worker {runner.name} taking jobs from {runner.service.state.location}",
+    )
+    try:
+        done = runner.run(stop, poll_seconds=poll_seconds, once=once)
+    finally:
+        runner.close()
+    click.echo(f"tablesafe: worker {runner.name} stopped after {done} jobs")
