@@ -290,3 +290,7 @@ def test_a_store_from_before_the_ledger_gains_it_and_keeps_its_rows(tmp_path, fi
         assert [row[1:3] for row in store.ledger_rows(identity)] == [("k", "demo")]
     finally:
         store.close()
+    con = sqlite3.connect(path)
+    (size,) = con.execute("SELECT length(digests) FROM ledger_tables").fetchone()
+    con.close()
+    assert size == 8 * figures["SEX"].digests.size  # 8 bytes a figure

@@ -206,7 +206,7 @@ def max_loss(
     q: int = 0,
     *,
     touched_only: bool = False,
-    node_limit: int = NODE_LIMIT,
+    node_limit: int | None = None,
 ) -> Loss:
     """The largest quantity ``q`` any possible record takes from ``families``.
 
@@ -215,20 +215,43 @@ def max_loss(
         q: Which of :data:`QUANTITIES` (0: epsilon).
         touched_only: Only records that take something from a ``new`` family
             (the records a table being checked would spend on).
-        node_limit: Nodes to visit before settling for an upper bound.
+        node_limit: Nodes to visit before settling for an upper bound
+            (default: :data:`NODE_LIMIT`).
 
     Returns:
         The largest loss (0 when no record takes anything), exact or an upper bound.
     """
+    kept = [f for f in families if f.weights[q] > 0]
+    if touched_only:
+        # Only records a new family holds count: a family sharing none of them adds nothing.
+        new = [f for f in kept if f.new]
+        kept = [f for f in kept if f.new or any(_meets(f, g) for g in new)]
     fams = [
         _Fam(f.weights[q], f.box, f.axes, f.slots, f.counts, f.new, f.overlap, f.top(q))
-        for f in families
-        if f.weights[q] > 0
+        for f in kept
     ]
-    state = _Search(q, touched_only, node_limit)
+    state = _Search(q, touched_only, NODE_LIMIT if node_limit is None else node_limit)
     _descend(state, fams, 0.0, False)
     value = max(state.best, state.bound)
     return Loss(max(float(value), 0.0), state.bound == -np.inf)
+
+
+def _allowed(f: Family, column: str) -> Iterable[Code] | None:
+    """The codes of ``column`` a record of one of ``f``'s figures may have (None: any)."""
+    codes: Iterable[Code] | None = f.box.get(column)
+    if column in f.axes:
+        held = f.slots[f.axes.index(column)].keys()
+        codes = held if codes is None else frozenset(codes) & held
+    return codes
+
+
+def _meets(f: Family, g: Family) -> bool:
+    """Whether some record could be in a figure of ``f`` and one of ``g``."""
+    for column in {*f.box, *f.axes} & {*g.box, *g.axes}:
+        a, b = _allowed(f, column), _allowed(g, column)
+        if a is not None and b is not None and frozenset(a).isdisjoint(b):
+            return False
+    return True
 
 
 def _fold(fams: list[_Fam], const: float, touched: bool) -> tuple[list[_Fam], float, bool]:
