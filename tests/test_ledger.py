@@ -261,6 +261,14 @@ def test_additivity_decides_which_cells_are_noisy(data):
         extra = 0 if additivity != "aggregate" else 1
         assert with_rule.digests.size == sizes[additivity] + extra
     assert sizes == {"aggregate": 16, "independent": 25, "ipf": 25}
+    # A record is in one inner cell, and under independent additivity in a cell of each
+    # margin too: inner, A, B and total.
+    for additivity, per_record in (("aggregate", 1), ("independent", 4)):
+        builder, prot = _builder(data, additivity)
+        built = builder.run(request)
+        ledger = LedgerIndex()
+        ledger.add("k", table_figures(built.plan, built.table, prot, cat))
+        assert summary(ledger.dataset)["figures_per_record"] == per_record
 
 
 def test_rows_read_back_to_the_same_figures(data):
