@@ -180,7 +180,10 @@ class TableBuilder:
 
     def tabulate(self, request: TableRequest) -> Tabulation:
         """The unprotected tabulation (true values, for the data owner only)."""
+        from tablesafe.output._tabulation import refuse_item_nonresponse
+
         plan = request.bind(self.dataset.catalog, max_dimensions=self.max_dimensions)
+        refuse_item_nonresponse(self.dataset, plan)
         return Tabulation(request, self.engine.tabulate(self.dataset, plan), self.dataset.name)
 
     def overall_mean_weights(self) -> tuple[float, np.ndarray | None]:
@@ -212,7 +215,10 @@ class TableBuilder:
                 margins=Margins.TOTAL,
                 magnitudes=(f"sum:{name}",),
             )
-            _, full = self.plans(request.coerced(cat))
+            _, full = self._plans(request.coerced(cat))
+            if cat.magnitude(name).missing is not None:
+                # Per record with a value: the base of the variable's figures.
+                full = self.present_plan(full, cat.magnitude(name).name)
             agg = self.engine.tabulate(self.dataset, full)
             total = float(agg.magnitudes[cat.magnitude(name).name].total[-1])
             self._magnitude_means[key] = total / max(int(agg.n[-1]), 1)
@@ -327,8 +333,21 @@ class TableBuilder:
 
         The engine computes every grouping set (dynamic seeds hash the margins
         a cell belongs to) and only as many largest contributions of each
-        magnitude as the protection and rules use.
+        magnitude as the protection and rules use. Magnitudes with item
+        non-response are left out: they are summed over the records that hold
+        a value (:meth:`present_plan`, with ``missing=True`` kept for it).
         """
+        plan, full_plan = self._plans(request, max_dimensions=max_dimensions)
+        missing = {
+            m.name for m in self.dataset.catalog.magnitudes.values() if m.missing is not None
+        }
+        kept = tuple(m for m in full_plan.magnitudes if m.name.split("#")[0] not in missing)
+        return plan, replace(full_plan, magnitudes=kept)
+
+    def _plans(
+        self, request: TableRequest, *, max_dimensions: int | None = None
+    ) -> tuple[TabulationPlan, TabulationPlan]:
+        """:meth:`plans`, every magnitude of the request kept."""
         plan = request.bind(
             self.dataset.catalog, max_dimensions=max_dimensions or self.max_dimensions
         )
@@ -371,20 +390,10 @@ class TableBuilder:
             percentages = self._publish_percentages(
                 request, computed, counts, (weighted, raw_weighted, reps, noise), meta
             )
-        mags = None
-        mag_columns = None
-        if request.magnitudes:
-            mags = self._protect_magnitudes(request, plan, agg, counts, weighted, computed, want_w)
-            meta["magnitudes"] = mags.meta
-            mag_columns = mags.columns
-            if want_w and reps is not None and raw_weighted is not None and noise is not None:
-                mag_columns = self._magnitude_se(
-                    agg, counts, mags, (raw_weighted, reps, noise), computed
-                )
-        if request.quantiles:
-            quantiles = self._protect_quantiles(request, plan, agg, counts, computed, want_w)
-            meta["quantiles"] = quantiles.meta
-            mag_columns = {**(mag_columns or {}), **quantiles.columns}
+        figures = _Figures(plan, agg, counts, weighted, raw_weighted, reps, noise)
+        mag_columns, sensitive = self._magnitude_figures(
+            request, figures, computed, (is_inner, sz), want_w, meta
+        )
         return ProtectedTable(
             request=request,
             dimensions=plan.dimensions,
@@ -405,7 +414,7 @@ class TableBuilder:
             roundings=self._roundings(request),
             percentages=percentages,
             magnitudes=mag_columns,
-            sensitive=None if mags is None else mags.sensitive,
+            sensitive=sensitive,
             base_counts=np.where(computed, counts, 0),
             catalog=self.dataset.catalog,
         )
@@ -607,25 +616,141 @@ class TableBuilder:
             for a in (se, low, high)
         )
 
-    def _protect_magnitudes(
+    def _magnitude_figures(
+        self,
+        request: TableRequest,
+        main: _Figures,
+        computed: npt.NDArray[np.bool_],
+        masks: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]],
+        want_w: bool,
+        meta: dict[str, Any],
+    ) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray] | None]:
+        """Step 5 of protect: sums, means and quantiles, each over the records with a value.
+
+        Variables without item non-response rest on the table's own figures;
+        each with it on the figures of the records that hold a value (its
+        base: :meth:`_base`, published as ``n_VAR`` and ``weighted_VAR``).
+
+        Returns:
+            The columns (``None`` without magnitudes) and the rules' flags by variable.
+        """
+        if not (request.magnitudes or request.quantiles):
+            return None, None
+        missing = self._item_nonresponse(request)
+        columns: dict[str, np.ndarray] = {}
+        sensitive: dict[str, np.ndarray] = {}
+        for name in [None, *missing]:
+            figures = main
+            if name is not None:
+                figures = self._base(request, main.plan, name, computed, masks, want_w, columns)
+            items = [m for m in request.magnitudes if _in_group(m, name, missing)]
+            if items:
+                mags = self._protect_magnitudes(items, figures, computed, want_w)
+                _merge_magnitude_meta(meta, mags.meta)
+                figured = mags.columns
+                if want_w and figures.reps is not None and figures.raw is not None:
+                    assert figures.noise is not None
+                    figured = self._magnitude_se(
+                        figures.agg,
+                        figures.counts,
+                        mags,
+                        (figures.raw, figures.reps, figures.noise),
+                        computed,
+                    )
+                columns.update(figured)
+                sensitive.update(mags.sensitive)
+            quantiles = [q for q in request.quantiles if _in_group(q, name, missing)]
+            if quantiles:
+                protected = self._protect_quantiles(quantiles, figures, computed, want_w)
+                meta["quantiles"] = protected.meta
+                columns.update(protected.columns)
+        return columns, sensitive
+
+    def _item_nonresponse(self, request: TableRequest) -> list[str]:
+        """The request's variables with item non-response (``missing`` in the catalog), in order."""
+        cat = self.dataset.catalog
+        names = [_variable(m) for m in (*request.magnitudes, *request.quantiles)]
+        names = [cat.magnitude(n).name for n in names]
+        return [n for n in dict.fromkeys(names) if cat.magnitudes[n].missing is not None]
+
+    def present_plan(self, plan: TabulationPlan, name: str) -> TabulationPlan:
+        """``plan`` over the records that hold a value of magnitude ``name``, with its sums only.
+
+        Its magnitude plans are ``name``'s (and its replicates'); the counts,
+        cell keys and weights it gives are those of the records with a value.
+        """
+        variable = self.dataset.catalog.magnitudes[name]
+        assert variable.missing is not None
+        return replace(
+            plan,
+            present=((variable.column, variable.missing),),
+            magnitudes=tuple(m for m in plan.magnitudes if m.name.split("#")[0] == name),
+        )
+
+    def _base(
         self,
         request: TableRequest,
         plan: TabulationPlan,
-        agg: CellAggregates,
-        counts: np.ndarray,
-        weighted: np.ndarray | None,
+        name: str,
+        computed: npt.NDArray[np.bool_],
+        masks: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]],
+        want_w: bool,
+        columns: dict[str, np.ndarray],
+    ) -> _Figures:
+        """The base of a variable with item non-response: its records' figures, protected.
+
+        The records that hold a value of ``name`` are tabulated (their counts,
+        cell keys, weights and sums) and protected as the table's counts and
+        weighted figures are, so a base is a count like any other: its noise
+        comes from its own record set. Adds the published base to ``columns``:
+        ``n_VAR`` where the table has counts, ``weighted_VAR`` where it is
+        weighted (blank where the site's small-cell rule hides a count).
+        """
+        from tablesafe.catalog._magnitudes import base_column
+
+        _, full = self._plans(request)
+        base_plan = self.present_plan(full, name)
+        agg = self.engine.tabulate(self.dataset, base_plan)
+        is_inner, sz = masks
+        scratch: dict[str, Any] = {}
+        counts, weighted, reps, _, _ = self._protect_counts(
+            request, base_plan, agg, computed, is_inner, sz, want_w, scratch
+        )
+        raw, noise = weighted, None
+        if weighted is not None:
+            noise = self._noise_variance(counts, weighted)
+            weighted = self._publish_weighted(
+                request, computed, counts, weighted, reps, noise, scratch
+            )[0]
+        small = np.zeros(counts.shape, dtype=bool)
+        if self.rules is not None and self.rules.min_cell_size > 1:
+            small = (counts >= 1) & (counts < self.rules.min_cell_size)
+        if request.statistic != Statistic.WEIGHTED:
+            shown = np.where(small, np.nan, counts.astype(np.float64))
+            columns[base_column(name, weighted=False)] = np.where(computed, shown, np.nan)
+        if weighted is not None:
+            shown = np.where(small, np.nan, weighted)
+            columns[base_column(name, weighted=True)] = np.where(computed, shown, np.nan)
+        figures_plan = replace(plan, present=base_plan.present)
+        return _Figures(figures_plan, agg, counts, weighted, raw, reps, noise)
+
+    def _protect_magnitudes(
+        self,
+        items: list[str],
+        figures: _Figures,
         computed: npt.NDArray[np.bool_],
         want_w: bool,
     ) -> ProtectedMagnitudes:
-        """Step 4 of protect: the request's magnitudes, against the protected counts."""
+        """Sums and means of ``items``, against the protected counts of ``figures``."""
         from tablesafe.mechanisms._magnitudes import protect_magnitudes
 
         prot = self.protection
+        plan = figures.plan
         return protect_magnitudes(
-            request.magnitudes,
-            agg,
-            counts,
-            weighted if want_w else None,
+            items,
+            figures.agg,
+            figures.counts,
+            figures.weighted if want_w else None,
             computed,
             self.dataset.catalog.magnitudes,
             self.magnitude_protection,
@@ -639,38 +764,36 @@ class TableBuilder:
 
     def _protect_quantiles(
         self,
-        request: TableRequest,
-        plan: TabulationPlan,
-        agg: CellAggregates,
-        counts: np.ndarray,
+        items: list[str],
+        figures: _Figures,
         computed: npt.NDArray[np.bool_],
         want_w: bool,
     ) -> ProtectedQuantiles:
-        """Step 6 of protect: medians and quantiles, from each cell's records sorted.
+        """Medians and quantiles of ``items``, from each cell's records sorted.
 
         The engine lists the universe's records with their values (no
         aggregate gives a quantile); :mod:`tablesafe.cells._quantiles` sorts
         them per cell and finds each quantile's record exactly, and
-        :mod:`tablesafe.mechanisms._quantiles` protects it.
+        :mod:`tablesafe.mechanisms._quantiles` protects it; the rule reads
+        the protected counts of ``figures`` (of the records with a value).
         """
-        from tablesafe.catalog._magnitudes import parse_quantile_item
         from tablesafe.cells._magnitude_sums import MagnitudePlan
         from tablesafe.cells._quantiles import sort_cells
         from tablesafe.mechanisms._quantiles import protect_quantiles
 
         cat = self.dataset.catalog
+        plan, agg = figures.plan, figures.agg
         weight = cat.weight if want_w else None
-        names = dict.fromkeys(str((parse_quantile_item(q) or ("",))[0]) for q in request.quantiles)
         cells = {}
-        for name in names:
+        for name in dict.fromkeys(_variable(q) for q in items):
             variable = MagnitudePlan(name, cat.magnitude(name).column, weight)
             values = self.engine.record_values(self.dataset, plan, variable)
             cells[name] = sort_cells(values, agg.shape, plan.grouping_sets)
         prot = self.protection
         return protect_quantiles(
-            request.quantiles,
+            items,
             cells,
-            counts,
+            figures.counts,
             computed,
             (agg.n, agg.cell_key),
             cat.magnitudes,
@@ -1003,6 +1126,50 @@ class TableBuilder:
                 "protected count does, but has no differential-privacy guarantee of its own"
             ),
         }
+
+
+@dataclass(frozen=True)
+class _Figures:
+    """The protected figures a group of magnitudes rests on: the table's, or a base's.
+
+    Attributes:
+        plan: The plan (its universe; for a base, only records with a value).
+        agg: The exact aggregates of that plan (every grouping set).
+        counts: The protected counts.
+        weighted: The published (rounded) weighted figures, or ``None``.
+        raw: The unrounded protected weighted figures, or ``None``.
+        reps: Their replicate figures, or ``None``.
+        noise: The protection's variance of the weighted figures, or ``None``.
+    """
+
+    plan: TabulationPlan
+    agg: CellAggregates
+    counts: np.ndarray
+    weighted: np.ndarray | None
+    raw: np.ndarray | None
+    reps: np.ndarray | None
+    noise: np.ndarray | None
+
+
+def _variable(item: str) -> str:
+    """The variable of a ``sum:VAR``, ``mean:VAR``, ``median:VAR`` or ``quantile:VAR:P`` item."""
+    return item.split(":")[1]
+
+
+def _in_group(item: str, name: str | None, missing: list[str]) -> bool:
+    """Whether ``item`` rests on the base of ``name`` (``None``: on the table's own figures)."""
+    return _variable(item) == name if name is not None else _variable(item) not in missing
+
+
+def _merge_magnitude_meta(meta: dict[str, Any], more: dict[str, Any]) -> None:
+    """``meta.magnitudes`` of several groups of variables: one statement, every variable."""
+    old = meta.get("magnitudes")
+    if old is None:
+        meta["magnitudes"] = more
+        return
+    old["variables"] = [*old["variables"], *more["variables"]]
+    if "laplace_scale" in more:
+        old["laplace_scale"] = {**old.get("laplace_scale", {}), **more["laplace_scale"]}
 
 
 def _add_up(

@@ -630,6 +630,10 @@ class TabulationPlan:
         weight: The weight column, or ``None`` when only counts are wanted.
         replicates: Replicate-weight columns to sum (may be empty).
         magnitudes: Continuous variables to sum, with their largest contributions.
+        present: (column, missing codes) pairs: only the records that hold a
+            value of each column count (not NULL, NaN or a missing code; the
+            base of a magnitude with item non-response), a condition the
+            universe adds to.
     """
 
     dimensions: tuple[DimensionPlan, ...]
@@ -639,6 +643,7 @@ class TabulationPlan:
     weight: str | None
     replicates: tuple[str, ...] = ()
     magnitudes: tuple[MagnitudePlan, ...] = ()
+    present: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -227,7 +227,10 @@ def table(
     if config is not None:
         protection, magnitudes, rules = _site_protection(config, data_dir)
     elif method == ProtectionMethod.NONE and not (
-        request.percentages or request.replicates or request.quantiles
+        request.percentages
+        or request.replicates
+        or request.quantiles
+        or _item_nonresponse(dataset, request)
     ):
         _echo_unprotected(dataset, request, eng, fmt, footnotes)
         return
@@ -254,6 +257,13 @@ def table(
         _echo_owner(result, fmt, footnotes)
         return
     click.echo(output.write(result, WriteOptions(footnotes, labels)), nl=False)
+
+
+def _item_nonresponse(dataset: Dataset, request: TableRequest) -> bool:
+    """Whether a sum or mean asked for is of a magnitude with item non-response (the builder's)."""
+    mags = dataset.catalog.magnitudes
+    names = [m.split(":")[1] for m in request.magnitudes]
+    return any(name in mags and mags[name].missing is not None for name in names)
 
 
 def _request(

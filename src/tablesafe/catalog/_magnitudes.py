@@ -13,11 +13,15 @@ owner declares each one in the catalog with its unit and bounds::
     lower = 0             # the owner's bounds: every value must lie inside
     upper = 2000000
     negative = false      # whether negative values occur (then lower < 0)
+    missing = [-9, -8]    # optional: item non-response (NULL and NaN are missing too)
 
 The bounds are the owner's, never learnt from the data: they give the
 sensitivity of differentially private sums and are checked when the
 microdata is validated (a value outside them, a missing, NaN or infinite
-value is a :class:`~tablesafe.DataError`, in every engine).
+value is a :class:`~tablesafe.DataError`, in every engine). A magnitude that
+declares ``missing`` (a list of codes, possibly empty) has item
+non-response: a record whose value is NULL, NaN or one of the codes has no
+value, and its sums, means and quantiles are over the records that have one.
 
 Sums are exact (:data:`MAGNITUDE_BITS` fractional bits of binary fixed
 point, as :mod:`tablesafe.cells._fixed` does for weights), so the total of
@@ -44,6 +48,7 @@ __all__ = [
     "MAX_MAGNITUDE_TOTAL",
     "WEIGHTED_SUFFIX",
     "Magnitude",
+    "base_column",
     "check_magnitude_values",
     "from_magnitude_fixed",
     "magnitude_check_result",
@@ -53,9 +58,12 @@ __all__ = [
     "magnitude_fixed_sql",
     "parse_magnitudes",
     "parse_quantile_item",
+    "present_sql",
+    "present_values",
     "quantile_column",
     "quantile_item",
     "quantile_words",
+    "read_base_column",
     "read_magnitude_column",
     "read_quantile_column",
     "require_numeric",
@@ -85,6 +93,8 @@ class Magnitude:
         lower: The owner's lower bound on every value.
         upper: The owner's upper bound on every value.
         negative: Whether negative values occur (``lower < 0`` then).
+        missing: The codes of item non-response (NULL and NaN are missing
+            too), or ``None``: every record must have a value.
     """
 
     name: str
@@ -94,6 +104,7 @@ class Magnitude:
     lower: float
     upper: float
     negative: bool = False
+    missing: tuple[float, ...] | None = None
 
     @property
     def bound(self) -> float:
@@ -108,6 +119,8 @@ class Magnitude:
         if self.column != self.name:
             out["column"] = self.column
         out.update(lower=_num(self.lower), upper=_num(self.upper), negative=self.negative)
+        if self.missing is not None:
+            out["missing"] = [_num(c) for c in self.missing]
         return out
 
 
@@ -179,6 +192,22 @@ def parse_quantile_item(item: object) -> tuple[str, int] | None:
     return name, percent
 
 
+def base_column(name: str, *, weighted: bool) -> str:
+    """The base of a magnitude with item non-response: ``n_INCOME``, ``weighted_INCOME``.
+
+    The protected count (weighted count) of the records that hold a value.
+    """
+    return f"{'weighted' if weighted else 'n'}_{name}"
+
+
+def read_base_column(column: str) -> tuple[str, bool] | None:
+    """``(magnitude, weighted)`` of a column :func:`base_column` named, else ``None``."""
+    kind, _, rest = column.partition("_")
+    if kind not in ("n", "weighted") or not rest:
+        return None
+    return rest, kind == "weighted"
+
+
 def quantile_column(percent: int, name: str, *, weighted: bool) -> str:
     """A quantile's column: ``median_INCOME``, ``p90_INCOME_weighted``."""
     kind = "median" if percent == 50 else f"p{percent:02d}"
@@ -222,7 +251,7 @@ def parse_magnitudes(
     if not isinstance(raw, list):
         raise CatalogError("[[magnitudes]] must be a list of tables")
     out: dict[str, Magnitude] = {}
-    allowed = {"name", "label", "unit", "column", "lower", "upper", "negative"}
+    allowed = {"name", "label", "unit", "column", "lower", "upper", "negative", "missing"}
     for i, entry in enumerate(raw):
         if not isinstance(entry, Mapping):
             raise CatalogError(f"magnitudes entry {i + 1} must be a table")
@@ -273,12 +302,51 @@ def parse_magnitudes(
             raise CatalogError(
                 f"{where}: negative = true needs a lower bound below 0, not {lower:g}"
             )
-        out[name] = Magnitude(name, label, unit, column, lower, upper, negative)
+        missing = _missing_codes(entry.get("missing"), where)
+        out[name] = Magnitude(name, label, unit, column, lower, upper, negative, missing)
     columns = [m.column for m in out.values()]
     dup = sorted({c for c in columns if columns.count(c) > 1})
     if dup:
         raise CatalogError(f"column(s) {dup} are read by more than one magnitude")
     return out
+
+
+def _missing_codes(raw: object, where: str) -> tuple[float, ...] | None:
+    """A magnitude's ``missing`` codes: a list of finite numbers (``None`` when not given)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) > 20:
+        raise CatalogError(
+            f"{where}: missing must be a list of at most 20 codes of item non-response "
+            "(numbers such as -9), or [] when only empty values (NULL, NaN) are missing"
+        )
+    codes = []
+    for code in raw:
+        if isinstance(code, bool) or not isinstance(code, int | float):
+            raise CatalogError(f"{where}: missing codes must be numbers, not {code!r}")
+        if not math.isfinite(float(code)):
+            raise CatalogError(f"{where}: missing codes must be finite (NaN is always missing)")
+        codes.append(float(code))
+    return tuple(dict.fromkeys(codes))
+
+
+def present_sql(column: str, missing: Sequence[float]) -> str:
+    """An SQL condition: ``column`` holds a value (not NULL, not NaN, none of ``missing``).
+
+    The codes are the owner's (the catalog's numbers), written as literals.
+    Works in DuckDB and Spark SQL.
+    """
+    x = f"CAST({column} AS DOUBLE)"
+    cond = f"{x} IS NOT NULL AND NOT isnan({x})"
+    if missing:
+        cond += f" AND {x} NOT IN ({', '.join(repr(float(c)) for c in missing)})"
+    return f"({cond})"
+
+
+def present_values(values: npt.ArrayLike, missing: Sequence[float]) -> npt.NDArray[np.bool_]:
+    """Which values are present: not NaN (pandas' missing) and none of ``missing``."""
+    x = np.asarray(values, dtype=np.float64)
+    return np.asarray(~np.isnan(x) & ~np.isin(x, np.asarray(missing, dtype=np.float64)))
 
 
 # -- exact sums ---------------------------------------------------------------------------
@@ -340,15 +408,20 @@ def magnitude_check_sql(
     exprs = []
     for m in magnitudes:
         x = f"CAST({ident(m.column)} AS DOUBLE)"
+        infinite = f"abs({x}) = CAST('Infinity' AS DOUBLE)"
+        bad = infinite if m.missing is not None else f"{x} IS NULL OR isnan({x}) OR {infinite}"
+        # Item non-response is no value: neither out of bounds nor summed.
+        there = present_sql(ident(m.column), m.missing) if m.missing is not None else "TRUE"
         exprs += [
-            f"SUM(CASE WHEN {x} IS NULL OR isnan({x}) OR abs({x}) = CAST('Infinity' AS DOUBLE) "
-            "THEN 1 ELSE 0 END)",
-            f"SUM(CASE WHEN {x} < {m.lower!r} THEN 1 ELSE 0 END)",
-            f"SUM(CASE WHEN {x} > {m.upper!r} THEN 1 ELSE 0 END)",
-            f"SUM(ABS({x}))",
+            f"SUM(CASE WHEN {bad} THEN 1 ELSE 0 END)",
+            f"SUM(CASE WHEN {there} AND {x} < {m.lower!r} THEN 1 ELSE 0 END)",
+            f"SUM(CASE WHEN {there} AND {x} > {m.upper!r} THEN 1 ELSE 0 END)",
+            f"SUM(CASE WHEN {there} THEN ABS({x}) ELSE 0 END)",
         ]
         if weight is not None:
-            exprs.append(f"SUM(ABS({x} * CAST({ident(weight)} AS DOUBLE)))")
+            exprs.append(
+                f"SUM(CASE WHEN {there} THEN ABS({x} * CAST({ident(weight)} AS DOUBLE)) ELSE 0 END)"
+            )
     return exprs
 
 
@@ -372,13 +445,18 @@ def check_magnitude_values(
     for m in magnitudes:
         x = np.asarray(columns[m.column], dtype=np.float64)
         finite = np.isfinite(x)
+        bad = ~finite
+        if m.missing is not None:
+            # Item non-response is no value: neither out of bounds nor summed.
+            bad = np.isinf(x)
+            finite &= present_values(x, m.missing)
         inside = x[finite]
         totals = [float(np.abs(inside).sum())]
         if w is not None:
             totals.append(float(np.abs(x[finite] * w[finite]).sum()))
         _raise_first(
             m,
-            int((~finite).sum()),
+            int(bad.sum()),
             int((inside < m.lower).sum()),
             int((inside > m.upper).sum()),
             totals,
@@ -388,10 +466,15 @@ def check_magnitude_values(
 def _raise_first(m: Magnitude, bad: int, low: int, high: int, totals: list[float]) -> None:
     where = f"magnitude column {m.column} ({m.name})"
     if bad:
-        raise DataError(
-            f"{where} has {bad} missing, NaN or infinite values; every record needs a finite "
-            "value (code a missing amount as 0 or drop the magnitude)"
+        what = "infinite" if m.missing is not None else "missing, NaN or infinite"
+        hint = (
+            ""
+            if m.missing is not None
+            else "; for item non-response declare missing = [codes] in its [[magnitudes]] entry "
+            "(NULL and NaN are missing then): sums, means and quantiles are then over the "
+            "records with a value, and coding missing as 0 would bias a mean"
         )
+        raise DataError(f"{where} has {bad} {what} values; every record needs a finite value{hint}")
     if low or high:
         raise DataError(
             f"{where} has {low} values below its lower bound {m.lower:g} and {high} above its "

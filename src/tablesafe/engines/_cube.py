@@ -213,6 +213,8 @@ class CubeCache(Engine):
             # By name (a table's order of its magnitudes does not matter), each
             # with the most largest contributions any of them asks for.
             magnitudes=tuple(replace(m, top=top) for m in sorted(plan.magnitudes, key=_name)),
+            # A cube of the records that hold a value (no universe: it is applied to rows).
+            present=plan.present,
         )
 
     def _cube(self, dataset: Dataset, cube_plan: TabulationPlan) -> _Cube | None:
@@ -229,6 +231,7 @@ class CubeCache(Engine):
             cube_plan.replicates,
             # Not the number of largest contributions: a cube with more serves fewer.
             tuple((m.name, m.column, m.weight) for m in cube_plan.magnitudes),
+            cube_plan.present,
         )
         top = max((m.top for m in cube_plan.magnitudes), default=0)
         with self._lock:

@@ -408,7 +408,9 @@ class DuckDBEngine(Engine):
         bucket = plan.dimensions[-1]
         key = _ident(plan.record_key)
         dims = [d.column for d in plan.dimensions[:-1]]
-        used = dict.fromkeys([*dims, *(c for c, _ in plan.universe), plan.record_key])
+        used = dict.fromkeys(
+            [*dims, *(c for c, _ in plan.universe), *(c for c, _ in plan.present), plan.record_key]
+        )
         columns = ", ".join(_ident(c) for c in used)
         source = (
             f"(SELECT {columns}, CAST({key} % {int(bucket.size)} AS BIGINT) "

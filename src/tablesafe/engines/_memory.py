@@ -21,6 +21,7 @@ from tablesafe._keys import KEY_MODULUS
 from tablesafe._request import TabulationPlan
 from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
+from tablesafe.catalog._magnitudes import present_values
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._fixed import from_fixed, range_error, to_fixed
 from tablesafe.cells._magnitude_sums import MagnitudePlan
@@ -174,6 +175,8 @@ class MemoryEngine(Engine):
         mask = np.ones(len(df), dtype=bool)
         for column, codes in plan.universe:
             mask &= df[column].isin(list(codes)).to_numpy()
+        for column, missing in plan.present:
+            mask &= present_values(df[column].to_numpy(dtype=np.float64), missing)
         sub = df.loc[mask]
         shape = tuple(d.size for d in plan.dimensions)
         index = []

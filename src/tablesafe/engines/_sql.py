@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tablesafe._request import TabulationPlan
+from tablesafe.catalog._magnitudes import present_sql
 from tablesafe.cells._aggregates import KEY_MODULUS
 from tablesafe.cells._fixed import fixed_sql
 from tablesafe.cells._magnitude_sums import MagnitudePlan, magnitude_sql
@@ -72,11 +73,15 @@ def _markers(values: list[Any], params: SQLParams) -> str:
 def universe_sql(
     plan: TabulationPlan, dialect: Dialect, params: SQLParams, prefix: str = ""
 ) -> list[str]:
-    """The universe's conditions, with their codes bound as parameters."""
+    """The universe's conditions, with their codes bound as parameters.
+
+    With the plan's ``present`` columns: each must hold a value (the owner's
+    missing codes, from the catalog, written as literals).
+    """
     return [
         f"{prefix}{dialect.ident(column)} IN ({_markers(list(codes), params)})"
         for column, codes in plan.universe
-    ]
+    ] + [present_sql(f"{prefix}{dialect.ident(column)}", codes) for column, codes in plan.present]
 
 
 def tabulation_sql(plan: TabulationPlan, source: str, dialect: Dialect) -> tuple[str, Any]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tablesafe._errors import RequestError
 from tablesafe.catalog._magnitudes import (
     quantile_words,
+    read_base_column,
     read_magnitude_column,
     read_quantile_column,
 )
@@ -100,6 +101,10 @@ def statistic_label(column: str, catalog: Catalog | None, metadata: Mapping[str,
             return words.format(base, base[:1].lower() + base[1:])
     if column.startswith("percent_"):
         return f"{column.removeprefix('percent_').capitalize()} percentage"
+    with_value = read_base_column(column)
+    if with_value is not None and catalog is not None and with_value[0] in catalog.magnitudes:
+        kind = "Weighted count" if with_value[1] else "Count"
+        return f"{kind} of records with a value of {_magnitude_words(catalog, with_value[0])}"
     quantile = read_quantile_column(column)
     if quantile is not None:
         percent, name, weighted = quantile

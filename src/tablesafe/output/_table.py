@@ -20,6 +20,7 @@ import numpy.typing as npt
 from tablesafe._errors import FormatError
 from tablesafe._request import DimensionPlan, TableRequest
 from tablesafe._rounding import Rounding
+from tablesafe.catalog._magnitudes import read_base_column
 from tablesafe.output._published import estimate_companions
 from tablesafe.output._render import (
     iter_json,
@@ -136,10 +137,10 @@ class ProtectedTable:
         rounded to whole units are integers.
         """
         out: dict[str, np.ndarray] = {}
+        whole = self._whole()
         if self.counts is not None:
             out["n"] = self.counts
         if self.weighted is not None:
-            whole = self._whole()
             out["weighted"] = self.weighted.astype(np.int64) if whole else self.weighted
             for name, arr in (("se", self.se), ("ci_low", self.ci_low), ("ci_high", self.ci_high)):
                 if arr is not None:
@@ -147,7 +148,9 @@ class ProtectedTable:
         for name, arr in (self.percentages or {}).items():
             out[name] = arr
         for name, arr in (self.magnitudes or {}).items():
-            out[name] = arr
+            # A base (n_VAR, weighted_VAR in whole units) is a count: integers, blanks None.
+            base = read_base_column(name) is not None and (name.startswith("n_") or whole)
+            out[name] = _whole_or_nan(arr) if base and arr.dtype.kind == "f" else arr
         return out
 
     @property

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tablesafe._errors import RequestError
-from tablesafe._request import Statistic, TableRequest
+from tablesafe._request import Statistic, TableRequest, TabulationPlan
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._magnitudes import magnitude_column
 from tablesafe.cells._aggregates import CellAggregates
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from tablesafe.engines._base import Engine
 
-__all__ = ["Tabulation", "tabulate"]
+__all__ = ["Tabulation", "refuse_item_nonresponse", "tabulate"]
 
 UNPROTECTED = "UNPROTECTED tabulation (true values, for the data owner only)"
 
@@ -137,6 +137,22 @@ class Tabulation:
         raise RequestError(f"unknown format {fmt!r}; allowed: text, csv, json")
 
 
+def refuse_item_nonresponse(dataset: Dataset, plan: TabulationPlan) -> None:
+    """A sum or mean of a magnitude with item non-response has its own base: not here.
+
+    Raises:
+        RequestError: naming the variable and the way to its figures.
+    """
+    for m in plan.magnitudes:
+        variable = dataset.catalog.magnitudes.get(m.name.split("#")[0])
+        if variable is not None and variable.missing is not None:
+            raise RequestError(
+                f"{variable.name} has item non-response (missing codes): its sums and means "
+                "are over the records with a value, which the table builder counts; use "
+                "TableBuilder with Protection(None) (tablesafe table --method none does)"
+            )
+
+
 def tabulate(
     dataset: Dataset, request: TableRequest, *, engine: Engine | None = None
 ) -> Tabulation:
@@ -153,6 +169,7 @@ def tabulate(
     """
     request = request.coerced(dataset.catalog)
     plan = request.bind(dataset.catalog)
+    refuse_item_nonresponse(dataset, plan)
     if engine is None:
         from tablesafe.engines import DuckDBEngine
 
