@@ -281,3 +281,40 @@ def test_workers_on_postgresql_build_each_job_once(demo_dir, tmp_path, postgres)
         c.headers["x-api-key"] = USER_KEY
         direct = [c.post(TABLES, json=b, params={"format": "csv"}).content for b in bodies]
     assert results == direct
+
+
+@pytest.mark.system
+def test_the_worker_command_builds_jobs_and_stops_on_sigterm(site, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    config = tmp_path / "site.toml"  # the fixture's site, in TOML
+    dataset = site.datasets[0]
+    config.write_text(
+        f'[server]\naudit_db = "{tmp_path / "audit.sqlite"}"\n\n[[datasets]]\nname = "demo"\n'
+        f'path = "{dataset.path}"\n[datasets.protection]\nmethod = "ckm"\nseeds = "keyed"\n'
+        f'secret_file = "{tmp_path / "secret"}"\n[datasets.rules]\nmin_universe_size = 20\n'
+        "max_cells = 500\n"
+        f'\n[[keys]]\nid = "user1"\nhash = "{hash_key(USER_KEY)}"\n',
+        encoding="utf-8",
+    )
+    command = [sys.executable, "-m", "tablesafe._cli", "worker", "--config", str(config)]
+    with TestClient(create_app(site)) as c:
+        c.headers["x-api-key"] = USER_KEY
+        job = submit(c, BIG)
+        once = subprocess.run([*command, "--once"], capture_output=True, text=True, timeout=120)
+        assert once.returncode == 0, once.stderr
+        assert once.stdout.splitlines()[-1].endswith("stopped after 1 jobs")
+        assert c.get(f"/api/jobs/{job}").json()["status"] == "done"
+        waiting = subprocess.Popen([*command, "--poll-seconds", "0.2"], stdout=subprocess.PIPE,
+                                   text=True)  # fmt: skip
+        try:
+            assert "taking jobs from" in waiting.stdout.readline()
+            waiting.send_signal(signal.SIGTERM)
+            assert waiting.wait(timeout=60) == 0
+            assert waiting.stdout.read().strip().endswith("stopped after 0 jobs")
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+            waiting.stdout.close()

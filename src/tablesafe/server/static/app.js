@@ -3,7 +3,7 @@
 
 const state = {
   datasets: [], meta: null, conditions: {}, groups: [],
-  last: null, doc: null, index: null, layer: null, controller: null,
+  last: null, doc: null, index: null, layer: null, controller: null, job: null,
 };
 const $ = (id) => document.getElementById(id);
 const FLAG_SYMBOL = { structural_zero: "z", suppressed: "x", np: "np" };
@@ -33,11 +33,12 @@ async function api(path, options = {}) {
   if (key) headers["x-api-key"] = key;
   const response = await fetch(path, Object.assign({}, options, { headers }));
   if (!response.ok) {
-    let message = `request failed (${response.status})`;
-    try { message = (await response.json()).error.message; } catch (e) { /* keep the default */ }
+    let message = `request failed (${response.status})`, type = null;
+    try { ({ message, type } = (await response.json()).error); } catch (e) { /* keep the default */ }
     if (response.status === 401) message = keyMessage(message);
     const error = new Error(message);
     error.status = response.status;
+    error.type = type;
     throw error;
   }
   return response;
@@ -658,6 +659,7 @@ async function readWithProgress(response, started) {
 // chart, share link and downloads go, so a refusal never leaves a stale result.
 function clearResult() {
   state.last = null; state.doc = null; state.index = null;
+  clearJob();
   $("result").replaceChildren();
   $("chart").replaceChildren();
   $("chart-caption").textContent = "";
@@ -692,6 +694,8 @@ async function build(event) {
   } catch (e) {
     if (state.controller !== controller) return; // a newer request took over
     $("message").textContent = e.name === "AbortError" ? "Cancelled: the table was not built. Change the request or build it again." : e.message;
+    // Over the direct limit: the same request may be built as a job.
+    if (e.type === "TooManyCells") offerJob($("dataset").value, body);
     // A link kept while the key is missing still builds the table once a key is entered.
     if (e.status !== 401) history.replaceState(null, "", location.pathname);
   } finally {
@@ -939,6 +943,70 @@ async function download(format) {
   }
 }
 
+// -- jobs: a table over the direct limit, built in the background ------------------------------
+
+function clearJob() {
+  state.job = null;
+  $("job-box").hidden = true;
+  $("job-progress-box").hidden = true;
+  $("job-download").hidden = true;
+  $("job-build").disabled = false;
+}
+
+function offerJob(name, body) {
+  state.job = { name, body, id: null };
+  $("job-box").hidden = false;
+}
+
+async function buildJob() {
+  const job = state.job;
+  if (!job || job.id) return;
+  $("message").textContent = "";
+  $("job-build").disabled = true;
+  try {
+    const path = `/api/datasets/${encodeURIComponent(job.name)}/jobs?format=csv&labels=true`;
+    const answer = await (await api(path, { method: "POST", body: JSON.stringify(job.body) })).json();
+    job.id = answer.id;
+    showJob({ status: "queued", stage: "queued", progress: 0 });
+    await followJob(job);
+  } catch (e) {
+    $("message").textContent = e.message;
+    if (state.job === job) $("job-build").disabled = false;
+  }
+}
+
+function showJob(status) {
+  $("job-progress-box").hidden = false;
+  $("job-progress").value = status.progress || 0;
+  const words = { queued: "Queued: waiting for a worker", building: "Building the table", writing: "Writing the file", done: "Done: the file is ready", failed: "Failed" };
+  const share = status.stage === "writing" ? ` (${Math.round(100 * status.progress)}%)` : "";
+  $("job-status").textContent = `${words[status.stage] || status.status}${share}`;
+}
+
+// Polls the job until it is done or failed (or another request replaces it).
+async function followJob(job) {
+  for (;;) {
+    if (state.job !== job) return;
+    const status = await (await api(`/api/jobs/${encodeURIComponent(job.id)}`)).json();
+    if (state.job !== job) return;
+    showJob(status);
+    if (status.status === "done") { $("job-download").hidden = false; return; }
+    if (status.status === "failed") { $("message").textContent = status.error.message; return; }
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+}
+
+async function downloadJob() {
+  const job = state.job;
+  if (!job || !job.id) return;
+  try {
+    const response = await api(`/api/jobs/${encodeURIComponent(job.id)}/result`);
+    save(await response.blob(), attachmentName(response, "table.csv"));
+  } catch (e) {
+    $("message").textContent = e.message;
+  }
+}
+
 async function loadSite() {
   $("message").textContent = "";
   try {
@@ -968,6 +1036,8 @@ function wire() {
   $("download-png").addEventListener("click", () => exportChart("png"));
   $("download-csv").addEventListener("click", () => download("csv"));
   $("download-xlsx").addEventListener("click", () => download("xlsx"));
+  $("job-build").addEventListener("click", buildJob);
+  $("job-download").addEventListener("click", downloadJob);
 }
 
 async function start() {
