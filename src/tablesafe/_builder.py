@@ -360,7 +360,7 @@ class TableBuilder:
             full_plan = replace(
                 full_plan,
                 magnitudes=tuple(
-                    replace(m, top=1) if "#" in m.name else m for m in full_plan.magnitudes
+                    replace(m, top=0) if "#" in m.name else m for m in full_plan.magnitudes
                 ),
             )
         return plan, full_plan

@@ -535,7 +535,7 @@ class TableRequest:
                     name=replicate_magnitude(n, r),
                     column=catalog.magnitudes[n].column,
                     weight=column,
-                    top=1,
+                    top=0,
                 )
                 for n in names
                 for r, column in enumerate(catalog.replicates.columns)

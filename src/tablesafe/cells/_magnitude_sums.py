@@ -53,7 +53,7 @@ class MagnitudePlan:
         name: The magnitude's name in the catalog.
         column: Its microdata column.
         weight: The weight column when contributions are ``w x``, else ``None``.
-        top: How many largest contributions per cell to return.
+        top: How many largest contributions per cell to return (0: the sum alone).
     """
 
     name: str
@@ -96,6 +96,11 @@ def magnitude_sql(
     x = f"CAST({ident(mag.column)} AS DOUBLE)"
     if mag.weight is not None:
         x = f"({x} * CAST({ident(mag.weight)} AS DOUBLE))"
+    if mag.top == 0:
+        # A sum alone (replicate sums serve standard errors only).
+        return [f"SUM({magnitude_fixed_sql(x)}) AS ts_m{i}"], [
+            f"CAST(SUM(ts_m{i}) AS BIGINT) AS ts_m{i}"
+        ]
     if mag.top == 1:
         # The largest alone is a plain MAX: no list (DuckDB's max(x, k) and Spark's
         # sorted list cost many times a MAX per record).
@@ -184,6 +189,8 @@ def top_of_margins(
     k = inner_top.shape[0]
     d = len(shape)
     out = np.zeros((k, *shape), dtype=np.float64)
+    if k == 0:
+        return out
     for gs in grouping_sets:
         kept = [i for i in range(d) if i in gs]
         dropped = [i for i in range(d) if i not in gs]

@@ -212,7 +212,10 @@ class CubeCache(Engine):
             replicates=plan.replicates,
             # By name (a table's order of its magnitudes does not matter), each
             # with the most largest contributions any of them asks for.
-            magnitudes=tuple(replace(m, top=top) for m in sorted(plan.magnitudes, key=_name)),
+            # (A sum asked for alone, a replicate's, stays alone: no lists to keep.)
+            magnitudes=tuple(
+                replace(m, top=top if m.top else 0) for m in sorted(plan.magnitudes, key=_name)
+            ),
             # A cube of the records that hold a value (no universe: it is applied to rows).
             present=plan.present,
         )
@@ -317,7 +320,7 @@ def _rows_of(plan: TabulationPlan, agg: CellAggregates) -> _Cube | None:
     for m in plan.magnitudes:
         sums = agg.magnitudes[m.name]
         fixed = _to_fixed(sums.total[inner].reshape(-1)[nonzero], MAGNITUDE_SCALE)
-        tops = sums.top[(slice(None), *inner)].reshape(m.top, -1)[:, nonzero]
+        tops = sums.top[(slice(None), *inner)].reshape(m.top, n.size)[:, nonzero]
         if fixed is None or not np.isfinite(tops).all():
             return None
         mags[m.name] = (fixed, np.ascontiguousarray(tops, dtype=np.float64))
