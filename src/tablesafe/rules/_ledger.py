@@ -382,14 +382,12 @@ class _Digests:
     def __len__(self) -> int:
         return sum(int(c.size) for c in self.chunks)
 
-    def contains(self, digests: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool_]:
-        # Sorted queries: each search starts near the last one's end.
-        order = np.argsort(digests, kind="stable")
-        queries = digests[order]
-        found = np.zeros(digests.size, dtype=bool)
+    def contains(self, queries: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool_]:
+        """Which of ``queries`` (sorted: each search starts near the last one's end) are in."""
+        found = np.zeros(queries.size, dtype=bool)
         for chunk in self.chunks:
             pos = np.minimum(np.searchsorted(chunk, queries), chunk.size - 1)
-            found[order] |= chunk[pos] == queries
+            found |= chunk[pos] == queries
         return found
 
     def add(self, digests: npt.NDArray[np.uint64]) -> None:
@@ -424,15 +422,14 @@ class Account:
     kinds: dict[tuple[str, float | None, float | None, bool], int] = field(default_factory=dict)
 
     def fresh(self, figures: TableFigures) -> npt.NDArray[np.bool_]:
-        """Which of the table's figures this account has not been given."""
-        if figures.digests.size == 0:
-            return np.zeros(0, dtype=bool)
-        fresh = ~self.seen.contains(figures.digests)
-        # A digest twice in one table (two kinds cannot share one) counts once.
-        _, first = np.unique(figures.digests, return_index=True)
-        once = np.zeros(figures.digests.size, dtype=bool)
-        once[first] = True
-        return fresh & once
+        """Which of the table's figures this account has not been given (a repeat once)."""
+        fresh = np.zeros(figures.digests.size, dtype=bool)
+        if figures.digests.size:
+            # Sorted and unique: a digest twice in one table (a total that is its only
+            # category) counts once.
+            unique, first = np.unique(figures.digests, return_index=True)
+            fresh[first[~self.seen.contains(unique)]] = True
+        return fresh
 
     def families_for(
         self, figures: TableFigures, fresh: npt.NDArray[np.bool_], *, new: bool
@@ -487,22 +484,32 @@ class LedgerIndex:
 
     The state store replays its rows into it in id order (:meth:`add`) and
     checks a table against it inside the identity's transaction (:meth:`check`).
+    A key's account is made from its tables when it is first needed (a
+    restart replays the dataset's account only).
     """
 
     last_id: int = 0
     dataset: Account = field(default_factory=Account)
     keys: dict[str, Account] = field(default_factory=dict)
+    pending: dict[str, list[TableFigures]] = field(default_factory=dict)
 
     def key(self, key_id: str) -> Account:
         """The account of one API key (empty if it was given nothing)."""
+        tables = self.pending.pop(key_id, None)
+        if tables:
+            account = self.keys.setdefault(key_id, Account())
+            for figures in tables:
+                account.add(figures, account.fresh(figures))
         return self.keys.get(key_id) or Account()
+
+    def key_ids(self) -> list[str]:
+        """The keys given something, sorted."""
+        return sorted({*self.keys, *self.pending})
 
     def add(self, key_id: str, figures: TableFigures) -> None:
         """Take a table given to ``key_id`` into the ledger."""
-        account = self.keys.setdefault(key_id, Account())
-        fresh_key = account.fresh(figures)
         self.dataset.add(figures, self.dataset.fresh(figures))
-        account.add(figures, fresh_key)
+        self.pending.setdefault(key_id, []).append(figures)
 
     def check(self, key_id: str, figures: TableFigures, budgets: Budgets) -> bool:
         """Refuse a table that takes a record past a budget; whether it brings anything new.

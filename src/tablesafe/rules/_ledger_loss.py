@@ -87,13 +87,18 @@ class Family:
 
 
 @functools.lru_cache(maxsize=4096)
-def _slot_map(members: tuple[tuple[Code, ...], ...]) -> Mapping[Code, tuple[int, ...]]:
-    """Each code and the categories holding it (shared by every family: never changed)."""
+def _slot_map(
+    members: tuple[tuple[Code, ...], ...],
+) -> tuple[Mapping[Code, tuple[int, ...]], int]:
+    """Each code with the categories holding it, and the most categories one code is in.
+
+    Shared by every family over the same categories: never changed.
+    """
     out: dict[Code, list[int]] = {}
     for j, codes in enumerate(members):
         for c in codes:
             out.setdefault(c, []).append(j)
-    return {c: tuple(v) for c, v in out.items()}
+    return {c: tuple(v) for c, v in out.items()}, max((len(v) for v in out.values()), default=1)
 
 
 def make_family(
@@ -123,8 +128,7 @@ def make_family(
     overlap = 1
     keep = []
     for a, (column, members) in enumerate(dims):
-        slot = _slot_map(tuple(tuple(m) for m in members))
-        most = max((len(v) for v in slot.values()), default=1)
+        slot, most = _slot_map(tuple(tuple(m) for m in members))
         if most == 1 and np.all(counts == counts.take([0], axis=a)):
             continue  # every category holds as many figures: the box says who gets them
         used = np.atleast_1d(counts.any(axis=tuple(i for i in range(counts.ndim) if i != a)))

@@ -100,7 +100,7 @@ def ledger_report(
     out["epsilon_left"] = None if budget is None else max(budget - out["epsilon_spent"], 0.0)
     out["records"] = records_distribution(engine, data, ledger.dataset.families)
     out["keys"] = [
-        _key(key_id, ledger, rules.privacy_budget_epsilon_per_key) for key_id in sorted(ledger.keys)
+        _key(key_id, ledger, rules.privacy_budget_epsilon_per_key) for key_id in ledger.key_ids()
     ]
     if any(not k["dp"] and k["epsilon"] is not None for k in out["kinds"]):
         out["note"] = NOT_DP
