@@ -21,6 +21,13 @@ table's record sets, the audit row), then whole requests through the
 application in process (the gate, the table service uncached, the guard).
 PostgreSQL is a throwaway cluster started as the tests start theirs
 (tests/_postgres.py), or ``--postgres URL``.
+
+``--job`` builds a 400,000-cell table (AREA x AGE x SEX x ETHNIC on the
+10M-person census-like data of bench_census.py) as a job and directly, and
+reports time, peak memory and whether the CSVs are the same bytes;
+``--writer`` the memory the CSV writer adds for 36,000 to 1,250,000 cells;
+``--replicas`` tables per second and p50/p99 of 1 and 2 replicas on one
+PostgreSQL under ``--clients`` clients (benchmarks/_serving.py).
 """
 
 from __future__ import annotations
@@ -214,7 +221,19 @@ def main() -> None:
     parser.add_argument("--state", action="store_true", help="PostgreSQL state against SQLite")
     parser.add_argument("--postgres", default=None, help="--state: a database URL to use")
     parser.add_argument("--rounds", type=int, default=5, help="--state: alternating rounds")
+    parser.add_argument("--job", action="store_true", help="a 400,000-cell table as a job")
+    parser.add_argument("--census", type=int, default=10_000_000, help="--job: persons")
+    parser.add_argument("--writer", action="store_true", help="the CSV writer's memory")
+    parser.add_argument("--replicas", action="store_true", help="1 and 2 replicas on PostgreSQL")
     args = parser.parse_args()
+    if args.job or args.writer:
+        from _serving import job_benchmark, writer_memory
+
+        if args.job:
+            job_benchmark(args.census)
+        if args.writer:
+            writer_memory(args.census)
+        return
 
     data_dir = DATA / f"demo_{args.records}"
     if not (data_dir / "catalog.toml").exists():
@@ -222,6 +241,14 @@ def main() -> None:
     pool = requests_pool()
     if args.state:
         state_cost(args, data_dir, pool)
+        return
+    if args.replicas:
+        from _serving import replicas_benchmark
+
+        with tempfile.TemporaryDirectory() as tmp:
+            text = site_file(Path(tmp), data_dir.resolve()).read_text()
+            text = text.replace("[server]", "[server]\ncache_tables = 0\naccess_log = false", 1)
+            replicas_benchmark(text, pool, args.clients, args.seconds, args.rounds)
         return
     with tempfile.TemporaryDirectory() as tmp:
         config = site_file(Path(tmp), data_dir.resolve())
