@@ -10,9 +10,10 @@ atomically. It holds
 * rate-limit counters, one row per bucket (API key or client address) and
   minute, checked and incremented in one statement
   (:mod:`tablesafe.state._rates`);
-* the sliver guard's published record sets, keyed by the microdata's
-  identity: :meth:`StateStore.transaction` serialises one check and the
-  write it depends on per identity, across threads, processes and replicas.
+* the sliver guard's published record sets and the privacy ledger's tables
+  (:mod:`tablesafe.rules._ledger`), keyed by the microdata's identity:
+  :meth:`StateStore.transaction` serialises one check of both and the
+  writes it depends on per identity, across threads, processes and replicas.
 
 Two backends: :class:`SQLiteState`, one file, the embedded default (the
 site's ``[server] audit_db``); :class:`PostgresState`, one database for
@@ -20,7 +21,7 @@ several replicas (``[state] url``). :func:`open_state` opens the one a site
 configuration names. The server, the command line and the audit import
 this package; it imports the core (rules, settings), never the server.
 
-Adding what must be shared next (the privacy ledger, issue 28):
+Adding what must be shared next (as the privacy ledger was, issue 28):
 
 1. its tables: one more migration at the end of
    :data:`tablesafe.state._sqlite.MIGRATIONS` (a function) and of
