@@ -294,3 +294,24 @@ def test_a_store_from_before_the_ledger_gains_it_and_keeps_its_rows(tmp_path, fi
     (size,) = con.execute("SELECT length(digests) FROM ledger_tables").fetchone()
     con.close()
     assert size == 8 * figures["SEX"].digests.size  # 8 bytes a figure
+
+
+def test_a_refusal_by_the_universe_size_rule_spends_the_universes_figure(demo_dir, tmp_path):
+    rules = {"privacy_budget_epsilon": 1, "min_universe_size": 50}
+    config = site(demo_dir, tmp_path, protection=DP, rules=rules)
+    tiny = {"AGE": [90], "REGION": [1], "SEX": [2]}
+    with TestClient(create_app(config)) as client:
+        first = _table(client, ["TENURE"], universe=tiny)
+        assert error_of(first)["type"] == "RefusedError"
+        assert "universe is too small" in error_of(first)["message"]
+        # The same refusal again spends nothing; the universe's figure is in the ledger.
+        assert error_of(_table(client, ["TENURE"], universe=tiny))["type"] == "RefusedError"
+        report = client.get("/api/admin/datasets/demo/ledger", headers={"x-api-key": ADMIN_KEY})
+        assert report.json()["epsilon_spent"] == 1 and report.json()["tables"] == 1
+        # Another universe holding some of its records would take them to 2: the budget
+        # answers, whatever the universe's size.
+        wider = {"AGE": [90], "REGION": [1]}
+        assert error_of(_table(client, ["TENURE"], universe=wider))["type"] == "BudgetExhausted"
+        # A universe sharing no record with it fits (parallel composition).
+        other = {"AGE": [90], "REGION": [2], "SEX": [2]}
+        assert error_of(_table(client, ["SEX"], universe=other))["type"] == "RefusedError"

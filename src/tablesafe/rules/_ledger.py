@@ -66,6 +66,7 @@ __all__ = [
     "LedgerIndex",
     "TableFigures",
     "table_figures",
+    "universe_figures",
 ]
 
 
@@ -291,6 +292,29 @@ def table_figures(
         universe_rule: Whether the universe-size rule read the universe's
             protected count (``min_universe_size > 0``).
     """
+    masks = _noisy_masks(table, protection, magnitudes, catalog, universe_rule)
+    return _figures(plan, catalog, masks)
+
+
+def universe_figures(
+    plan: TabulationPlan, protection: Protection, catalog: Catalog
+) -> TableFigures:
+    """The one figure the universe-size rule reads: the universe's own protected count.
+
+    What a refusal by that rule spends (its answer tells whether the count
+    reaches the minimum).
+    """
+    total = np.zeros(plan.shape, dtype=bool)
+    total[(-1,) * total.ndim] = True
+    return _figures(plan, catalog, [(_count_kind(protection), total)])
+
+
+def _figures(
+    plan: TabulationPlan,
+    catalog: Catalog,
+    masks: list[tuple[Kind, npt.NDArray[np.bool_]]],
+) -> TableFigures:
+    """The figures of ``masks`` (per kind, its noisy cells), digested from their definitions."""
     all_codes = {v.column: v.codes for v in catalog.source_variables}
     universe = {c: frozenset(v) for c, v in plan.universe}
     allowed = dict(universe)
@@ -311,9 +335,8 @@ def table_figures(
     fixed = sum(piece(c, v) for c, v in allowed.items() if c not in {d for d, _ in dims})
     totals = [piece(c, allowed[c]) for c, _ in dims]
     slots = [np.array([piece(c, frozenset(m)) for m in ms], dtype=np.uint64) for c, ms in dims]
-    masks = _noisy_masks(table, protection, magnitudes, catalog, universe_rule)
     kinds, groups, digests = [], [], []
-    shape = table.computed.shape
+    shape = plan.shape
     sets = dict.fromkeys((*plan.grouping_sets, ()))
     for k, (kind, noisy) in enumerate(masks):
         kinds.append(kind)

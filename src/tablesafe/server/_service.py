@@ -19,7 +19,7 @@ from typing import Any
 from threadpoolctl import threadpool_limits
 
 from tablesafe._builder import TableBuilder
-from tablesafe._errors import ConfigError, TablesafeError
+from tablesafe._errors import ConfigError, RefusedError, TablesafeError
 from tablesafe._protection import Protection
 from tablesafe._protection import protection_from_settings as core_protection
 from tablesafe._request import TableRequest, TabulationPlan
@@ -39,7 +39,7 @@ from tablesafe.rules._guard import (
     record_sets,
     zero_boxes,
 )
-from tablesafe.rules._ledger import Budgets, TableFigures, table_figures
+from tablesafe.rules._ledger import Budgets, TableFigures, table_figures, universe_figures
 from tablesafe.server._auth import Principal
 from tablesafe.server._tally import Tally
 from tablesafe.state import StateStore, open_state
@@ -257,7 +257,12 @@ class TableService:
         cache_key = (name, request)
         cached = self._cached(cache_key)
         if cached is None:
-            built = s.builder.run(request, checked=True)
+            try:
+                built = s.builder.run(request, checked=True)
+            except RefusedError:
+                if rules.min_universe_size > 0:
+                    self._refused_universe(s, who, request)
+                raise
             sets = (
                 self._record_sets(s, request, built.plan, built.aggregates)
                 if rules.sliver_min_difference
@@ -295,6 +300,15 @@ class TableService:
             if d.name in custom
         }
         return record_sets(plan, agg, sketch, s.dataset.catalog, merged)
+
+    def _refused_universe(self, s: _Served, who: Principal, request: TableRequest) -> None:
+        """Account a refusal by the universe-size rule: it tells the universe's count's side.
+
+        The universe's figure goes into the ledger; when it does not fit a
+        budget, BudgetExhausted is raised in the refusal's place.
+        """
+        plan, _ = s.builder.plans(request)
+        self._guard(s, who, [], universe_figures(plan, s.builder.protection, s.dataset.catalog))
 
     def _guard(
         self, s: _Served, who: Principal, sets: list[RecordSet], figures: TableFigures
