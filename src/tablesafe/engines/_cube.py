@@ -50,7 +50,7 @@ from tablesafe.cells._fixed import FIXED_SCALE
 from tablesafe.cells._magnitude_sums import MagnitudePlan, merge_top
 from tablesafe.cells._quantiles import RecordValues
 from tablesafe.cells._selection import SelectedSums
-from tablesafe.engines._base import DatasetSummary, Engine, assemble_grouped
+from tablesafe.engines._base import DatasetSummary, Engine, assemble_grouped, group_sums
 
 __all__ = ["CubeCache"]
 
@@ -387,12 +387,6 @@ class _InnerCells:
     inverse: np.ndarray
     positions: tuple[np.ndarray, ...]
 
-    def add(self, values: np.ndarray, dtype: type) -> np.ndarray:
-        """Sum per-cube-row ``values`` per inner cell, as ``dtype``."""
-        out: np.ndarray = np.zeros(self.cells.size, dtype=dtype)
-        np.add.at(out, self.inverse, values[self.rows].astype(dtype))
-        return out
-
 
 def _inner_cells(cube: _Cube, plan: TabulationPlan) -> _InnerCells:
     """Step 1 of _derive: the universe's rows, grouped by the dimensions' columns."""
@@ -419,30 +413,30 @@ def _inner_cells(cube: _Cube, plan: TabulationPlan) -> _InnerCells:
 
 def _cell_sums(
     cube: _Cube, plan: TabulationPlan, inner: _InnerCells
-) -> tuple[list[np.ndarray], list[np.ndarray], bool, int | None]:
+) -> tuple[np.ndarray, list[np.ndarray], bool, int | None]:
     """Step 2 of _derive: the inner cells' integer sums and largest contributions.
 
     Returns:
-        The per-cell arrays (count, key sum, then the weight sum and the
-        replicate sums where the plan asks and the cube holds them, then
-        per magnitude its sums), per magnitude its largest contributions
-        ``(top, cells)``, whether a weight sum is there, and how many
-        replicate sums (None without).
+        The per-cell sums as rows of one integer matrix ``(C, cells)``
+        (count, key sum, then the weight sum and the replicate sums where the
+        plan asks and the cube holds them, then per magnitude its sums), per
+        magnitude its largest contributions ``(top, cells)``, whether a weight
+        sum is there, and how many replicate sums (None without).
     """
     rows, m = inner.rows, inner.cells.size
-    n = inner.add(cube.n, np.int64)
-    key = inner.add(cube.key, np.uint64) % np.uint64(KEY_MODULUS)
-    weight = (
-        None if cube.weight is None or plan.weight is None else inner.add(cube.weight, np.int64)
-    )
-    reps = None
-    if cube.replicates is not None and plan.replicates:
-        reps = np.stack([inner.add(r, np.int64) for r in cube.replicates])
-    sums = [n, key] + ([] if weight is None else [weight]) + ([] if reps is None else list(reps))
+    weighted = cube.weight is not None and plan.weight is not None
+    replicates = cube.replicates is not None and bool(plan.replicates)
+    blocks = [cube.n, cube.key.astype(np.int64)]
+    blocks += [cube.weight] if weighted and cube.weight is not None else []
+    blocks += [cube.replicates] if replicates and cube.replicates is not None else []
+    blocks += [cube.magnitudes[mag.name][0] for mag in plan.magnitudes]
+    matrix = np.vstack([np.asarray(b, dtype=np.int64).reshape(-1, cube.rows) for b in blocks])
+    # Every sum of every inner cell in one pass (integers: the same in any order).
+    sums = group_sums(matrix[:, rows], inner.inverse, m)
+    sums[1] %= KEY_MODULUS
     tops = []
     for mag in plan.magnitudes:
-        fixed, top = cube.magnitudes[mag.name]
-        sums.append(inner.add(fixed, np.int64))
+        top = cube.magnitudes[mag.name][1]
         # The first rows of the cube's lists are the mag.top largest; a derived
         # cell's mag.top largest are the largest of its rows' (exact, no rounding).
         top = top[: mag.top, rows]
@@ -454,17 +448,16 @@ def _cell_sums(
             placed[:, inner.inverse] = top
             top = placed
         tops.append(top)
-    return sums, tops, weight is not None, None if reps is None else len(reps)
+    reps = None if not replicates or cube.replicates is None else cube.replicates.shape[0]
+    return sums, tops, weighted, reps
 
 
 #: One grouping set's query rows: its GROUPING() flag, per column each row's
-#: code position, the per-row sums, and whether it is the inner set.
-_Part = tuple[int, list[np.ndarray], list[np.ndarray], bool]
+#: code position, the per-row sums (rows of a matrix), and whether it is the inner set.
+_Part = tuple[int, list[np.ndarray], np.ndarray, bool]
 
 
-def _grouping_set_rows(
-    plan: TabulationPlan, inner: _InnerCells, sums: list[np.ndarray]
-) -> list[_Part]:
+def _grouping_set_rows(plan: TabulationPlan, inner: _InnerCells, sums: np.ndarray) -> list[_Part]:
     """Step 3 of _derive: the query's rows, per grouping set.
 
     The cells added up by the set's columns and flagged as GROUPING() would
@@ -490,15 +483,8 @@ def _grouping_set_rows(
         else:
             into = np.zeros(m, dtype=np.int64)
             pos = [np.zeros(1 if m else 0, dtype=np.int64) for _ in dim_columns]
-        parts.append((flag, pos, [_regroup(v, into, pos[0].size) for v in sums], False))
+        parts.append((flag, pos, group_sums(sums, into, pos[0].size), False))
     return parts
-
-
-def _regroup(values: np.ndarray, into: np.ndarray, size: int) -> np.ndarray:
-    """Sum ``values`` into ``size`` groups, value ``i`` into group ``into[i]``."""
-    out: np.ndarray = np.zeros(size, dtype=values.dtype)
-    np.add.at(out, into, values)
-    return out
 
 
 def _assemble_parts(
@@ -516,13 +502,14 @@ def _assemble_parts(
     zeros (assembly derives theirs from the inner cells).
     """
     column_of = [inner.columns.index(d.column) for d in plan.dimensions]
-    rows_of = [part[2][0].size for part in parts]
+    rows_of = [part[2].shape[1] for part in parts]
     grouping = np.concatenate(
         [np.full(r, flag, dtype=np.int64) for r, (flag, *_) in zip(rows_of, parts, strict=True)]
     )
+    matrix = np.concatenate([part[2] for part in parts], axis=1)
 
     def stacked(j: int) -> np.ndarray:
-        return np.concatenate([part[2][j] for part in parts])
+        return np.asarray(matrix[j])
 
     codes = [
         np.concatenate([cube.codes[d.column][part[1][c]] for part in parts])
@@ -534,7 +521,7 @@ def _assemble_parts(
         weight_sum, j = stacked(j), j + 1
     replicate_sums = None
     if replicates is not None:
-        replicate_sums = np.stack([stacked(j + r) for r in range(replicates)])
+        replicate_sums = matrix[j : j + replicates]
         j += replicates
     mags = []
     for i, (mag, top) in enumerate(zip(plan.magnitudes, tops, strict=True)):
@@ -548,7 +535,7 @@ def _assemble_parts(
         grouping=grouping,
         codes=codes,
         n=stacked(0),
-        key_sum=stacked(1) % np.uint64(KEY_MODULUS),
+        key_sum=stacked(1) % KEY_MODULUS,
         weight_sum=weight_sum,
         replicate_sums=replicate_sums,
         magnitudes=mags,
