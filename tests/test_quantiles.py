@@ -463,3 +463,36 @@ def test_spark_lists_the_same_records(demo_dir: Path) -> None:
     finally:
         spark.close()
     assert a == ts.TableBuilder(ds, protection).build(request).to_json()
+
+
+def test_the_dataset_description_states_the_precision_rule(demo_dir: Path, tmp_path: Path) -> None:
+    from tablesafe._settings import load_site_config
+    from tablesafe.server import create_app
+
+    site = load_site_config(
+        data={
+            "base": str(tmp_path),
+            "server": {"title": "Test", "audit_db": "audit.sqlite"},
+            "datasets": [
+                {
+                    "name": "demo",
+                    "path": str(demo_dir),
+                    "rules": {
+                        "max_rse": 25.0,
+                        "min_effective_count": 30,
+                        "unreliable_action": "flag",
+                    },
+                    "magnitudes": {"quantile_min_count": 40},
+                }
+            ],
+        }
+    )
+    with TestClient(create_app(site)) as c:
+        meta = c.get("/api/datasets/demo").json()
+    rules = meta["rules"]
+    assert rules["max_rse"] == 25.0 and rules["min_effective_count"] == 30
+    assert rules["unreliable_action"] == "flag" and rules["quantile_min_count"] == 40
+    assert {m["name"]: m["item_nonresponse"] for m in meta["magnitudes"]} == {
+        "INCOME": False,
+        "HOURS": False,
+    }

@@ -230,7 +230,14 @@ class TableService:
             # Continuous variables for sum:/mean: (not the owner's bounds: a bound
             # may be set at the largest value).
             "magnitudes": [
-                {"name": m.name, "label": m.label, "unit": m.unit, "negative": m.negative}
+                {
+                    "name": m.name,
+                    "label": m.label,
+                    "unit": m.unit,
+                    "negative": m.negative,
+                    # Whether some records have no value (their figures have a base).
+                    "item_nonresponse": m.missing is not None,
+                }
                 for m in cat.magnitudes.values()
             ],
             "rules": {
@@ -239,6 +246,12 @@ class TableService:
                 "min_cell_size": s.settings.rules.min_cell_size,
                 "small_cell_action": str(s.settings.rules.small_cell_action),
                 "max_cells": s.settings.rules.max_cells,
+                # The precision rule: which estimates are marked, and how.
+                "max_rse": s.settings.rules.max_rse,
+                "min_effective_count": s.settings.rules.min_effective_count,
+                "unreliable_action": str(s.settings.rules.unreliable_action),
+                # Medians and quantiles: published from this protected count.
+                "quantile_min_count": s.settings.magnitudes.quantile_min_count,
             },
             "protection": s.builder.protection.describe(),
         }
