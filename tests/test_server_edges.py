@@ -521,7 +521,7 @@ def test_make_demo_installs_no_extras_and_make_test_installs_all():
     assert any(line.startswith("echo") and "installing" in line for line in demo)
     assert "tablesafe serve" in demo[-1] and not any("serving" in line for line in demo)
     test = _make_dry_run("test")
-    assert any("pip install" in line and "'.[dev,spark,postgres]'" in line for line in test)
+    assert any("pip install" in line and "'.[dev,spark,postgres,server]'" in line for line in test)
     # The state store's tests start Debian's PostgreSQL: installed when missing.
     assert any("apt-get install" in line and "postgresql" in line for line in test)
 
