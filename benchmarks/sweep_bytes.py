@@ -41,8 +41,22 @@ from tablesafe._settings import load_site_config
 from tablesafe.server import create_app
 
 SECRET_ENV = "TABLESAFE_SWEEP_SECRET"
-PROFILES = profiles(SECRET_ENV)
 FORMATS = ("json", "csv", "xlsx")
+
+
+def _accepted(profile: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> bool:
+    """Whether this checkout's settings take a profile (an older one lacks newer settings)."""
+    prot, mags, rules = profile
+    os.environ.setdefault(SECRET_ENV, "sweep-secret-0123456789abcdef")
+    dataset = {"name": "p", "path": ".", "protection": prot, "magnitudes": mags, "rules": rules}
+    try:
+        load_site_config(data={"base": ".", "datasets": [dataset]})
+    except Exception:  # any checkout's refusal, whatever its type
+        return False
+    return True
+
+
+PROFILES = {name: p for name, p in profiles(SECRET_ENV).items() if _accepted(p)}
 
 
 def site(data: Path, base: Path) -> Any:

@@ -38,4 +38,15 @@ def profiles(secret_env: str) -> dict[str, Profile]:
             {},
             {"min_cell_size": 4, "small_cell_action": "show_less_than"},
         ),
+        # The precision rule (np) and quantiles published from small cells.
+        "ckm-precision": (
+            {"method": "ckm", "seeds": "keyed", "secret_env": secret_env},
+            {"quantile_window": 3, "quantile_min_count": 10},
+            {"max_rse": 30.0, "min_effective_count": 20},
+        ),
+        "q-flag": (
+            {"method": "q", "rate": 0.05},
+            {},
+            {"max_rse": 50.0, "unreliable_action": "flag"},
+        ),
     }
