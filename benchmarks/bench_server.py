@@ -225,6 +225,7 @@ def main() -> None:
     parser.add_argument("--census", type=int, default=10_000_000, help="--job: persons")
     parser.add_argument("--writer", action="store_true", help="the CSV writer's memory")
     parser.add_argument("--replicas", action="store_true", help="1 and 2 replicas on PostgreSQL")
+    parser.add_argument("--no-guard", action="store_true", help="--replicas: sliver guard off")
     args = parser.parse_args()
     if args.job or args.writer:
         from _serving import job_benchmark, writer_memory
@@ -248,6 +249,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             text = site_file(Path(tmp), data_dir.resolve()).read_text()
             text = text.replace("[server]", "[server]\ncache_tables = 0\naccess_log = false", 1)
+            if args.no_guard:
+                rules = "[datasets.rules]"
+                text = text.replace(rules, rules + "\nsliver_min_difference = 0")
             replicas_benchmark(text, pool, args.clients, args.seconds, args.rounds)
         return
     with tempfile.TemporaryDirectory() as tmp:
