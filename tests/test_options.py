@@ -49,6 +49,7 @@ from tablesafe._settings import (
 )
 from tablesafe.catalog._catalog import REPLICATE_METHODS, Catalog, ReplicateMethod
 from tablesafe.catalog._dataset import DataFormat, Dataset
+from tablesafe.catalog._units import Unit
 from tablesafe.mechanisms import cyclic_perturb, destatis, heer_bootstrap
 from tablesafe.mechanisms._cyclic import Likelihood, SkipRule, cyclic_posterior
 from tablesafe.mechanisms._magnitudes import MagnitudeMethod, MagnitudeProtection, SensitiveAction
@@ -81,6 +82,7 @@ OPTIONS: dict[type[enum.StrEnum], tuple[str, ...]] = {
     DataFormat: ("parquet", "csv"),
     ReplicateMethod: ("JK1", "JK2", "BRR", "bootstrap"),
     Resampling: ("bootstrap", "binomial"),
+    Unit: ("person", "family", "household", "dwelling"),
 }
 
 

@@ -46,6 +46,7 @@ from tablesafe._seeds import (
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._custom import check_grouping_limits
 from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._units import Unit
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.mechanisms._additivity import aggregate_margins, controlled_rounding, fit_to_margins
 from tablesafe.mechanisms._records import DropAddRecords
@@ -174,6 +175,7 @@ class TableBuilder:
             )
         self.magnitude_protection = magnitudes
         self._overall: tuple[float, np.ndarray | None] | None = None
+        self._unit_means: dict[Unit, tuple[float, np.ndarray | None]] = {}
         self._magnitude_means: dict[tuple[str, bool], float] = {}
 
     # -- the data owner's views --------------------------------------------------
@@ -186,8 +188,15 @@ class TableBuilder:
         refuse_item_nonresponse(self.dataset, plan)
         return Tabulation(request, self.engine.tabulate(self.dataset, plan), self.dataset.name)
 
-    def overall_mean_weights(self) -> tuple[float, np.ndarray | None]:
-        """The dataset's overall mean weight (and per replicate); public constants."""
+    def overall_mean_weights(self, unit: Unit | None = None) -> tuple[float, np.ndarray | None]:
+        """The dataset's overall mean weight (and per replicate); public constants.
+
+        Args:
+            unit: Of the units of a table of another unit than the records'
+                (households: the mean household weight), ``None`` for the records'.
+        """
+        if unit is not None and unit != self.dataset.catalog.unit:
+            return self._unit_mean_weight(Unit(unit))
         if self._overall is None:
             cat = self.dataset.catalog
             first = cat.source_variables[0].name
@@ -203,6 +212,22 @@ class TableBuilder:
             reps = agg.replicate_sums[:, -1] / n if agg.replicate_sums is not None else None
             self._overall = (w, reps)
         return self._overall
+
+    def _unit_mean_weight(self, unit: Unit) -> tuple[float, np.ndarray | None]:
+        """The mean weight of the catalog's ``unit`` (households), a public constant."""
+        if unit not in self._unit_means:
+            counted = self.dataset.catalog.units[unit]
+            plan = TableRequest(
+                (counted.variables[0],),
+                statistic=Statistic.WEIGHTED if counted.weight else Statistic.COUNT,
+                margins=Margins.TOTAL,
+                unit=unit,
+            ).bind(self.dataset.catalog)
+            agg = self.engine.tabulate(self.dataset, plan)
+            n = max(int(agg.n[-1]), 1)
+            w = float(agg.weight_sum[-1]) / n if agg.weight_sum is not None else 1.0
+            self._unit_means[unit] = (w, None)
+        return self._unit_means[unit]
 
     def overall_magnitude_mean(self, name: str, weighted: bool) -> float:
         """The dataset's sum of magnitude ``name`` per record (weighted or not); public."""
@@ -375,6 +400,8 @@ class TableBuilder:
         sz = structural_zero_mask(self.dataset.catalog, plan)
         want_w = request.statistic != Statistic.COUNT and agg.weight_sum is not None
         meta = self._metadata()
+        if plan.unit is not None:
+            meta["unit"] = str(self._unit_of(plan))
         counts, weighted, reps, perturbed, adjusted = self._protect_counts(
             request, plan, agg, computed, is_inner, sz, want_w, meta
         )
@@ -932,7 +959,7 @@ class TableBuilder:
                 empty = agg.n == 0
                 universe_empty = int(agg.n[(-1,) * agg.n.ndim]) == 0
                 need = universe_empty or (prot.perturbs_empty_cells and bool(empty.any()))
-                w_mean = self.overall_mean_weights()[0] if need else 1.0
+                w_mean = self.overall_mean_weights(self._unit_of(plan))[0] if need else 1.0
                 mean = enclosing_means(agg.weight_sum, agg.n, w_mean)
                 if prot.perturbs_empty_cells:
                     mean = np.where(empty, w_mean, mean)
@@ -950,6 +977,12 @@ class TableBuilder:
         counts_sum, weighted, reps = _add_up(counts, weighted, reps, sets)
         assert counts_sum is not None
         return counts_sum, weighted, reps, adjusted
+
+    def _unit_of(self, plan: TabulationPlan) -> Unit | None:
+        """The unit a plan counts where it is not the records' own (by its identifier)."""
+        if plan.unit is None:
+            return None
+        return next(u.unit for u in self.dataset.catalog.units.values() if u.id == plan.unit[0])
 
     def _draws(
         self,

@@ -20,6 +20,7 @@ from tablesafe._errors import RequestError, choice
 from tablesafe.catalog._catalog import Catalog, Code, Variable
 from tablesafe.catalog._custom import CustomGrouping, extend_catalog, parse_groupings
 from tablesafe.catalog._magnitudes import parse_quantile_item, quantile_item
+from tablesafe.catalog._units import CountingUnit, Unit
 from tablesafe.cells._magnitude_sums import MagnitudePlan, with_top
 
 __all__ = [
@@ -138,6 +139,10 @@ class TableRequest:
             most two decimals; ``quantile:VAR:0.5`` is ``median:VAR``). They
             may also be given inside ``statistic`` or ``magnitudes``: they are
             moved here. Weighted when ``statistic`` is ``"weighted"`` or ``"both"``.
+        unit: What the table counts (:class:`~tablesafe.catalog.Unit`: ``person``,
+            ``household``...; ABS's summation options), ``None`` for the
+            records' own unit. A table of another unit the catalog declares
+            counts each unit once, by its own variables, record key and weight.
         percentages: Row, column or total percentages (:class:`Percent`), of
             the weighted counts when ``statistic`` is ``"weighted"`` or
             ``"both"``, else of the counts. They may also be given inside
@@ -165,6 +170,7 @@ class TableRequest:
     magnitudes: tuple[str, ...] = ()
     percentages: tuple[Percent, ...] = ()
     quantiles: tuple[str, ...] = ()
+    unit: Unit | str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "groupings", parse_groupings(self.groupings))
@@ -229,6 +235,8 @@ class TableRequest:
         object.__setattr__(self, "statistic", statistic)
         object.__setattr__(self, "margins", self._normalise_margins(self.margins, dims))
         self._check_percentages()
+        if self.unit is not None:
+            object.__setattr__(self, "unit", choice(Unit, self.unit, "unit", RequestError))
         if not isinstance(self.replicates, bool):
             raise RequestError("replicates must be true or false")
         if self.rounding is not None:
@@ -445,7 +453,8 @@ class TableRequest:
         _trim_to_universe(variables, universe, trimmed)
         dims = tuple(DimensionPlan.from_variable(v, trimmed.get(v.name)) for v in variables)
         source_order = {v.column: v for v in catalog.source_variables}
-        return TabulationPlan(
+        counted = self._bind_unit(catalog, [*self.dimensions, *self.universe])
+        plan = TabulationPlan(
             dimensions=dims,
             universe=tuple(
                 (col, tuple(sorted(codes, key=source_order[col].codes.index)))
@@ -459,6 +468,50 @@ class TableRequest:
             else (),
             magnitudes=mags,
         )
+        if counted is None:
+            return plan
+        columns = dict.fromkeys([*(d.column for d in dims), *(c for c, _ in plan.universe)])
+        return replace(
+            plan,
+            record_key=counted.record_key,
+            weight=counted.weight if plan.weight is not None else None,
+            unit=(counted.id, tuple(dict.fromkeys([*columns, *counted.columns]))),
+        )
+
+    def _bind_unit(self, catalog: Catalog, names: list[str]) -> CountingUnit | None:
+        """Step 6 of bind: the unit counted, where it is not the records' own.
+
+        Raises:
+            RequestError: for a unit the catalog does not declare, a variable
+                that is not the unit's, weights it does not have, replicates,
+                sums, means or quantiles (which are of the records).
+        """
+        if self.unit is None or self.unit == catalog.unit:
+            return None
+        counted = catalog.units.get(Unit(self.unit))
+        if counted is None:
+            declared = ", ".join([str(catalog.unit), *map(str, catalog.units)])
+            raise RequestError(f"this dataset counts no {self.unit}; its units: {declared}")
+        for name in names:
+            var = catalog.variable(name)
+            source = var.source if var.is_grouping and var.source else var.name
+            if source not in counted.variables:
+                raise RequestError(
+                    f"{name} is not a variable of a {self.unit}: a table of {self.unit}s "
+                    f"may use {', '.join(counted.variables)} (or their groupings); ask unit "
+                    f"{catalog.unit} for {name}"
+                )
+        if self.statistic != Statistic.COUNT and counted.weight is None:
+            raise RequestError(
+                f"this dataset has no {self.unit} weight; a table of {self.unit}s has statistic "
+                "'count'"
+            )
+        if self.replicates or self.magnitudes or self.quantiles:
+            raise RequestError(
+                f"standard errors, sums, means and quantiles are of {catalog.unit}s here; a "
+                f"table of {self.unit}s has counts, weighted counts and percentages"
+            )
+        return counted
 
     def _bind_dimensions(self, catalog: Catalog) -> list[Variable]:
         """Step 1 of bind: the dimensions' variables, no two on the same microdata column."""
@@ -634,6 +687,10 @@ class TabulationPlan:
             value of each column count (not NULL, NaN or a missing code; the
             base of a magnitude with item non-response), a condition the
             universe adds to.
+        unit: For a table of another unit than the records' (households):
+            its identifier column and the columns it reads; engines count each
+            unit once (one record per identifier), ``record_key`` and
+            ``weight`` being the unit's. ``None``: the records themselves.
     """
 
     dimensions: tuple[DimensionPlan, ...]
@@ -644,6 +701,7 @@ class TabulationPlan:
     replicates: tuple[str, ...] = ()
     magnitudes: tuple[MagnitudePlan, ...] = ()
     present: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    unit: tuple[str, tuple[str, ...]] | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -72,10 +72,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from tablesafe._errors import CatalogError, FormatError, RequestError
+from tablesafe._errors import CatalogError, FormatError, RequestError, choice
 from tablesafe.catalog._hierarchy import Hierarchy, parse_hierarchies, resolve_grouping_levels
 from tablesafe.catalog._magnitudes import WEIGHTED_SUFFIX, Magnitude, parse_magnitudes
 from tablesafe.catalog._sdmx import SdmxStructure, parse_sdmx
+from tablesafe.catalog._units import CountingUnit, Unit, parse_units
 from tablesafe.catalog._variables import Category, Code, Variable, _show_codes
 
 __all__ = [
@@ -216,6 +217,9 @@ class Catalog:
             or ``""``; printed in every table's footnotes.
         sdmx: The SDMX dataflow the site's tables belong to (``[dataset.sdmx]``), or ``None``.
         data_file: The microdata file named by the catalog (may be ``None``).
+        unit: What one record is (``[dataset] unit``, default person).
+        units: The other units the records belong to (households...), by unit
+            (:mod:`tablesafe.catalog._units`).
     """
 
     variables: Mapping[str, Variable]
@@ -231,6 +235,8 @@ class Catalog:
     data_file: Path | None = field(default=None, compare=False)
     magnitudes: Mapping[str, Magnitude] = field(default_factory=dict)
     hierarchies: tuple[Hierarchy, ...] = ()
+    unit: Unit = Unit.PERSON
+    units: Mapping[Unit, CountingUnit] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         special = [self.record_key, *([self.weight] if self.weight else [])]
@@ -311,6 +317,8 @@ class Catalog:
             cols.append(self.weight)
         if self.replicates:
             cols.extend(self.replicates.columns)
+        for unit in self.units.values():
+            cols.extend(c for c in unit.columns if c not in cols)
         return tuple(cols)
 
     # -- construction -------------------------------------------------------
@@ -354,6 +362,9 @@ class Catalog:
         zeros = _parse_zeros(raw.get("structural_zeros", []), variables)
         magnitudes = parse_magnitudes(raw.get("magnitudes", []), check_name, list(variables))
         hierarchies = parse_hierarchies(raw.get("hierarchies", []), variables, check_name)
+        own = choice(Unit, ds.get("unit", Unit.PERSON), "dataset.unit", CatalogError)
+        sources = [n for n, v in variables.items() if not v.is_grouping]
+        units = parse_units(raw.get("units", []), own, check_name, sources)
         data_file, title, citation = _dataset_texts(ds)
         return cls(
             variables=variables,
@@ -371,6 +382,8 @@ class Catalog:
             else None,
             magnitudes=magnitudes,
             hierarchies=hierarchies,
+            unit=own,
+            units=units,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -425,6 +438,10 @@ class Catalog:
             out["magnitudes"] = [m.to_dict() for m in self.magnitudes.values()]
         if self.hierarchies:
             out["hierarchies"] = [h.to_dict() for h in self.hierarchies]
+        if self.unit != Unit.PERSON:
+            ds["unit"] = str(self.unit)
+        if self.units:
+            out["units"] = [u.to_dict() for u in self.units.values()]
         return out
 
     def to_toml(self) -> str:
@@ -436,12 +453,12 @@ def _dataset_section(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     """Step 1 of Catalog.from_dict: the known sections, and the [dataset] table's known keys."""
     if not isinstance(raw, Mapping):
         raise CatalogError("a catalog must be a table (mapping) at the top level")
-    sections = {"dataset", "variables", "structural_zeros", "magnitudes", "hierarchies"}
+    sections = {"dataset", "variables", "structural_zeros", "magnitudes", "hierarchies", "units"}
     unknown = set(raw) - sections
     if unknown:
         raise CatalogError(
             f"unknown catalog section(s) {sorted(unknown)}; allowed: dataset, variables, "
-            "structural_zeros, magnitudes, hierarchies"
+            "structural_zeros, magnitudes, hierarchies, units"
         )
     ds = raw.get("dataset", {})
     if not isinstance(ds, Mapping):
@@ -459,6 +476,7 @@ def _dataset_section(raw: Mapping[str, Any]) -> Mapping[str, Any]:
         "replicate_method",
         "replicate_coefficient",
         "fay",
+        "unit",
     }
     if set(ds) - allowed_ds:
         raise CatalogError(
@@ -750,4 +768,7 @@ def _dump_toml(doc: Mapping[str, Any]) -> str:
     for h in doc.get("hierarchies", []):
         lines += ["", "[[hierarchies]]"]
         lines += [f"{k} = {toml_value(v)}" for k, v in h.items()]
+    for u in doc.get("units", []):
+        lines += ["", "[[units]]"]
+        lines += [f"{k} = {toml_value(v)}" for k, v in u.items()]
     return "\n".join(lines) + "\n"

@@ -218,6 +218,10 @@ class CubeCache(Engine):
             ),
             # A cube of the records that hold a value (no universe: it is applied to rows).
             present=plan.present,
+            # A cube of units (households): one row per unit, its columns the cube's.
+            unit=None
+            if plan.unit is None
+            else (plan.unit[0], tuple(dict.fromkeys([*columns, *plan.unit[1]]))),
         )
 
     def _cube(self, dataset: Dataset, cube_plan: TabulationPlan) -> _Cube | None:
@@ -235,6 +239,7 @@ class CubeCache(Engine):
             # Not the number of largest contributions: a cube with more serves fewer.
             tuple((m.name, m.column, m.weight) for m in cube_plan.magnitudes),
             cube_plan.present,
+            cube_plan.unit,
         )
         top = max((m.top for m in cube_plan.magnitudes), default=0)
         with self._lock:

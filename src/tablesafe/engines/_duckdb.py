@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from tablesafe._request import TabulationPlan
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
+from tablesafe.catalog._units import raise_unit_problem, unit_check_sql
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._magnitude_sums import MagnitudePlan
 from tablesafe.cells._quantiles import RecordValues
@@ -43,7 +45,13 @@ from tablesafe.engines._base import (
     record_values,
     weight_columns,
 )
-from tablesafe.engines._sql import Dialect, ranking_sql, tabulation_sql, values_sql
+from tablesafe.engines._sql import (
+    Dialect,
+    ranking_sql,
+    tabulation_sql,
+    unit_source,
+    values_sql,
+)
 
 __all__ = ["DuckDBEngine"]
 
@@ -194,6 +202,12 @@ class DuckDBEngine(Engine):
         if cat.magnitudes:
             self._check_magnitudes(cat, src, types)
         self._check_structural_zeros(cat, src)
+        for unit in cat.units.values():
+            # A household's key, weight and variables: the same on each of its records.
+            columns = [cat.variables[v].column for v in unit.variables]
+            raise_unit_problem(
+                unit, self._run(unit_check_sql(unit, columns, _ident, src), [], fetch="one")
+            )
         return DatasetSummary(records=int(records), columns=len(types))
 
     def _check_types(self, dataset: Dataset, src: str, weights: list[str]) -> dict[str, str]:
@@ -412,11 +426,13 @@ class DuckDBEngine(Engine):
             [*dims, *(c for c, _ in plan.universe), *(c for c, _ in plan.present), plan.record_key]
         )
         columns = ", ".join(_ident(c) for c in used)
+        # A table of households: the bucket of each household's key, once per household.
+        scan = unit_source(plan, self._scan(dataset), _DIALECT)
         source = (
             f"(SELECT {columns}, CAST({key} % {int(bucket.size)} AS BIGINT) "
-            f"AS {_ident(bucket.column)} FROM {self._scan(dataset)})"
+            f"AS {_ident(bucket.column)} FROM {scan})"
         )
-        sql, params = tabulation_sql(plan, source, _DIALECT)
+        sql, params = tabulation_sql(replace(plan, unit=None), source, _DIALECT)
         res = self._run(sql, params, timeout=self._timeout, fetch="numpy")
         return assemble_grouped(
             plan,

@@ -19,9 +19,11 @@ import pyarrow.parquet as pq
 from tablesafe._errors import DataError, FormatError
 from tablesafe._keys import KEY_MODULUS
 from tablesafe._request import TabulationPlan
+from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
 from tablesafe.catalog._magnitudes import present_values
+from tablesafe.catalog._units import CountingUnit, raise_unit_problem
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._fixed import from_fixed, range_error, to_fixed
 from tablesafe.cells._magnitude_sums import MagnitudePlan
@@ -103,6 +105,8 @@ class MemoryEngine(Engine):
                     f"column {var.column} holds code(s) {shown} that the catalog does not list "
                     f"for {var.name}"
                 )
+        for unit in cat.units.values():
+            raise_unit_problem(unit, _unit_problems(df, unit, cat))
         if cat.magnitudes:
             from tablesafe.catalog._magnitudes import check_magnitude_values, require_numeric
 
@@ -172,6 +176,9 @@ class MemoryEngine(Engine):
         self, dataset: Dataset, plan: TabulationPlan
     ) -> tuple[pd.DataFrame, np.ndarray, tuple[int, ...]]:
         df = self._frame(dataset)
+        if plan.unit is not None:
+            # One record per unit: its columns are the same on each (validated).
+            df = df.drop_duplicates(subset=[plan.unit[0]])
         mask = np.ones(len(df), dtype=bool)
         for column, codes in plan.universe:
             mask &= df[column].isin(list(codes)).to_numpy()
@@ -270,6 +277,25 @@ class MemoryEngine(Engine):
                 top=top_from_records(flat, x, agg.shape, plan.grouping_sets, mag.top),
             )
         return replace(agg, magnitudes=mags)
+
+
+def _unit_problems(df: pd.DataFrame, unit: CountingUnit, cat: Catalog) -> list[int]:
+    """What :func:`~tablesafe.catalog._units.unit_check_sql` counts, with pandas."""
+    own = [unit.record_key, *([unit.weight] if unit.weight else [])]
+    columns = own + [cat.variables[v].column for v in unit.variables]
+    varying = df.groupby(unit.id, dropna=True)[columns].nunique(dropna=False)
+    key = pd.to_numeric(df[unit.record_key], errors="coerce")
+    bad_keys = key.isna() | (key < 0) | (key >= KEY_MODULUS)
+    bad_weights = 0
+    if unit.weight:
+        w = pd.to_numeric(df[unit.weight], errors="coerce").to_numpy(dtype=np.float64)
+        bad_weights = int((~np.isfinite(w) | (w < 0)).sum())
+    return [
+        int(df[unit.id].isna().sum()),
+        int((varying > 1).any(axis=1).sum()),
+        int(bad_keys.sum()),
+        bad_weights,
+    ]
 
 
 def _sum(flat: np.ndarray, values: np.ndarray, size: int, dtype: type) -> np.ndarray:

@@ -26,6 +26,7 @@ from tablesafe._request import TabulationPlan
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
+from tablesafe.catalog._units import raise_unit_problem, unit_check_sql
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._magnitude_sums import MagnitudePlan
 from tablesafe.cells._quantiles import RecordValues
@@ -188,6 +189,12 @@ class SparkEngine(Engine):
         self._check_structural_zeros(cat, view)
         if cat.magnitudes:
             self._check_magnitudes(cat, view, schema)
+        for unit in cat.units.values():
+            # A household's key, weight and variables: the same on each of its records.
+            columns = [cat.variables[v].column for v in unit.variables]
+            raise_unit_problem(
+                unit, list(self._run(unit_check_sql(unit, columns, _ident, view))[0])
+            )
         return DatasetSummary(records=int(records), columns=len(schema))
 
     def _check_types(self, dataset: Dataset, view: str) -> dict[str, str]:

@@ -26,6 +26,7 @@ __all__ = [
     "SQLParams",
     "ranking_sql",
     "tabulation_sql",
+    "unit_source",
     "universe_sql",
     "values_sql",
 ]
@@ -84,8 +85,23 @@ def universe_sql(
     ] + [present_sql(f"{prefix}{dialect.ident(column)}", codes) for column, codes in plan.present]
 
 
+def unit_source(plan: TabulationPlan, source: str, dialect: Dialect) -> str:
+    """``source`` with one row per unit where ``plan`` counts another unit than the records.
+
+    A unit's columns are the same on each of its records (validation checks
+    it), so the distinct rows of its identifier and the columns the table
+    reads are its units, one each.
+    """
+    if plan.unit is None:
+        return source
+    unit, columns = plan.unit
+    kept = ", ".join(dialect.ident(c) for c in dict.fromkeys([unit, *columns]))
+    return f"(SELECT DISTINCT {kept} FROM {source}) AS ts_units"
+
+
 def tabulation_sql(plan: TabulationPlan, source: str, dialect: Dialect) -> tuple[str, Any]:
     """The tabulation query of ``plan`` over the relation ``source``, and its parameters."""
+    source = unit_source(plan, source, dialect)
     q = dialect.ident
     dims = [q(d.column) for d in plan.dimensions]
     dim_list = ", ".join(dims)
@@ -174,6 +190,7 @@ def ranking_sql(
         mix: Wraps a query with columns ``ts_key`` and ``ts_seed`` into one
             that adds ``ts_mix`` (:func:`tablesafe.cells._selection.mix32`).
     """
+    source = unit_source(plan, source, dialect)
     params: SQLParams = {} if dialect.named else []
     weights = ([plan.weight] if plan.weight else []) + list(plan.replicates)
     v = [f"ts_v{i}" for i in range(len(weights))]

@@ -150,6 +150,12 @@ def footnotes(
     """
     method, changes = _method(mechanism)
     statement = [f"Protection: {method}."]
+    if metadata.get("unit"):
+        unit = metadata["unit"]
+        statement.append(
+            f"The table counts {unit}s: each {unit} once, by its own variables, with its own "
+            f"record key (its noise) and weight."
+        )
     additivity = str(metadata.get("additivity", "")).split(" ")[0]
     additive = additivity in (Additivity.AGGREGATE, Additivity.IPF)
     if changes:
