@@ -252,11 +252,13 @@ def test_owner_subpackages_are_pinned():
     assert set(tablesafe.catalog.__all__) == {
         "Catalog",
         "Category",
+        "CountingUnit",
         "CustomGroup",
         "CustomGrouping",
         "Dataset",
         "ReplicateDesign",
         "StructuralZero",
+        "Unit",
         "Variable",
     }
 

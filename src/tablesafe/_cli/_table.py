@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,6 +119,12 @@ def _engine(name: str, spark_master: str) -> Any:
 )
 @click.option("--margins", default="all", help="all, none or total.")
 @click.option(
+    "--unit",
+    default=None,
+    help="What the table counts: person, family, household or dwelling, among the units the "
+    "catalog declares (default: its records' own).",
+)
+@click.option(
     "--se",
     "replicates",
     is_flag=True,
@@ -187,6 +194,7 @@ def table(
     group: tuple[str, ...],
     statistic: str,
     margins: str,
+    unit: str | None,
     replicates: bool,
     fmt: str,
     labels: bool,
@@ -217,7 +225,7 @@ def table(
     # The registry's formats that print on a terminal (xlsx is bytes).
     output = output_format(fmt, binary=False)
     dims = [rows, *([cols] if cols else []), *layers]
-    request = _request(dims, where, group, statistic, margins, replicates)
+    request = replace(_request(dims, where, group, statistic, margins, replicates), unit=unit)
     dataset = Dataset.open(data_dir)
     # Bad requests are refused before anything else happens.
     request.bind(dataset.catalog)

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from tablesafe.catalog._catalog import Catalog, ReplicateDesign, StructuralZero
     from tablesafe.catalog._custom import CustomGroup, CustomGrouping
     from tablesafe.catalog._dataset import Dataset
+    from tablesafe.catalog._units import CountingUnit, Unit
     from tablesafe.catalog._variables import Category, Variable
 
 _EXPORTS = {
@@ -21,6 +22,8 @@ _EXPORTS = {
     "CustomGroup": "tablesafe.catalog._custom",
     "CustomGrouping": "tablesafe.catalog._custom",
     "Dataset": "tablesafe.catalog._dataset",
+    "CountingUnit": "tablesafe.catalog._units",
+    "Unit": "tablesafe.catalog._units",
 }
 
 __getattr__, __dir__ = attach(__name__, _EXPORTS)
@@ -28,10 +31,12 @@ __getattr__, __dir__ = attach(__name__, _EXPORTS)
 __all__ = [
     "Catalog",
     "Category",
+    "CountingUnit",
     "CustomGroup",
     "CustomGrouping",
     "Dataset",
     "ReplicateDesign",
     "StructuralZero",
+    "Unit",
     "Variable",
 ]

@@ -24,6 +24,7 @@ from pydantic_core import PydanticCustomError
 from tablesafe._errors import RequestError
 from tablesafe._request import Margins, Percent, Statistic, TableRequest
 from tablesafe.catalog._custom import parse_groupings
+from tablesafe.catalog._units import Unit
 
 __all__ = ["GroupBody", "GroupingBody", "TableBody"]
 
@@ -67,6 +68,16 @@ def _named_margins(value: object) -> Margins:
     if isinstance(value, str) and value in tuple(Margins):
         return Margins(value)
     *first, last = (repr(str(m)) for m in Margins)
+    raise PydanticCustomError(
+        "enum", "Input should be {expected}", {"expected": f"{', '.join(first)} or {last}"}
+    )
+
+
+def _counted_unit(value: object) -> Unit:
+    """One of :class:`~tablesafe.catalog.Unit`, from its text (as :func:`_named_margins`)."""
+    if isinstance(value, str) and value in tuple(Unit):
+        return Unit(value)
+    *first, last = (repr(str(u)) for u in Unit)
     raise PydanticCustomError(
         "enum", "Input should be {expected}", {"expected": f"{', '.join(first)} or {last}"}
     )
@@ -125,6 +136,20 @@ class TableBody(BaseModel):
         max_length=10,
         description="Custom groupings: new names usable in dimensions and universe.",
     )
+    # Typed str, not Unit: FastAPI would add an enum class to the API's schema.
+    unit: (
+        Annotated[
+            str,
+            PlainValidator(_counted_unit),
+            WithJsonSchema({"enum": [str(u) for u in Unit], "title": "Unit", "type": "string"}),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="What the table counts: person, family, household or dwelling, among the "
+        "units the dataset declares (default: its records' own); a table of households counts "
+        "each household once, by its own variables.",
+    )
     se: bool = Field(
         False,
         description="Add standard errors and 95% confidence intervals of the weighted "
@@ -148,6 +173,7 @@ class TableBody(BaseModel):
             margins=self.margins,
             replicates=self.se,
             rounding=self.rounding,
+            unit=self.unit,
             groupings=parse_groupings(
                 {
                     **g.model_dump(exclude_none=True, exclude={"groups"}),

@@ -229,6 +229,8 @@ class TableService:
             ],
             # Continuous variables for sum:/mean: (not the owner's bounds: a bound
             # may be set at the largest value).
+            # What a table may count (the records' own unit first): the request's unit.
+            "units": [str(cat.unit), *(str(u) for u in cat.units)],
             "magnitudes": [
                 {
                     "name": m.name,
