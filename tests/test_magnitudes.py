@@ -45,7 +45,7 @@ def test_statistic_items_move_to_magnitudes() -> None:
     ("kwargs", "message"),
     [
         ({"statistic": "count,weighted,sum:INCOME"}, "at most one of"),
-        ({"statistic": "median:INCOME"}, "sum:VAR or mean:VAR"),
+        ({"statistic": "mode:INCOME"}, "sum:VAR or mean:VAR"),  # median: is a quantile
         ({"statistic": "sum:"}, "sum:VAR or mean:VAR"),
         ({"magnitudes": ("INCOME",)}, "sum:VAR or mean:VAR"),
     ],

@@ -287,8 +287,9 @@ class TableRequest:
             kind, _, name = item.partition(":") if isinstance(item, str) else ("", "", "")
             if kind not in ("sum", "mean") or not name:
                 raise RequestError(
-                    f"unknown statistic {item!r}; magnitudes are written sum:VAR, mean:VAR, "
-                    "median:VAR or quantile:VAR:P (VAR a continuous variable of the catalog)"
+                    f"unknown statistic {item!r}; magnitudes are written sum:VAR or mean:VAR "
+                    "(medians and quantiles median:VAR or quantile:VAR:P; VAR a continuous "
+                    "variable of the catalog)"
                 )
             if f"{kind}:{name}" not in out:
                 out.append(f"{kind}:{name}")
