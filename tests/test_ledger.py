@@ -487,3 +487,38 @@ def test_a_check_within_the_bound_runs_no_search(data, monkeypatch):
     assert ledger.check("k", third, Budgets(epsilon=3))
     with pytest.raises(AssertionError, match="searched"):
         ledger.check("k", third, Budgets(epsilon=2.5))
+
+
+def test_quantiles_are_figures_spending_epsilon_under_dp(demo_dir):
+    from tablesafe.mechanisms._magnitudes import MagnitudeProtection
+
+    data = ts.Dataset.open(demo_dir)
+    prot = ts.Protection(dp_geometric(1.0), seeds="keyed", secret=SECRET)
+    request = ts.TableRequest(("REGION",), statistic="count,median:HOURS")
+    for method, epsilon in (("ckm", None), ("dp", 0.5)):
+        mags = MagnitudeProtection(method=method, epsilon=0.5)
+        built = ts.TableBuilder(data, prot, magnitudes=mags).run(request)
+        figures = table_figures(built.plan, built.table, prot, data.catalog, magnitudes=mags)
+        kinds = {k.name: k.epsilon for k in figures.kinds}
+        assert kinds == {"count": 1.0, "median:HOURS": epsilon}
+        ledger = LedgerIndex()
+        ledger.add("k", figures)
+        # A record is in its region's count (the total is their sum) and in its region's
+        # median and the total's (a median is not a sum of others).
+        assert summary(ledger.dataset)["figures_per_record"] == 3
+
+
+def test_a_table_of_households_counts_other_figures(make_dataset):
+    from test_units import _catalog, _persons
+
+    data = make_dataset(_persons(300, 4), _catalog())
+    prot = ts.Protection(dp_geometric(1.0), seeds="keyed", secret=SECRET)
+    builder = ts.TableBuilder(data, prot)
+    kinds, digests = [], []
+    for unit in (None, "household"):
+        built = builder.run(ts.TableRequest(("A", "D"), statistic="count", unit=unit))
+        figures = table_figures(built.plan, built.table, prot, data.catalog)
+        kinds.append([k.name for k in figures.kinds])
+        digests.append(set(figures.digests.tolist()))
+    assert kinds[0] == ["count"] and kinds[1] == ["count:HHID"]  # the unit by its id column
+    assert len(digests[1]) == len(digests[0]) and not digests[0] & digests[1]

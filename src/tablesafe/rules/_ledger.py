@@ -206,7 +206,8 @@ def _kind(
     return Kind(name, epsilon, delta, dp, _hash64(payload.encode()))
 
 
-def _count_kind(protection: Protection) -> Kind:
+def _count_kind(protection: Protection, unit: str | None = None) -> Kind:
+    """The counts' kind: the ptable's figures; a table of another unit counts other things."""
     mech = protection.effective_mechanism()
     eps = delta = None
     dp = False
@@ -215,7 +216,8 @@ def _count_kind(protection: Protection) -> Kind:
         fig = privacy()
         eps, delta = float(fig.epsilon), float(fig.delta)
         dp = isinstance(getattr(mech, "parameters", {}).get("epsilon"), int | float)
-    return _kind("count", protection.describe(), eps, delta, dp, protection.secret)
+    name = "count" if unit is None else f"count:{unit}"
+    return _kind(name, protection.describe(), eps, delta, dp, protection.secret)
 
 
 def _noisy_masks(
@@ -224,13 +226,15 @@ def _noisy_masks(
     magnitudes: Any,
     catalog: Catalog,
     universe_rule: bool,
+    unit: str | None = None,
 ) -> list[tuple[Kind, npt.NDArray[np.bool_]]]:
     """Per kind, the cells whose figures carry noise of their own (extended arrays).
 
     Additive tables (aggregate, IPF's weighted figures, record-level) draw
     noise for their inner cells only: their margins are sums of published
     figures. The universe-size rule decides on the universe's own protected
-    count, a figure of its own.
+    count, a figure of its own. A table of another unit (households) counts
+    figures of another kind.
     """
     computed = table.computed
     inner = np.zeros_like(computed)
@@ -242,34 +246,35 @@ def _noisy_masks(
     if universe_rule and mech is not None:
         count = count.copy()
         count[(-1,) * count.ndim] = True
-    out = [(_count_kind(protection), count)]
+    out = [(_count_kind(protection, unit), count)]
     if table.weighted is not None:
         indep = protection.additivity == Additivity.INDEPENDENT and not protection.record_level
         cells = computed if mech is None else ((computed if indep else inner) & ~sz)
         desc = {"protection": protection.describe(), "weight_noise": protection.weight_noise}
-        out.append((_kind("weighted", desc, None, None, False, protection.secret), cells))
-    names = dict.fromkeys(
-        catalog.magnitude(m.split(":", 1)[1]).name for m in table.request.magnitudes
-    )
-    for name in names:
-        method = str(getattr(magnitudes, "method", "none"))
-        eps = float(magnitudes.epsilon) if method == "dp" else None
-        desc = magnitudes.describe() if magnitudes is not None else {"method": "none"}
-        cells = computed if method == "none" else computed & ~sz
-        out.append(
-            (
-                _kind(
-                    f"sum:{name}",
-                    desc,
-                    eps,
-                    0.0 if eps else None,
-                    eps is not None,
-                    protection.secret,
-                ),
-                cells,
-            )
-        )
-    return out
+        name = "weighted" if unit is None else f"weighted:{unit}"
+        out.append((_kind(name, desc, None, None, False, protection.secret), cells))
+    return out + _magnitude_masks(table, protection, magnitudes, catalog)
+
+
+def _magnitude_masks(
+    table: ProtectedTable, protection: Protection, magnitudes: Any, catalog: Catalog
+) -> list[tuple[Kind, npt.NDArray[np.bool_]]]:
+    """Sums (means are sums over counts) and quantiles: a figure per cell computed each.
+
+    Under DP for magnitudes each spends the site's epsilon for magnitudes;
+    otherwise none is stated.
+    """
+    method = str(getattr(magnitudes, "method", "none"))
+    eps = float(magnitudes.epsilon) if method == "dp" else None
+    desc = magnitudes.describe() if magnitudes is not None else {"method": "none"}
+    cells = table.computed if method == "none" else table.computed & ~table.structural_zero
+    request = table.request
+    names = [f"sum:{catalog.magnitude(m.split(':', 1)[1]).name}" for m in request.magnitudes]
+    names += list(request.quantiles)
+    return [
+        (_kind(name, desc, eps, 0.0 if eps else None, eps is not None, protection.secret), cells)
+        for name in dict.fromkeys(names)
+    ]
 
 
 def table_figures(
@@ -292,7 +297,8 @@ def table_figures(
         universe_rule: Whether the universe-size rule read the universe's
             protected count (``min_universe_size > 0``).
     """
-    masks = _noisy_masks(table, protection, magnitudes, catalog, universe_rule)
+    unit = None if plan.unit is None else str(plan.unit[0])
+    masks = _noisy_masks(table, protection, magnitudes, catalog, universe_rule, unit)
     return _figures(plan, catalog, masks)
 
 
@@ -306,7 +312,8 @@ def universe_figures(
     """
     total = np.zeros(plan.shape, dtype=bool)
     total[(-1,) * total.ndim] = True
-    return _figures(plan, catalog, [(_count_kind(protection), total)])
+    unit = None if plan.unit is None else str(plan.unit[0])
+    return _figures(plan, catalog, [(_count_kind(protection, unit), total)])
 
 
 def _figures(
