@@ -219,6 +219,7 @@ OPTIONS: dict[str, list[str]] = {
         "--group (repeatable)",
         "--statistic",
         "--margins",
+        "--unit",
         "--se",
         "--format",
         "--labels",
