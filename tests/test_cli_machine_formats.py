@@ -123,6 +123,7 @@ CASES: dict[tuple[str, str], list[str]] = {
     ("reproduce shlomo2019", "json"): ["reproduce", "shlomo2019", "--reps", "10"],
     ("audit", "json"): ["audit", "--config", "{site}"],
     ("api-key list", "json"): ["api-key", "list", "--config", "{site}"],
+    ("audit ledger", "json"): ["audit", "ledger", "--config", "{site}", "--dataset", "demo"],
     ("audit reconstruct", "json"): [
         "audit",
         "reconstruct",

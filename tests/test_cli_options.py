@@ -121,6 +121,7 @@ OPTIONS: dict[str, list[str]] = {
         "--integer-weights",
         "--format",
     ],
+    "worker": ["--config (required)", "--poll-seconds", "--once"],
     "audit": ["--config", "--key-id", "--dataset", "--since", "--limit", "--format"],
     "audit ledger": ["--config (required)", "--dataset (required)", "--format"],
     "audit reconstruct": [
