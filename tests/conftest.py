@@ -1,4 +1,5 @@
-"""Shared fixtures: small random datasets with a known catalog, and the demo survey."""
+"""Shared fixtures: small random datasets with a known catalog, the demo survey, and state stores
+(SQLite and a real PostgreSQL) opened as several processes would."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pandas as pd
 import pytest
 
 from tablesafe.catalog._dataset import Dataset
+from tablesafe.state import PostgresState, SQLiteState, StateStore
 from tsdata import random_frame, write_dataset
 
 
@@ -67,3 +69,33 @@ def postgres() -> Iterator[Any]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request, tmp_path) -> Iterator[Callable[[], StateStore]]:
+    """Opens stores on one fresh database of the backend (each one: another process)."""
+    if request.param == "sqlite":
+        where = str(tmp_path / "state.sqlite")
+
+        def make() -> StateStore:
+            return SQLiteState(where)
+    else:
+        url = request.getfixturevalue("postgres").database()
+
+        def make() -> StateStore:
+            return PostgresState(url, pool_size=4)
+
+    opened: list[StateStore] = []
+
+    def opener() -> StateStore:
+        opened.append(make())
+        return opened[-1]
+
+    yield opener
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(backend) -> StateStore:
+    return backend()

@@ -30,7 +30,6 @@ from tablesafe.rules._guard import (
     zero_boxes,
 )
 from tablesafe.server import create_app
-from tablesafe.state import SQLiteState as SQLiteGuardStore
 from test_server import ADMIN_KEY, USER_KEY, error_of, site
 
 TABLES = "/api/datasets/demo/tables"
@@ -530,44 +529,6 @@ def _store_set(size: int, seed: int) -> RecordSet:
     rng = np.random.default_rng(seed)
     keys = rng.integers(0, 2**32, size=size, dtype=np.int64)
     return _synthetic(f"set{seed}", set(range(size)), keys)
-
-
-def test_two_stores_on_one_file_see_each_others_sets_and_serialise(tmp_path):
-    """Two processes on one database (two stores here): a transaction waits for the other's
-    write lock (BEGIN IMMEDIATE), then reads what it committed."""
-    import threading
-
-    path = tmp_path / "audit.sqlite"
-    a, b = SQLiteGuardStore(path), SQLiteGuardStore(path)
-    inside, seen = threading.Event(), []
-
-    def first() -> None:
-        with a.transaction("micro") as tx:
-            inside.set()
-            threading.Event().wait(0.3)  # hold the lock while the other asks for it
-            tx.remember("k1", [_store_set(50, 1)])
-
-    def second() -> None:
-        inside.wait()
-        with b.transaction("micro") as tx:
-            seen.append(len(tx.index))
-
-    threads = [threading.Thread(target=first), threading.Thread(target=second)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert seen == [1]
-    # A refusal inside the transaction writes nothing; another identity is apart.
-    with pytest.raises(RefusedError), b.transaction("micro") as tx:
-        tx.remember("k2", [_store_set(60, 2)])
-        raise RefusedError("refused")
-    with a.transaction("micro") as tx:
-        assert len(tx.index) == 1
-    with a.transaction("other") as tx:
-        assert len(tx.index) == 0
-    a.close()
-    b.close()
 
 
 def _random_requests(demo_dir, rng: np.random.Generator, count: int) -> list[dict]:

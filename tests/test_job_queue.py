@@ -4,37 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tablesafe.state import PostgresState, SQLiteState, StateStore
 from tablesafe.state._jobs import MAX_ATTEMPTS, JobQueue
 
 REQUEST = {"body": {"dimensions": ["SEX"]}, "format": "csv"}
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request, tmp_path) -> Iterator[Callable[[], StateStore]]:
-    """Opens stores on one fresh database of the backend (each one: another process)."""
-    url = request.getfixturevalue("postgres").database() if request.param != "sqlite" else None
-    opened: list[StateStore] = []
-
-    def opener() -> StateStore:
-        store = SQLiteState(tmp_path / "state.sqlite") if url is None else PostgresState(url)
-        opened.append(store)
-        return store
-
-    yield opener
-    for store in opened:
-        store.close()
-
-
-@pytest.fixture
-def store(backend) -> StateStore:
-    return backend()
 
 
 def test_a_job_goes_from_queued_to_done_with_its_result_in_pieces(store):

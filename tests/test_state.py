@@ -11,7 +11,6 @@ import json
 import math
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -21,41 +20,11 @@ from fastapi.testclient import TestClient
 from tablesafe._errors import ConfigError, RefusedError
 from tablesafe._settings import load_site_config
 from tablesafe.server import create_app, hash_key
-from tablesafe.state import MemoryRates, PostgresState, SQLiteState, StateStore, open_state
+from tablesafe.state import MemoryRates, PostgresState, SQLiteState, open_state
 from test_guard import _full_frame, _sliver_pairs, _store_set
 from test_server import ADMIN_KEY, USER_KEY, error_of
 
 BACKENDS = ["sqlite", "postgresql"]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request, tmp_path) -> Iterator[Callable[[], StateStore]]:
-    """Opens stores on one fresh database of the backend (each one: another process)."""
-    if request.param == "sqlite":
-        where = str(tmp_path / "state.sqlite")
-
-        def make() -> StateStore:
-            return SQLiteState(where)
-    else:
-        url = request.getfixturevalue("postgres").database()
-
-        def make() -> StateStore:
-            return PostgresState(url, pool_size=4)
-
-    opened: list[StateStore] = []
-
-    def opener() -> StateStore:
-        opened.append(make())
-        return opened[-1]
-
-    yield opener
-    for store in opened:
-        store.close()
-
-
-@pytest.fixture
-def store(backend) -> StateStore:
-    return backend()
 
 
 # -- the audit log, keys, reconstructions ------------------------------------------------------
