@@ -416,3 +416,14 @@ def test_the_commands_read_and_write_the_sites_postgres_store(tmp_path, demo_dir
         assert [h["tables"] for h in store.reconstructions("demo")] == [1]
     finally:
         store.close()
+
+
+def test_a_statement_with_a_literal_percent_is_refused_before_postgresql_reads_it():
+    """psycopg reads % as a placeholder: the shared statements pass LIKE patterns as parameters."""
+    from tablesafe.state._postgres import _placeholders
+
+    assert _placeholders("SELECT id FROM jobs WHERE key_id = ? AND dataset = ?") == (
+        "SELECT id FROM jobs WHERE key_id = %s AND dataset = %s"
+    )
+    with pytest.raises(ValueError, match="literal %"):
+        _placeholders("SELECT id FROM requests WHERE endpoint LIKE 'POST %'")

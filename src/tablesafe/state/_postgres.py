@@ -107,7 +107,14 @@ _MIGRATION_LOCK = (0x7461626C, 1)  # "tabl"
 
 @lru_cache(maxsize=256)
 def _placeholders(sql: str) -> str:
-    # The shared statements hold no literal % or ?: only placeholders.
+    """The statement with psycopg's ``%s`` for each ``?`` parameter.
+
+    The shared statements hold no literal ``%`` or ``?`` (LIKE patterns travel
+    as parameters); a ``%`` would be read by psycopg as a placeholder, so a
+    statement holding one is refused here, not sent.
+    """
+    if "%" in sql:
+        raise ValueError(f"a shared statement holds a literal %: {sql!r}; pass it as a parameter")
     return sql.replace("?", "%s")
 
 
