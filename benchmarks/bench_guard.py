@@ -16,13 +16,19 @@ restart of the service, and counts the answers refused or changed.
 Targets (issue 25): p99 under 50 ms with 100,000 stored sets; after 10,000
 answered tables, every one answered again with the same bytes.
 
+With ``--profile``, part 1 also prints, for its 10 slowest checks, the
+thread CPU time spent in the guard's steps (the candidate search, the pairs,
+the families, their folds, their algebra and counts, the exact intersections)
+and in the collector: what docs/benchmarks.md calls profiles of the slowest checks.
+
 Usage: python benchmarks/bench_guard.py [--records 200000] [--stored 100000] [--probe 300]
-       [--tables 10000] [--small-records 20000] [--part 1|2|both]
+       [--tables 10000] [--small-records 20000] [--part 1|2|both] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import sqlite3
 import statistics
@@ -33,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+import tablesafe.rules._guard as guard
 from tablesafe._errors import RefusedError, RequestError
 from tablesafe._settings import load_site_config
 from tablesafe.catalog._dataset import Dataset
@@ -112,7 +119,69 @@ def stored(folder: Path) -> int:
         return int(con.execute("SELECT COUNT(*) FROM guard_sets").fetchone()[0])
 
 
-def part1(records: int, target: int, probe: int) -> None:
+#: The guard's steps timed by --profile: (owner, attribute).
+STEPS = [
+    ("rules", "_pairs"),
+    ("rules", "_families"),
+    ("SetIndex", "near"),
+    ("SetIndex", "family_state"),
+    ("Family", "_build"),
+    ("Family", "newly_derivable"),
+    ("Family", "counts"),
+    ("GuardCounts", "intersection"),
+]
+
+
+class StepClock:
+    """Thread CPU time per guard step and in the collector, for the check under way."""
+
+    def __init__(self) -> None:
+        self.now: dict[str, float] = {}
+        self.checks: list[tuple[float, dict[str, float]]] = []
+        owners = {"rules": guard, "SetIndex": guard.SetIndex, "Family": guard.Family}
+        owners["GuardCounts"] = guard.GuardCounts
+        for owner, name in STEPS:
+            setattr(owners[owner], name, self._timed(name, getattr(owners[owner], name)))
+        self._gc_start = 0.0
+        self.depth = 0  # inside a timed step: the collector's time counts only there
+        gc.callbacks.append(self._collector)
+
+    def _timed(self, name: str, f: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.thread_time()
+            self.depth += 1
+            try:
+                return f(*args, **kwargs)
+            finally:
+                self.depth -= 1
+                self.now[name] = self.now.get(name, 0.0) + time.thread_time() - start
+
+        return timed
+
+    def _collector(self, phase: str, info: dict[str, Any]) -> None:
+        if not self.depth:
+            return
+        if phase == "start":
+            self._gc_start = time.thread_time()
+        else:
+            self.now["collector"] = self.now.get("collector", 0.0) + (
+                time.thread_time() - self._gc_start
+            )
+
+    def done(self, cpu: float) -> None:
+        """Close the check just timed (its whole thread CPU time ``cpu``)."""
+        self.checks.append((cpu, self.now))
+        self.now = {}
+
+    def report(self) -> None:
+        """Print the steps of the 10 slowest checks."""
+        print("the 10 slowest checks, thread CPU ms per step (steps nest in _pairs and _families):")
+        for cpu, steps in sorted(self.checks, key=lambda c: -c[0])[:10]:
+            parts = ", ".join(f"{k} {1000 * v:.1f}" for k, v in sorted(steps.items()))
+            print(f"  {1000 * cpu:.1f}: {parts}")
+
+
+def part1(records: int, target: int, probe: int, profile: bool = False) -> None:
     data_dir = demo(records)
     codes = {v.name: list(v.codes) for v in Dataset.open(data_dir).catalog.variables.values()}
     rng = np.random.default_rng(25)
@@ -156,7 +225,12 @@ def part1(records: int, target: int, probe: int) -> None:
                 pass
         times.clear()
         cpu.clear()
-        refused = sum(ask(svc, body, "probe") is None for body in probes)
+        clock = StepClock() if profile else None
+        refused = 0
+        for body in probes:
+            refused += ask(svc, body, "probe") is None
+            if clock is not None and len(cpu) > len(clock.checks):
+                clock.done(cpu[-1])
         svc.close()
     q = statistics.quantiles(times, n=100)
     qc = statistics.quantiles(cpu, n=100)
@@ -171,6 +245,8 @@ def part1(records: int, target: int, probe: int) -> None:
         f"guard p50 / baseline p50 = {q[49] / b50:.2f}, "
         f"guard p99 / baseline p50 = {q[98] / b50:.2f}"
     )
+    if clock is not None:
+        clock.report()
 
 
 def part2(records: int, tables: int) -> None:
@@ -211,9 +287,10 @@ def main() -> None:
     p.add_argument("--tables", type=int, default=10_000)
     p.add_argument("--small-records", type=int, default=20_000)
     p.add_argument("--part", choices=["1", "2", "both"], default="both")
+    p.add_argument("--profile", action="store_true", help="time the steps of the slowest checks")
     args = p.parse_args()
     if args.part in ("1", "both"):
-        part1(args.records, args.stored, args.probe)
+        part1(args.records, args.stored, args.probe, args.profile)
     if args.part in ("2", "both"):
         part2(args.small_records, args.tables)
 
