@@ -23,7 +23,6 @@ from tablesafe.rules._ledger import BudgetExhausted, Budgets, table_figures
 from tablesafe.server import create_app
 from tablesafe.server._ledger import NOT_DP, ledger_report
 from test_server import ADMIN_KEY, USER_KEY, error_of, site
-from test_state import backend  # noqa: F401 (the fixture: each test on SQLite and PostgreSQL)
 
 SECRET = "ledger-server-secret-0123456789"
 DP = {"method": "dp", "epsilon": 1.0, "cap": 5, "seeds": "keyed", "secret_env": "TS_LEDGER_SECRET"}
