@@ -230,7 +230,7 @@ def _spend(store, identity, key, figures, budgets):
         return False
 
 
-def test_simultaneous_tables_cannot_both_spend_the_last_of_a_budget(backend, figures_of):  # noqa: F811
+def test_simultaneous_tables_cannot_both_spend_the_last_of_a_budget(backend, figures_of):
     identity, figures = figures_of
     stores = [backend(), backend()]
     start = threading.Barrier(len(ONE_WAY))
@@ -253,7 +253,7 @@ def test_simultaneous_tables_cannot_both_spend_the_last_of_a_budget(backend, fig
     assert len(stores[0].ledger_rows(identity)) == 3
 
 
-def test_a_refused_transaction_writes_nothing(backend, figures_of):  # noqa: F811
+def test_a_refused_transaction_writes_nothing(backend, figures_of):
     identity, figures = figures_of
     store = backend()
     with pytest.raises(RuntimeError), store.transaction(identity) as tx:
