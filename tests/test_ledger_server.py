@@ -43,9 +43,9 @@ def _table(client, dims, key=USER_KEY, fmt="csv", **body):
 
 
 def test_a_dp_site_answers_three_tables_of_epsilon_1_and_refuses_a_fourth(demo_dir, tmp_path):
-    # No universe-size rule: it reads the universe's own protected count, a figure of its own
-    # (the next test).
-    rules = {"privacy_budget_epsilon": 3, "min_universe_size": 0}
+    # The default rules (min_universe_size 50, the sliver guard): the universe-size rule reads
+    # each table's own total, a sum of its inner cells, so it spends nothing more.
+    rules = {"privacy_budget_epsilon": 3}
     config = site(demo_dir, tmp_path, protection=DP, rules=rules)
     with TestClient(create_app(config)) as client:
         first = _table(client, ["SEX"])
@@ -95,18 +95,20 @@ def test_a_dp_site_answers_three_tables_of_epsilon_1_and_refuses_a_fourth(demo_d
     assert "note" not in report
 
 
-def test_the_universe_size_rule_reads_a_figure_counted_once_per_universe(demo_dir, tmp_path):
-    rules = {"privacy_budget_epsilon": 4, "min_universe_size": 20}
+def test_the_universe_size_rule_reads_no_figure_of_its_own(demo_dir, tmp_path):
+    rules = {"privacy_budget_epsilon": 2, "min_universe_size": 20}
     config = site(demo_dir, tmp_path, protection=DP, rules=rules)
     with TestClient(create_app(config)) as client:
-        for dims in (["SEX"], ["REGION"], ["TENURE"]):
-            assert _table(client, dims).status_code == 200
-        assert _table(client, ["MARSTAT"]).status_code == 403
-        # Inside a universe, that universe's count is one more figure for its records.
-        assert _table(client, ["SEX"], universe={"REGION": [1]}).status_code == 403
+        assert _table(client, ["REGION"]).status_code == 200
+        # Inside a universe: its records are in one inner cell of each table, nothing more.
+        for reg in (1, 2):
+            inside = _table(client, ["SEX"], universe={"REGION": [reg]})
+            assert inside.status_code == 200, inside.text
+        assert error_of(_table(client, ["TENURE"]))["type"] == "BudgetExhausted"
     report = ledger_report(config, ts_state(config), "demo")
-    # The whole population's count, read by the rule for all three tables, counts once.
-    assert report["epsilon_spent"] == 4 and report["figures_per_record"] == 4
+    assert report["epsilon_spent"] == 2 and report["figures_per_record"] == 2
+    # Records outside REGION 1 and 2 were in the REGION table's cells only.
+    assert {d["epsilon"] for d in report["records"]["distribution"]} == {1.0, 2.0}
 
 
 def ts_state(config):
@@ -295,7 +297,7 @@ def test_a_store_from_before_the_ledger_gains_it_and_keeps_its_rows(tmp_path, fi
     assert size == 8 * figures["SEX"].digests.size  # 8 bytes a figure
 
 
-def test_a_refusal_by_the_universe_size_rule_spends_the_universes_figure(demo_dir, tmp_path):
+def test_a_refusal_by_the_universe_size_rule_spends_the_tables_figures(demo_dir, tmp_path):
     rules = {"privacy_budget_epsilon": 1, "min_universe_size": 50}
     config = site(demo_dir, tmp_path, protection=DP, rules=rules)
     tiny = {"AGE": [90], "REGION": [1], "SEX": [2]}
@@ -303,10 +305,13 @@ def test_a_refusal_by_the_universe_size_rule_spends_the_universes_figure(demo_di
         first = _table(client, ["TENURE"], universe=tiny)
         assert error_of(first)["type"] == "RefusedError"
         assert "universe is too small" in error_of(first)["message"]
-        # The same refusal again spends nothing; the universe's figure is in the ledger.
+        # The refusal is a function of the table's figures (its total is their sum): they are
+        # in the ledger as if it were answered, and the same refusal again spends nothing.
         assert error_of(_table(client, ["TENURE"], universe=tiny))["type"] == "RefusedError"
         report = client.get("/api/admin/datasets/demo/ledger", headers={"x-api-key": ADMIN_KEY})
         assert report.json()["epsilon_spent"] == 1 and report.json()["tables"] == 1
+        tenure = ts.Dataset.open(demo_dir).catalog.variables["TENURE"].categories
+        assert report.json()["figures"] == len(tenure)
         # Another universe holding some of its records would take them to 2: the budget
         # answers, whatever the universe's size.
         wider = {"AGE": [90], "REGION": [1]}

@@ -314,75 +314,107 @@ def test_empty_cells_published_non_zero_keep_one_value_in_every_table(demo):
 # -- refusals on protected values ---------------------------------------------------------------
 
 
+@pytest.mark.parametrize("additivity", ["aggregate", "independent"])
 @pytest.mark.parametrize(
     "prot",
     [
-        Protection(cached_destatis(3, 1.0, 0), additivity="independent"),
-        Protection(
-            cached_destatis(3, 1.0, 0), seeds="keyed", secret=SECRET, additivity="independent"
-        ),
-        Protection(
-            dp_geometric(1.0, cap=5), seeds="keyed", secret=SECRET, additivity="independent"
-        ),
+        {"mechanism": cached_destatis(3, 1.0, 0)},
+        {"mechanism": cached_destatis(3, 1.0, 0), "seeds": "keyed", "secret": SECRET},
+        {"mechanism": dp_geometric(1.0, cap=5), "seeds": "keyed", "secret": SECRET},
     ],
     ids=["ckm-cellkey", "ckm-keyed", "dp-keyed"],
 )
-def test_universe_size_rule_decides_on_the_universe_published_count(demo, prot):
-    # Under independent additivity the universe's total cell is the universe's
-    # record set perturbed on its own: the figure the rule decides on.
-    builder = ts.TableBuilder(demo, prot)
+def test_universe_size_rule_decides_on_the_tables_published_total(demo, prot, additivity):
+    # The rule reads the table's own protected total (or the sum of its inner cells when
+    # it shows no total): a function of the figures it publishes, nothing more.
+    from tablesafe._settings import RuleSettings
+    from tablesafe.rules._rules import table_universe_size
+
+    options = {k: v for k, v in prot.items() if k != "mechanism"}
+    protection = Protection(prot["mechanism"], additivity=additivity, **options)
+    builder = ts.TableBuilder(demo, protection)
     for dims, universe in [
         (("SEX",), {"REGION": [2], "AGE": list(range(80, 91))}),
         (("EDUC", "SEX"), {"REGION": [2], "AGE": list(range(80, 91))}),
         (("MARSTAT",), {"REGION": [3], "EMPSTAT": [2]}),
     ]:
-        request = ts.TableRequest(dims, universe=universe)
-        plan, full = builder.plans(request.coerced(demo.catalog))
-        agg = builder.engine.tabulate(demo, full)
-        table = builder.protect(request, plan, agg)
-        assert table.counts is not None
-        size = builder.protected_universe_size(plan, agg)
-        assert size == table.counts[(-1,) * len(dims)]
-        if prot.describe()["name"] == "ckm":
-            # Within the ptable's maximum deviation D of the true size.
-            assert abs(size - agg.universe_n) <= prot.describe()["D"]
+        for margins in ("all", "none"):
+            request = ts.TableRequest(dims, universe=universe, margins=margins)
+            built = builder.run(request)
+            counts, computed = built.table.counts, built.table.computed
+            assert counts is not None
+            inner = tuple(slice(0, s - 1) for s in counts.shape)
+            shown = counts[(-1,) * len(dims)] if margins == "all" else counts[inner].sum()
+            size = table_universe_size(built.table)
+            assert size == shown
+            if additivity == "aggregate":
+                assert size == counts[inner][computed[inner]].sum()
+            if protection.describe()["name"] == "ckm":
+                # Each noisy figure it adds up is within the ptable's D of its true count.
+                noisy = (
+                    1 if additivity == "independent" and margins == "all" else computed[inner].sum()
+                )
+                truth = built.aggregates.universe_n
+                assert abs(size - truth) <= protection.describe()["D"] * noisy
+            # The rule refuses below the total and answers at it.
+            for minimum, refused in ((size, False), (size + 1, True)):
+                ruled = ts.TableBuilder(
+                    demo, protection, rules=RuleSettings(min_universe_size=minimum)
+                )
+                if refused:
+                    with pytest.raises(ts.RefusedError, match="universe is too small"):
+                        ruled.run(request)
+                else:
+                    assert ruled.run(request).table.counts.tolist() == counts.tolist()
 
 
-def test_universe_size_refusals_are_the_same_for_the_same_records(demo_dir, tmp_path):
-    from fastapi.testclient import TestClient
-
+def _universe_site(demo_dir, tmp_path, minimum):
     from tablesafe._settings import SiteConfig
-    from tablesafe.server import create_app
 
     (tmp_path / "secret").write_text(SECRET.decode())
-    site = SiteConfig.model_validate(
+    return SiteConfig.model_validate(
         {
             "base": str(tmp_path),
-            "server": {"audit_db": str(tmp_path / "audit.sqlite")},
+            "server": {"audit_db": str(tmp_path / f"audit{minimum}.sqlite")},
             "datasets": [
                 {
                     "name": "demo",
                     "path": str(demo_dir),
                     "protection": {"method": "ckm", "seeds": "keyed", "secret_file": "secret"},
-                    "rules": {"min_universe_size": 40, "sliver_min_difference": 0},
+                    "rules": {"min_universe_size": minimum, "sliver_min_difference": 0},
                 }
             ],
         }
     )
-    decided = {}
-    with TestClient(create_app(site)) as client:
-        for reg in range(1, 9):
-            for dims in (["SEX"], ["EDUC"], ["SEX", "MARSTAT"]):
-                body = {
-                    "dimensions": dims,
-                    "universe": {"REGION": [reg], "AGE": list(range(82, 91))},
-                }
+
+
+def test_universe_size_refusals_follow_the_published_total(demo_dir, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from tablesafe.server import create_app
+
+    bodies = [
+        {"dimensions": dims, "universe": {"REGION": [reg], "AGE": list(range(82, 91))}}
+        for reg in range(1, 9)
+        for dims in (["SEX"], ["EDUC"], ["SEX", "MARSTAT"])
+    ]
+    # The totals every table would publish: a site without the rule answers them all.
+    with TestClient(create_app(_universe_site(demo_dir, tmp_path, 0))) as client:
+        totals = []
+        for body in bodies:
+            r = client.post("/api/datasets/demo/tables", json=body)
+            assert r.status_code == 200, r.text
+            cells = r.json()["cells"]
+            (total,) = [c["n"] for c in cells if all(c[d] == "_T" for d in body["dimensions"])]
+            totals.append(total)
+    with TestClient(create_app(_universe_site(demo_dir, tmp_path, 40))) as client:
+        # Twice, the second time in reverse order: the same request, the same decision.
+        for order in (bodies, bodies[::-1]):
+            for body in order:
                 r = client.post("/api/datasets/demo/tables", json=body)
-                assert r.status_code in (200, 403), r.text
-                decided.setdefault(reg, set()).add(r.status_code)
-    # The decision is one per record set, whatever the table.
-    assert all(len(v) == 1 for v in decided.values()), decided
-    assert {s for v in decided.values() for s in v} == {200, 403}
+                total = totals[bodies.index(body)]
+                assert r.status_code == (200 if total >= 40 else 403), (body, total, r.text)
+    assert min(totals) < 40 <= max(totals)
 
 
 def test_q_records_choose_the_same_records_in_every_table(demo):

@@ -249,38 +249,6 @@ class TableBuilder:
             self._magnitude_means[key] = total / max(int(agg.n[-1]), 1)
         return self._magnitude_means[key]
 
-    def protected_universe_size(self, plan: TabulationPlan, agg: CellAggregates) -> int:
-        """The universe's own protected count: its record set perturbed like a cell.
-
-        One figure per record set, whatever the table (the draw of the
-        universe's key sum and count under the protection's seeds), so a
-        rule that decides on it reveals no more than publishing that count
-        would (docs/attacks.md, "Refusals").
-        """
-        n = agg.universe_n
-        prot = self.protection
-        mech = prot.mechanism
-        if mech is None or n == 0:
-            return n
-        total = (-1,) * agg.n.ndim
-        key = np.array([agg.cell_key[total]], dtype=np.uint32)
-        if prot.seeds == SeedScheme.DYNAMIC:
-            u = float(self._streams(agg, plan, (b"count",), inner_only=False)[0][total])
-        elif prot.seeds == SeedScheme.KEYED:
-            assert prot.secret is not None
-            u = float(keyed_words(key, np.array([n]), prot.secret, b"count")[0][0])
-        else:
-            u = float(cell_key_uniforms(key)[0])
-        if prot.record_level:
-            assert isinstance(mech, DropAddRecords)
-            q = int(mech.q(np.array([n]))[0])
-            return max(n + int(np.floor(u * (2 * q + 1))) - q, 0)
-        assert isinstance(mech, CellwiseMechanism)
-        v = mech.perturbation(
-            np.array([n]), np.array([u]), key if prot.seeds == SeedScheme.CELLKEY else None
-        )
-        return max(n + int(v[0]), 0)
-
     # -- the path of one table ---------------------------------------------------------
 
     def build(self, request: TableRequest) -> ProtectedTable:
@@ -307,13 +275,21 @@ class TableBuilder:
             check_request_limits(request, catalog, self.rules)
         return request.coerced(catalog)
 
-    def run(self, request: TableRequest, *, checked: bool = False) -> Built:
+    def run(
+        self, request: TableRequest, *, checked: bool = False, universe_rule: bool = True
+    ) -> Built:
         """The path of one table, every stage downward (DESIGN, "The path of one table").
 
         Check the request (unless ``checked``: :meth:`check` gave it), bind it
-        into a plan, tabulate every grouping set, apply the universe-size rule on
-        the universe's protected count, protect, then the small-cell rule on
-        the protected counts (the rules where the builder has them).
+        into a plan, tabulate every grouping set, protect, apply the
+        universe-size rule on the table's protected total, then the small-cell
+        rule on the protected counts (the rules where the builder has them).
+
+        Args:
+            request: The table asked for.
+            checked: Whether :meth:`check` already gave ``request``.
+            universe_rule: Whether to apply the universe-size rule here (the
+                server applies it itself, to account a refusal in the ledger).
 
         Raises:
             RequestError, RefusedError, ComputationError: with a message for the user.
@@ -324,17 +300,19 @@ class TableBuilder:
         work = replace(request, replicates=True) if self._precision_needs_se(request) else request
         plan, full = self.plans(work)
         agg = self.engine.tabulate(self.dataset, full)
+        table = self.protect(work, plan, agg)
         rules = self.rules
         if rules is not None:
-            from tablesafe.rules._rules import apply_small_cell_rule, check_universe_size
-
-            # On the universe's protected count, one figure per record set: the
-            # refusal reveals no more than publishing that count would.
-            check_universe_size(self.protected_universe_size(plan, agg), rules)
-        table = self.protect(work, plan, agg)
-        if rules is not None:
             from tablesafe.rules._precision import apply_precision_rule
+            from tablesafe.rules._rules import (
+                apply_small_cell_rule,
+                check_universe_size,
+                table_universe_size,
+            )
 
+            if universe_rule:
+                # On the table's own protected total: no figure beyond the table's.
+                check_universe_size(table_universe_size(table), rules)
             table = apply_small_cell_rule(table, rules)
             table = apply_precision_rule(table, rules, publish_se=request.replicates)
             table = replace(table, request=request)

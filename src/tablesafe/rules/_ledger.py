@@ -66,7 +66,6 @@ __all__ = [
     "LedgerIndex",
     "TableFigures",
     "table_figures",
-    "universe_figures",
 ]
 
 
@@ -225,16 +224,16 @@ def _noisy_masks(
     protection: Protection,
     magnitudes: Any,
     catalog: Catalog,
-    universe_rule: bool,
     unit: str | None = None,
 ) -> list[tuple[Kind, npt.NDArray[np.bool_]]]:
     """Per kind, the cells whose figures carry noise of their own (extended arrays).
 
     Additive tables (aggregate, IPF's weighted figures, record-level) draw
     noise for their inner cells only: their margins are sums of published
-    figures. The universe-size rule decides on the universe's own protected
-    count, a figure of its own. A table of another unit (households) counts
-    figures of another kind.
+    figures. The universe-size rule decides on the table's protected total,
+    a function of these figures (:func:`tablesafe.rules._rules.table_universe_size`),
+    so it adds none. A table of another unit (households) counts figures of
+    another kind.
     """
     computed = table.computed
     inner = np.zeros_like(computed)
@@ -243,9 +242,6 @@ def _noisy_masks(
     mech = protection.mechanism
     additive = protection.record_level or protection.additivity == Additivity.AGGREGATE
     count = computed if mech is None else (inner if additive else computed) & ~sz
-    if universe_rule and mech is not None:
-        count = count.copy()
-        count[(-1,) * count.ndim] = True
     out = [(_count_kind(protection, unit), count)]
     if table.weighted is not None:
         indep = protection.additivity == Additivity.INDEPENDENT and not protection.record_level
@@ -284,7 +280,6 @@ def table_figures(
     catalog: Catalog,
     *,
     magnitudes: Any = None,
-    universe_rule: bool = False,
 ) -> TableFigures:
     """Every noisy figure of a table, with its digest (the ledger's unit).
 
@@ -294,26 +289,10 @@ def table_figures(
         protection: The protection that drew it.
         catalog: The dataset's catalog (every code of each column).
         magnitudes: The protection of sums and means, if the table has any.
-        universe_rule: Whether the universe-size rule read the universe's
-            protected count (``min_universe_size > 0``).
     """
     unit = None if plan.unit is None else str(plan.unit[0])
-    masks = _noisy_masks(table, protection, magnitudes, catalog, universe_rule, unit)
+    masks = _noisy_masks(table, protection, magnitudes, catalog, unit)
     return _figures(plan, catalog, masks)
-
-
-def universe_figures(
-    plan: TabulationPlan, protection: Protection, catalog: Catalog
-) -> TableFigures:
-    """The one figure the universe-size rule reads: the universe's own protected count.
-
-    What a refusal by that rule spends (its answer tells whether the count
-    reaches the minimum).
-    """
-    total = np.zeros(plan.shape, dtype=bool)
-    total[(-1,) * total.ndim] = True
-    unit = None if plan.unit is None else str(plan.unit[0])
-    return _figures(plan, catalog, [(_count_kind(protection, unit), total)])
 
 
 def _figures(

@@ -6,10 +6,10 @@ and are enforced before anything is returned:
 * a table has at most ``max_dimensions`` dimensions and ``max_cells`` cells
   (margins included), checked before any microdata is read;
 * the universe must hold at least ``min_universe_size`` sample records,
-  judged on the universe's protected count (its record set perturbed like a
-  cell, one figure per record set whatever the table:
-  ``TableBuilder.protected_universe_size``), so a refusal reveals no more
-  than publishing that count would;
+  judged on the table's own protected total (:func:`table_universe_size`), a
+  function of figures the table publishes, so a refusal reveals no more than
+  publishing the table would and reads no figure the privacy ledger does not
+  count for the table;
 * protected counts below ``min_cell_size`` (but not zero) are suppressed or
   shown as ``"<k"``; the rule looks at protected counts only, so applying it
   reveals nothing beyond the protected table itself;
@@ -27,13 +27,18 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import RefusedError, TooManyCells
+from tablesafe._errors import InternalError, RefusedError, TooManyCells
 from tablesafe._request import TableRequest
 from tablesafe._settings import RuleSettings, SmallCellAction
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.output._table import ProtectedTable
 
-__all__ = ["apply_small_cell_rule", "check_request_limits", "check_universe_size"]
+__all__ = [
+    "apply_small_cell_rule",
+    "check_request_limits",
+    "check_universe_size",
+    "table_universe_size",
+]
 
 
 def check_request_limits(request: TableRequest, catalog: Catalog, rules: RuleSettings) -> None:
@@ -53,8 +58,31 @@ def check_request_limits(request: TableRequest, catalog: Catalog, rules: RuleSet
         )
 
 
+def table_universe_size(table: ProtectedTable) -> int:
+    """The universe's size as the table states it: its protected total.
+
+    The total cell's protected count where the table computes it, else the
+    sum of its computed inner cells' protected counts (under ``aggregate``
+    additivity and record-level protection the two are equal: the total is
+    that sum). Either is post-processing of the table's own noisy figures,
+    the ones the privacy ledger counts for it (docs/decisions.md, "Universe-size
+    rule"), so deciding on it spends nothing more and a refusal reveals no more
+    than publishing the table would. The same request gives the same figures,
+    so the same decision.
+    """
+    # Protected counts, whether the table shows them or only weighted figures.
+    counts = table.base_counts if table.base_counts is not None else table.counts
+    if counts is None:
+        raise InternalError("a protected table without protected counts")
+    total = (-1,) * counts.ndim
+    if table.computed[total]:
+        return int(counts[total])
+    inner = tuple(slice(0, s - 1) for s in counts.shape)
+    return int(counts[inner][table.computed[inner]].sum())
+
+
 def check_universe_size(n: int, rules: RuleSettings) -> None:
-    """Refuse a universe with fewer sample records than the rules allow."""
+    """Refuse a universe whose size as the table states it is below the rules' minimum."""
     if n < rules.min_universe_size:
         raise RefusedError(
             f"the universe is too small: it must hold at least {rules.min_universe_size} "

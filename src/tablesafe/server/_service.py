@@ -39,7 +39,8 @@ from tablesafe.rules._guard import (
     record_sets,
     zero_boxes,
 )
-from tablesafe.rules._ledger import Budgets, TableFigures, table_figures, universe_figures
+from tablesafe.rules._ledger import Budgets, TableFigures, table_figures
+from tablesafe.rules._rules import check_universe_size, table_universe_size
 from tablesafe.server._auth import Principal
 from tablesafe.server._tally import Tally
 from tablesafe.state import StateStore, open_state
@@ -272,24 +273,19 @@ class TableService:
         cache_key = (name, request)
         cached = self._cached(cache_key)
         if cached is None:
-            try:
-                built = s.builder.run(request, checked=True)
-            except RefusedError:
-                if rules.min_universe_size > 0:
-                    self._refused_universe(s, who, request)
-                raise
-            sets = (
-                self._record_sets(s, request, built.plan, built.aggregates)
-                if rules.sliver_min_difference
-                else []
-            )
+            built = s.builder.run(request, checked=True, universe_rule=False)
             figures = table_figures(
                 built.plan,
                 built.table,
                 s.builder.protection,
                 s.dataset.catalog,
                 magnitudes=s.builder.magnitude_protection,
-                universe_rule=rules.min_universe_size > 0,
+            )
+            self._universe_rule(s, who, built.table, figures)
+            sets = (
+                self._record_sets(s, request, built.plan, built.aggregates)
+                if rules.sliver_min_difference
+                else []
             )
             entry = (built.table, sets, figures)
         else:
@@ -316,14 +312,23 @@ class TableService:
         }
         return record_sets(plan, agg, sketch, s.dataset.catalog, merged)
 
-    def _refused_universe(self, s: _Served, who: Principal, request: TableRequest) -> None:
-        """Account a refusal by the universe-size rule: it tells the universe's count's side.
+    def _universe_rule(
+        self, s: _Served, who: Principal, table: ProtectedTable, figures: TableFigures
+    ) -> None:
+        """The universe-size rule, on the table's protected total; a refusal spends the table.
 
-        The universe's figure goes into the ledger; when it does not fit a
-        budget, BudgetExhausted is raised in the refusal's place.
+        The refusal is a function of the table's own noisy figures, so the
+        ledger counts them as if the table were published (the same request
+        refused again spends nothing); when they do not fit a budget,
+        BudgetExhausted is raised in the refusal's place.
         """
-        plan, _ = s.builder.plans(request)
-        self._guard(s, who, [], universe_figures(plan, s.builder.protection, s.dataset.catalog))
+        if s.settings.rules.min_universe_size <= 0:
+            return
+        try:
+            check_universe_size(table_universe_size(table), s.settings.rules)
+        except RefusedError:
+            self._guard(s, who, [], figures)
+            raise
 
     def _guard(
         self, s: _Served, who: Principal, sets: list[RecordSet], figures: TableFigures
