@@ -204,3 +204,85 @@ def test_a_cube_too_slow_to_build_leaves_tables_to_the_engine(demo):
     # A table over no universe fails as it would without the cache.
     with pytest.raises(ts.ComputationError):
         cube.tabulate(demo, TableRequest(("REGION",)).bind(demo.catalog))
+
+
+# -- the sliver guard's key-bucket counts (issue 31: no scan of the microdata per table) --------
+
+
+def _bucket_plan(demo, request_):
+    from dataclasses import replace
+
+    from tablesafe.engines._sketch import _bucket_plan as bucket_plan
+
+    plan = request_.coerced(demo.catalog).bind(demo.catalog)
+    # The guard's sketch covers the table's margins as computed (key_buckets' caller).
+    grouping_sets = DuckDBEngine().tabulate(demo, plan).grouping_sets
+    return bucket_plan(replace(plan, grouping_sets=grouping_sets, magnitudes=()), 64)
+
+
+class CountingBuckets(Counting):
+    """Counting, also of the key-bucket queries (``bucket_calls``)."""
+
+    bucket_calls = 0
+
+    def bucket_counts(self, dataset, plan):
+        self.bucket_calls += 1
+        return self.engine.bucket_counts(dataset, plan)
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: "x".join(r.dimensions))
+def test_bucket_counts_derived_equal_direct(demo, request_):
+    plan = _bucket_plan(demo, request_)
+    direct = DuckDBEngine().bucket_counts(demo, plan)
+    counting = CountingBuckets(DuckDBEngine())
+    cube = CubeCache(counting)
+    assert_same(cube.bucket_counts(demo, plan), direct)
+    assert_same(cube.bucket_counts(demo, plan), direct)
+    if cube._bucket_cube_plan(demo, plan) is None:  # over max_cube_cells with its 65 buckets
+        assert counting.bucket_calls == 2 and cube.misses == 0
+    else:
+        assert counting.bucket_calls == 1 and (cube.misses, cube.hits) == (1, 1)
+
+
+def test_bucket_counts_equal_a_bincount_of_the_record_keys(demo, demo_dir):
+    """Brute force on the records: each region's count of records per key bucket."""
+    from test_guard import _full_frame
+
+    frame = _full_frame(demo_dir)
+    rng = np.random.default_rng(31)
+    cube = CubeCache(DuckDBEngine())
+    for _ in range(5):
+        ages = sorted(int(a) for a in rng.choice(91, size=int(rng.integers(1, 30)), replace=False))
+        request_ = TableRequest(("REGION",), universe={"AGE": ages})
+        agg = cube.bucket_counts(demo, _bucket_plan(demo, request_))
+        inside = frame[frame["AGE"].isin(ages)]
+        for i, region in enumerate(agg.dimensions[0].codes):
+            keys = inside.loc[inside["REGION"] == region, demo.catalog.record_key].to_numpy()
+            expected = np.bincount(keys.astype(np.int64) % 64, minlength=64)
+            np.testing.assert_array_equal(agg.n[i, :64], expected)
+
+
+def test_one_bucket_scan_per_column_set_and_none_without_sketches(demo):
+    counting = CountingBuckets(MemoryEngine())
+    cube = CubeCache(counting)
+    for lo in range(0, 80, 10):
+        req = TableRequest(("REGION", "SEX"), universe={"AGE": list(range(lo, lo + 11))})
+        cube.bucket_counts(demo, _bucket_plan(demo, req))
+    assert counting.bucket_calls == 1 and counting.calls == 0
+
+    class NoSketches(Counting):  # as Spark: the Engine interface's default, None
+        def bucket_counts(self, dataset, plan):
+            return None
+
+    none = CubeCache(NoSketches(MemoryEngine()))
+    assert none.bucket_counts(demo, _bucket_plan(demo, TableRequest(("SEX",)))) is None
+
+
+def test_a_bucket_cube_over_the_cell_limit_leaves_the_counts_to_the_engine(demo):
+    counting = CountingBuckets(DuckDBEngine())
+    # REGION x SEX (9 x 3 with totals, 27 cells) fits; times 65 buckets it does not.
+    cube = CubeCache(counting, max_cube_cells=1_000)
+    plan = _bucket_plan(demo, TableRequest(("REGION", "SEX")))
+    for _ in range(2):
+        assert_same(cube.bucket_counts(demo, plan), DuckDBEngine().bucket_counts(demo, plan))
+    assert counting.bucket_calls == 2 and cube.misses == 0
