@@ -15,8 +15,10 @@ write: /proc/self/clear_refs).
 ``replicas_benchmark``: 1 and 2 ``tablesafe serve`` replicas on one
 PostgreSQL (a throwaway cluster, as the tests start theirs), 32 clients
 spread over them, CPU-bound tables (the table cache off: every request is
-protected anew), rounds alternating; tables per second, p50 and p99, and
-the machine's load average around each round.
+protected anew), rounds alternating; tables per second, p50 and p99, the
+machine's load average around each round, the cores used (replicas,
+PostgreSQL, clients, the rest of the machine: /proc), and the guard's lock
+timers of _replica.py.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import os
 import random
 import re
 import select
+import signal
 import statistics
 import subprocess
 import sys
@@ -34,6 +37,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 SECRET = "serving-benchmark-secret-0123456789abcdef"
@@ -211,12 +215,14 @@ def writer_memory(records: int) -> None:
 # -- replicas ---------------------------------------------------------------------------------
 
 
-def _serve(config: Path) -> tuple[subprocess.Popen, int]:
+def _serve(config: Path, stats: Path) -> tuple[subprocess.Popen, int]:
+    """A replica (``tablesafe serve`` with the guard's timers of _replica.py) and its port."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tablesafe._cli", "serve", "--config", str(config),
+        [sys.executable, str(BENCH / "_replica.py"), "serve", "--config", str(config),
          "--host", "127.0.0.1", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, "TABLESAFE_BENCH_STATS": str(stats)},
     )  # fmt: skip
     assert process.stdout is not None
     ready, _, _ = select.select([process.stdout], [], [], 300)
@@ -226,6 +232,80 @@ def _serve(config: Path) -> tuple[subprocess.Popen, int]:
         process.kill()
         raise RuntimeError("a replica did not start")
     return process, int(found.group(1))
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds (user and system, every thread) of a live process; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _postgres_pids(postmaster: int) -> list[int]:
+    """The postmaster and its children (one backend per pooled connection)."""
+    found = [postmaster]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _machine_busy() -> float:
+    """CPU seconds the whole machine has been busy (all cores; /proc/stat)."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (
+        int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    )
+    return (user + nice + system + irq + softirq + steal) / _TICK
+
+
+class _CpuShares:
+    """Cores used during a round by the replicas, PostgreSQL, the clients and everything else."""
+
+    def __init__(self, replicas: list[int], postmaster: int) -> None:
+        self.replicas, self.postmaster = replicas, postmaster
+        self.start = self._now()
+
+    def _now(self) -> dict[str, Any]:
+        own = os.times()
+        return {
+            "replicas": sum(_cpu(p) for p in self.replicas),
+            "postgres": {p: _cpu(p) for p in _postgres_pids(self.postmaster)},
+            "clients": own.user + own.system,
+            "machine": _machine_busy(),
+            "wall": time.perf_counter(),
+        }
+
+    def cores(self) -> dict[str, float]:
+        end, start = self._now(), self.start
+        wall = end["wall"] - start["wall"]
+        pg = sum(c - start["postgres"].get(p, 0.0) for p, c in end["postgres"].items())
+        used = {k: (end[k] - start[k]) / wall for k in ("replicas", "clients", "machine")}
+        used["postgres"] = pg / wall
+        used["other"] = used["machine"] - used["replicas"] - used["postgres"] - used["clients"]
+        return used
+
+
+def _guard_times(processes: list[subprocess.Popen], stats: list[Path]) -> dict[str, list[float]]:
+    """The guard's timers of the replicas (see _replica.py) since they were last asked."""
+    merged: dict[str, list[float]] = {}
+    for process, path in zip(processes, stats, strict=True):
+        path.unlink(missing_ok=True)
+        process.send_signal(signal.SIGUSR1)
+        for _ in range(500):
+            if path.exists():
+                break
+            time.sleep(0.01)
+        for name, values in json.loads(path.read_text()).items():
+            merged.setdefault(name, []).extend(values)
+    return merged
 
 
 def _load(ports: list[int], pool: list[dict], clients: int, seconds: float) -> dict[str, float]:
@@ -279,28 +359,42 @@ def replicas_benchmark(site_text: str, pool: list[dict], clients: int, seconds: 
     from _postgres import Cluster, binaries
 
     cluster = Cluster(binaries()).start()
-    results: dict[int, list[dict[str, float]]] = {1: [], 2: []}
+    postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    results: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             config = Path(tmp) / "site.toml"
             url = cluster.database()
             config.write_text(site_text.replace("[server]", f'[state]\nurl = "{url}"\n\n[server]'))
-            replicas = [_serve(config) for _ in range(2)]
+            stats = [Path(tmp) / f"replica{i}.json" for i in range(2)]
+            replicas = [_serve(config, path) for path in stats]
+            processes = [p for p, _ in replicas]
             try:
                 for port in (p for _, p in replicas):  # warm each replica's cubes
                     _load([port], pool, 4, 5.0)
                 for _ in range(rounds):
                     for n in (1, 2):
                         ports = [p for _, p in replicas[:n]]
-                        results[n].append(_load(ports, pool, clients, seconds))
+                        _guard_times(processes, stats)  # from now on
+                        shares = _CpuShares([p.pid for p in processes], postmaster)
+                        result: dict[str, Any] = _load(ports, pool, clients, seconds)
+                        result["cores"] = shares.cores()
+                        result["guard"] = _guard_times(processes[:n], stats[:n])
+                        results[n].append(result)
             finally:
-                for process, _ in replicas:
+                for process in processes:
                     process.terminate()
                     process.wait(timeout=60)
                     assert process.stdout is not None
                     process.stdout.close()
     finally:
         cluster.stop()
+    _report_replicas(results, clients, seconds, rounds)
+
+
+def _report_replicas(
+    results: dict[int, list[dict[str, Any]]], clients: int, seconds: float, rounds: int
+) -> None:
     print(f"{clients} clients, {seconds:.0f} s per round, {rounds} rounds alternating, "
           f"{os.cpu_count()} cores, PostgreSQL state")  # fmt: skip
     for n, runs in results.items():
@@ -308,5 +402,18 @@ def replicas_benchmark(site_text: str, pool: list[dict], clients: int, seconds: 
             print(f"{n} replica(s): {r['tables/s']:.1f} tables/s, p50 {r['p50 ms']:.0f} ms, "
                   f"p99 {r['p99 ms']:.0f} ms, errors {r['errors']:.0f}, load average "
                   f"{r['load before']:.1f} -> {r['load after']:.1f}")  # fmt: skip
+            cores = r["cores"]
+            print("    cores used: " + ", ".join(f"{k} {v:.2f}" for k, v in cores.items()))
+            times = r["guard"]
+            borrows, waited = sum(times.pop("pool borrows", [])), sum(times.pop("pool wait", []))
+            if borrows:
+                print(f"    connection pool: {borrows:.0f} borrows, waiting "
+                      f"{1000 * waited / borrows:.2f} ms per borrow")  # fmt: skip
+            if times.get("table"):
+                tables = len(times["table"])
+                ms = {k: (1000 * statistics.mean(v), 1000 * statistics.median(v))
+                      for k, v in times.items() if v}  # fmt: skip
+                parts = ", ".join(f"{k} {a:.1f} ms (p50 {b:.1f})" for k, (a, b) in ms.items())
+                print(f"    per table in the service ({tables}), mean: {parts}")
     ratios = [b["tables/s"] / a["tables/s"] for a, b in zip(results[1], results[2], strict=True)]
     print("throughput ratio 2 replicas / 1, per round: " + ", ".join(f"{r:.2f}" for r in ratios))

@@ -27,7 +27,11 @@ PostgreSQL is a throwaway cluster started as the tests start theirs
 reports time, peak memory and whether the CSVs are the same bytes;
 ``--writer`` the memory the CSV writer adds for 36,000 to 1,250,000 cells;
 ``--replicas`` tables per second and p50/p99 of 1 and 2 replicas on one
-PostgreSQL under ``--clients`` clients (benchmarks/_serving.py).
+PostgreSQL under ``--clients`` clients (benchmarks/_serving.py), with, per
+round, the cores used by the replicas, PostgreSQL, the clients and the rest
+of the machine, the connection pool's waits, and per table the time waiting
+for the guard's lock (in the replica, then in PostgreSQL) against the time
+holding it (benchmarks/_replica.py).
 """
 
 from __future__ import annotations
