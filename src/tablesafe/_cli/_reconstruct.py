@@ -103,7 +103,12 @@ def _report_guess(result: dict[str, Any], plain: dict[str, Any]) -> None:
     if not mine.get("found"):
         return
     base = mine["baseline"]
-    out = Table(title="Best guess: the integer table closest to every published figure (L1)")
+    title = (
+        "Best guess: the most probable integer table under the ptable"
+        if mine.get("objective") == "posterior"
+        else "Best guess: the integer table closest to every published figure (L1)"
+    )
+    out = Table(title=title)
     out.add_column("measure")
     out.add_column(str(result["method"]), justify="right")
     out.add_column("unprotected", justify="right")

@@ -57,8 +57,9 @@ cross-classification and where each table's cells fall in it),
 (stage 3: integer points that free cells), ``_pins`` (stages 4 and 5: the
 LP and integer bounds that pin cells), ``_decide`` (every stage in order),
 ``_result`` (the report) and ``_audit`` (the entry points); beside them
-``_putative`` (the best guess: the integer table closest in L1 to every
-published figure, scored against the truth and a one-way baseline) and
+``_putative`` (the best guess, scored against the truth and a one-way
+baseline: the most probable table under the ptable, ``_likely``, or the
+integer table closest in L1 to every published figure, ``_closest``) and
 ``_ranked`` (its uniques ranked by recurrence over perturbed re-solves).
 """
 

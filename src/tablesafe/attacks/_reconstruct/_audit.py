@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -19,6 +20,7 @@ from tablesafe.attacks._reconstruct._constraints import constraint_system
 from tablesafe.attacks._reconstruct._cross import atoms_of, columns_of, read_truth
 from tablesafe.attacks._reconstruct._decide import reconstruct
 from tablesafe.attacks._reconstruct._intervals import published_intervals
+from tablesafe.attacks._reconstruct._likely import Likelihood, exact_likelihood, ptable_likelihood
 from tablesafe.attacks._reconstruct._putative import putative_attack
 from tablesafe.attacks._reconstruct._result import Progress, ReconstructionResult, report
 from tablesafe.catalog._catalog import Catalog
@@ -78,7 +80,7 @@ def reconstruction_attack(
         progress: Called with (stage, done, total).
         name: A name for the report (default: the mechanism's).
         engine: The engine building the tables (DuckDB by default).
-        putative: Also run the best-guess (L1-closest) reconstruction and
+        putative: Also run the best-guess (most probable) reconstruction and
             score it (the result's ``putative`` block); it gets its own
             ``time_limit``.
         ranked: Perturbed re-solves for the confidence-ranked reconstruction
@@ -122,12 +124,34 @@ def reconstruction_attack(
         if progress is not None:
             progress("best-guess reconstruction", 0, 1)
         guess = putative_attack(
-            catalog, cross, tables, intervals, system, ub0, time_limit=time_limit, ranked=ranked
+            catalog,
+            cross,
+            tables,
+            intervals,
+            system,
+            ub0,
+            time_limit=time_limit,
+            ranked=ranked,
+            likelihood=likelihood_of(protection),
         )
     method = name or str(protection.describe().get("name", "none"))
     seconds = round(time.monotonic() - start, 3)
     result = report(method, len(tables), columns, state, cross.truth, stages, seconds)
     return replace(result, putative=guess)
+
+
+def likelihood_of(protection: Protection) -> Callable[[int], Likelihood] | None:
+    """What the intruder knows of the mechanism as ``log p(j | i)``, for the best guess.
+
+    None for a mechanism without a ptable (record-level drop/add-up-to-q):
+    the best guess is then the L1-closest table.
+    """
+    mech = protection.mechanism
+    if mech is None:
+        return exact_likelihood
+    if protection.record_level or not (hasattr(mech, "rows") and hasattr(mech, "row_index")):
+        return None
+    return functools.partial(ptable_likelihood, mech)
 
 
 def _check_arguments(requests: Sequence[TableRequest], time_limit: float) -> None:

@@ -1,19 +1,21 @@
-"""The putative (best-guess) reconstruction: the integer table closest in L1 to what is published.
+"""The putative (best-guess) reconstruction: the most probable table given what is published.
 
 Provable pins (:mod:`._decide`) count only the cells no other table consistent
 with the publication could change. An intruder need not prove anything: the
 US Census Bureau's attack on its 2010 tables took *one* non-negative integer
 full cross-classification whose tables come closest to the published figures
-and read it as the microdata. This module builds that table with a mixed
-integer program (HiGHS):
+and read it as the microdata. This module builds the strongest such table it
+knows (HiGHS), with every published cell's interval under the mechanism
+(:mod:`._intervals`) as a hard constraint (the truth always satisfies it):
 
-* one integer ``x_c >= 0`` per full cell that may hold records (bounded by
-  the single-cell intervals, as the provable attack bounds it);
-* every published cell's interval under the mechanism (:mod:`._intervals`)
-  as a hard constraint ``lo <= A x <= hi`` (the truth always satisfies it);
-* one continuous ``d_k >= |(A x)_k - j_k|`` per published figure ``j_k``
-  the attack reads (suppressed cells carry no figure, only their interval);
-* minimise ``sum d_k``.
+* under a ptable (the cell-key method, DP, PRAM, drop/add-up-to-q) and
+  without protection, the table of highest posterior (:mod:`._likely`): the
+  ptable's ``p(j | i)`` for each distinct published figure (a record set
+  published twice carries the same noise: one observation) and a log-linear
+  prior fitted to the published figures;
+* otherwise (record-level drop/add-up-to-q, which has no ptable) the table
+  closest in L1 to the published figures (:mod:`._closest`), the Census
+  Bureau's objective.
 
 The guess is scored against the truth (cells, records and sample uniques
 reconstructed exactly; the precision of the uniques it claims), next to a
@@ -25,7 +27,7 @@ one-way margins can do, so the owner sees what the tables add.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,6 +36,7 @@ import numpy.typing as npt
 from tablesafe.attacks._reconstruct._closest import closest_table
 from tablesafe.attacks._reconstruct._constraints import System
 from tablesafe.attacks._reconstruct._cross import Cross, table_rows
+from tablesafe.attacks._reconstruct._likely import Likelihood, likeliest_table
 from tablesafe.attacks._reconstruct._ranked import ranked_precision
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.output._table import ProtectedTable
@@ -134,6 +137,7 @@ def putative_attack(
     *,
     time_limit: float,
     ranked: int = 0,
+    likelihood: Callable[[int], Likelihood] | None = None,
 ) -> dict[str, Any]:
     """The putative reconstruction's scores, its baseline's, and (optionally) the ranked one's.
 
@@ -144,22 +148,38 @@ def putative_attack(
         intervals: Per table, what the intruder knows of each cell.
         system: The intervals as constraints.
         ub0: Each full cell's upper bound.
-        time_limit: Seconds for the best-guess solve (each ranked solve gets
-            a tenth of it).
+        time_limit: Seconds for the best-guess solve (the ranked solves share
+            what it leaves).
         ranked: Perturbed re-solves for the confidence-ranked reconstruction
             (0: none).
+        likelihood: The mechanism's ``log p(j | i)`` for published values up
+            to a given one; ``None`` for the L1-closest table.
 
     Returns:
-        The ``putative`` block: ``optimal``, ``base_rate`` (share of cells
-        holding a sample unique), the shares of :func:`score`, and
-        ``baseline`` (the same for :func:`independence_guess`); with
-        ``ranked`` > 0, ``ranked_precision``.
+        The ``putative`` block: ``objective`` (``posterior`` or ``l1``),
+        ``optimal``, ``base_rate`` (share of cells holding a sample unique),
+        the shares of :func:`score`, and ``baseline`` (the same for
+        :func:`independence_guess`); with ``ranked`` > 0, ``ranked_precision``.
     """
     members, values = figures(catalog, cross, tables, intervals, system)
+    lik = likelihood(int(values.max(initial=0.0))) if likelihood is not None else None
+
+    def solve(
+        limit: float, perturbation: npt.NDArray[np.float64] | None = None
+    ) -> tuple[npt.NDArray[np.int64] | None, bool]:
+        if lik is None:
+            return closest_table(
+                system, ub0, members, values, time_limit=limit, perturbation=perturbation
+            )
+        return likeliest_table(
+            system, ub0, members, values, lik, time_limit=limit, perturbation=perturbation
+        )
+
     start = time.monotonic()
-    guess, optimal = closest_table(system, ub0, members, values, time_limit=time_limit)
+    guess, optimal = solve(time_limit)
     truth = cross.truth
     out: dict[str, Any] = {
+        "objective": "l1" if lik is None else "posterior",
         "optimal": optimal,
         "figures": int(values.size),
         "base_rate": round(float((truth == 1).mean()) if truth.size else 0.0, 6),
@@ -175,7 +195,5 @@ def putative_attack(
     out["baseline"] = score(independence_guess(cross), truth)
     if ranked > 0 and guess is not None:
         budget = max(time_limit - (time.monotonic() - start), 0.01)
-        out["ranked_precision"] = ranked_precision(
-            system, ub0, members, values, truth, runs=ranked, time_limit=budget
-        )
+        out["ranked_precision"] = ranked_precision(solve, truth, runs=ranked, time_limit=budget)
     return out
