@@ -19,7 +19,8 @@ answered tables, every one answered again with the same bytes.
 With ``--profile``, part 1 also prints, for its 10 slowest checks, the
 thread CPU time spent in the guard's steps (the candidate search, the pairs,
 the families, their folds, their algebra and counts, the exact intersections)
-and in the collector: what docs/benchmarks.md calls profiles of the slowest checks.
+the privacy ledger's check and catch-up, the state store's reads and writes, and in the
+collector: what docs/benchmarks.md calls profiles of the slowest checks.
 
 Usage: python benchmarks/bench_guard.py [--records 200000] [--stored 100000] [--probe 300]
        [--tables 10000] [--small-records 20000] [--part 1|2|both] [--profile]
@@ -40,6 +41,8 @@ from typing import Any
 import numpy as np
 
 import tablesafe.rules._guard as guard
+import tablesafe.rules._ledger as ledger
+import tablesafe.state._store as store
 from tablesafe._errors import RefusedError, RequestError
 from tablesafe._settings import load_site_config
 from tablesafe.catalog._dataset import Dataset
@@ -129,6 +132,12 @@ STEPS = [
     ("Family", "newly_derivable"),
     ("Family", "counts"),
     ("GuardCounts", "intersection"),
+    ("LedgerIndex", "check"),
+    ("LedgerIndex", "add"),
+    ("store", "_catch_up"),
+    ("store", "_ledger_catch_up"),
+    ("store", "_write_sets"),
+    ("store", "_write_ledger"),
 ]
 
 
@@ -140,6 +149,8 @@ class StepClock:
         self.checks: list[tuple[float, dict[str, float]]] = []
         owners = {"rules": guard, "SetIndex": guard.SetIndex, "Family": guard.Family}
         owners["GuardCounts"] = guard.GuardCounts
+        owners["LedgerIndex"] = ledger.LedgerIndex
+        owners["store"] = store
         for owner, name in STEPS:
             setattr(owners[owner], name, self._timed(name, getattr(owners[owner], name)))
         self._gc_start = 0.0

@@ -22,13 +22,13 @@ from tablesafe.rules._guard import (
     WHOLE,
     RecordSet,
     SetIndex,
-    derivable_atoms,
     fingerprint,
     guard_check,
     record_sets,
     same_records_publicly,
     zero_boxes,
 )
+from tablesafe.rules._guard_families import derivable_atoms
 from tablesafe.server import create_app
 from test_server import ADMIN_KEY, USER_KEY, error_of, site
 
@@ -730,7 +730,7 @@ def test_a_family_kept_up_to_date_agrees_with_one_computed_afresh():
     """Sets added one at a time or in batches (a restart reads them back in one),
     the atoms a new table makes derivable are those of a rank computed afresh,
     and their records follow from the sets' sizes."""
-    from tablesafe.rules._guard import Family
+    from tablesafe.rules._guard_families import Family
 
     rng = np.random.default_rng(27)
     codes = list(range(12))

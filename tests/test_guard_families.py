@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tablesafe.rules._guard import Family
+from tablesafe.rules._guard_families import Family
 
 
 def _indicator(codes: range, s: frozenset[int]) -> np.ndarray:

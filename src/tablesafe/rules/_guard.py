@@ -49,13 +49,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import scipy.linalg
 
 from tablesafe._errors import RefusedError
 from tablesafe._request import DimensionPlan, TabulationPlan
 from tablesafe._settings import RuleSettings, SliverScope
 from tablesafe.catalog._catalog import Catalog, Code
 from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.rules._guard_families import Family, derive
 
 if TYPE_CHECKING:
     from tablesafe.catalog._dataset import Dataset
@@ -688,6 +688,8 @@ def guard_check(
     )  # fmt: skip
     fresh = []
     seen_families: set[tuple[str, str, str]] = set()
+    joined: list[tuple[RecordSet, list[_Joined]]] = []
+    refusal: RefusedError | None = None
     for x in sets:
         new = x.columns - index.published_columns(x, only)
         if not new:
@@ -696,8 +698,15 @@ def guard_check(
         compare = new if rules.sliver_cells else new & {WHOLE}
         if check.m <= 0 or x.size < check.m or not compare:
             continue
-        _pairs(check, x, compare)
-        _families(check, x, compare, seen_families)
+        try:
+            _pairs(check, x, compare)
+        except RefusedError as e:
+            refusal = e  # after the families of the sets before it, as if checked in turn
+            break
+        joined.append((x, _joined(check, x, compare, seen_families)))
+    _families(check, joined)
+    if refusal is not None:
+        raise refusal
     return fresh
 
 
@@ -792,22 +801,33 @@ def _members(
     return out
 
 
-def _families(
+@dataclass
+class _Joined:
+    """A family a new set joins: its new code sets (with their sizes) and where it is."""
+
+    family: Family
+    new: list[frozenset[Code]]
+    sized: dict[frozenset[Code], int]
+    context: dict[str, frozenset[Code]]
+    column: str
+
+
+def _joined(
     check: _Check,
     x: RecordSet,
     compare: frozenset[str] | set[str],
     seen: set[tuple[str, str, str]],
-) -> None:
-    """Refuse ``x`` if it completes a parent-minus-children difference of 1 .. m-1 records."""
+) -> list[_Joined]:
+    """The published families ``x`` joins that a difference could cut (not yet seen)."""
     text = x.text
     defined = {c for c, _ in x.definition}
     columns = defined | check.index.children_columns(text) | check.table.children_columns(text)
+    out = []
     for column in sorted(columns):
         full = check.all_codes.get(column)
         if full is None:
             continue
         context = tuple(p for p in x.definition if p[0] != column)
-        context_box = {c: frozenset(v) for c, v in context}
         ctx_text = definition_text(context)
         ws = [w for w in sorted(compare) if (ctx_text, column, w) not in seen]
         if not ws:
@@ -822,12 +842,25 @@ def _families(
             family = check.index.family_state(ctx_text, column, w, check.only, full)
             if family.members + len(new) < 3:
                 continue
-            atoms = family.newly_derivable(new)
-            if not atoms:
-                continue
-            low = 0 if check.identical_is_near else 1
-            for atom, n in zip(atoms, family.counts(atoms, sized), strict=True):
-                if n == 0 and publicly_empty({**dict(context_box), column: atom}, check.zeros):
+            out.append(_Joined(family, new, sized, {c: frozenset(v) for c, v in context}, column))
+    return out
+
+
+def _families(check: _Check, joined: Sequence[tuple[RecordSet, list[_Joined]]]) -> None:
+    """Refuse the first set that completes a parent-minus-children difference of 1 .. m-1 records.
+
+    The atoms of every family are derived together (:func:`derive`), then
+    read in the order the sets were checked, so the refusal is the one a
+    check family by family would give.
+    """
+    flat = [j for _, js in joined for j in js]
+    found = iter(derive([(j.family, j.new, j.sized) for j in flat]))
+    low = 0 if check.identical_is_near else 1
+    for x, js in joined:
+        for j in js:
+            atoms, counts = next(found)
+            for atom, n in zip(atoms, counts, strict=True):
+                if n == 0 and publicly_empty({**j.context, j.column: atom}, check.zeros):
                     continue  # the catalog says it is empty: nothing to tell
                 if low <= n < check.m:
                     raise RefusedError(
@@ -836,235 +869,3 @@ def _families(
                         "by difference (a group minus its parts); differencing could reveal "
                         "those records. Ask for coarser categories or a universe that differs more"
                     )
-
-
-#: Per column's codes: each code's position, and the positions of each code set seen.
-_COLUMN_POSITIONS: dict[
-    tuple[Code, ...], tuple[dict[Code, int], dict[frozenset[Code], npt.NDArray[np.intp]]]
-] = {}
-
-
-@dataclass
-class Family:
-    """The published code sets of one family (one context, one column, one breakdown).
-
-    Kept up to date as sets are published: an orthonormal basis of the span of
-    their indicators, the partition of the codes by membership (atoms), the
-    codes some set holds, and the distinct code sets.
-
-    Args:
-        codes: Every code of the column, the coordinates of the indicators.
-    """
-
-    codes: tuple[Code, ...]
-    basis: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros((0, 0)))
-    labels: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    covered: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
-    published: set[frozenset[Code]] = field(default_factory=set)
-    sizes: dict[frozenset[Code], int] = field(default_factory=dict)  # records of each set
-    members: int = 0
-    seen: tuple[int, int] = (0, 0)  # rows of the index read: (family, defined as)
-    # Published sets whose indicators are independent and span the rest (at
-    # most one per code): what counts() solves with, however many sets there are.
-    independent: list[frozenset[Code]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        n = len(self.codes)
-        self.basis = np.zeros((0, n))
-        self.labels = np.zeros(n, dtype=np.int64)
-        self.covered = np.zeros(n, dtype=bool)
-        # Families of one column share its code positions and the positions of
-        # each code set seen: indicators are built without a loop over codes.
-        self._pos, self._positions = _COLUMN_POSITIONS.setdefault(
-            self.codes, ({c: j for j, c in enumerate(self.codes)}, {})
-        )
-        self._unbuilt: list[frozenset[Code]] = []
-
-    def _where(self, codes: frozenset[Code]) -> npt.NDArray[np.intp]:
-        where = self._positions.get(codes)
-        if where is None:
-            where = np.array([self._pos[c] for c in codes if c in self._pos], dtype=np.intp)
-            self._positions[codes] = where
-        return where
-
-    def indicator(self, codes: frozenset[Code]) -> npt.NDArray[np.float64]:
-        """The indicator vector of a code set."""
-        out: npt.NDArray[np.float64] = self.indicators([codes])[0]
-        return out
-
-    def indicators(self, sets: Sequence[frozenset[Code]]) -> npt.NDArray[np.float64]:
-        """The indicator vectors of code sets, one row each."""
-        out = np.zeros((len(sets), len(self.codes)))
-        if sets:
-            where = [self._where(s) for s in sets]
-            rows = np.repeat(np.arange(len(sets)), [len(w) for w in where])
-            out[rows, np.concatenate(where)] = 1.0
-        return out
-
-    def add(self, codes: frozenset[Code]) -> None:
-        """Publish one more code set in the family."""
-        self.add_many([codes])
-
-    def add_many(self, sets: Sequence[frozenset[Code]], sizes: Sequence[int] | None = None) -> None:
-        """Publish code sets in the family (folded into the basis when next needed).
-
-        Args:
-            sets: The code sets on the family's column.
-            sizes: Their records (the same code set in one context always has
-                the same records), if known.
-        """
-        self.members += len(sets)
-        for s, n in zip(sets, sizes or (), strict=False):
-            self.sizes.setdefault(s, n)
-        fresh = [s for s in dict.fromkeys(sets) if s not in self.published]
-        self.published.update(fresh)
-        self._unbuilt.extend(fresh)
-
-    def _build(self) -> None:
-        """Fold the sets published since into the basis and the atoms, all at once.
-
-        One QR decomposition with column pivoting of the independent sets and
-        the new ones gives an orthonormal basis of their span and, in its
-        pivots, which of them stay independent.
-        """
-        if not self._unbuilt:
-            return
-        vectors = self.indicators(self._unbuilt)
-        sets = self.independent + self._unbuilt
-        self._unbuilt = []
-        q, r, pivots = scipy.linalg.qr(self.indicators(sets).T, mode="economic", pivoting=True)
-        # |R[i, i]| falls along the diagonal; indicators hold 0 and 1, so a value
-        # below 1e-9 is a dependent set, never a short independent direction.
-        rank = int((np.abs(np.diag(r)) > 1e-9).sum())
-        self.basis = np.ascontiguousarray(q[:, :rank].T)
-        self.independent = [sets[i] for i in pivots[:rank].tolist()]
-        self.labels = _refine(self.labels, vectors)
-        self.covered |= (vectors > 0).any(axis=0)
-
-    def newly_derivable(self, new: Sequence[frozenset[Code]]) -> list[frozenset[Code]]:
-        """Atoms that ``new`` code sets make derivable, not published themselves."""
-        new_sets = [s for s in dict.fromkeys(new) if s not in self.published]
-        if not new_sets or not self.members:
-            return []  # nothing new in the family: no linear algebra at all
-        self._build()
-        vectors = self.indicators(new_sets)
-        if len(new_sets) == 1 and not vectors[0][self.covered].any():
-            # One new set sharing no code with the published ones: the span gains
-            # a direction apart from theirs, and the new set is an atom of its own.
-            return []
-        residual = vectors - (vectors @ self.basis.T) @ self.basis
-        grows = np.linalg.norm(residual, axis=1) >= _SPAN_TOLERANCE
-        if not grows.any():
-            return []  # the span is the same: whatever is derivable now was before
-        labels = _refine(self.labels, vectors)
-        covered = self.covered | (vectors > 0).any(axis=0)
-        atoms: dict[int, list[Code]] = {}
-        for j, label in enumerate(labels.tolist()):
-            if covered[j]:
-                atoms.setdefault(label, []).append(self.codes[j])
-        mine = set(new_sets)
-        candidates = [
-            a for a in map(frozenset, atoms.values()) if a not in self.published and a not in mine
-        ]
-        if not candidates:
-            return []
-        # An atom off the published span (its residual not zero) is newly derivable
-        # when its residual lies in the span of the new sets' residuals.
-        e = self.indicators(candidates)
-        off = e - (e @ self.basis.T) @ self.basis
-        before = np.linalg.norm(off, axis=1) < _SPAN_TOLERANCE
-        added = _extend_basis(np.zeros((0, len(self.codes))), residual[grows])
-        now = np.linalg.norm(off - (off @ added.T) @ added, axis=1) < _SPAN_TOLERANCE
-        return [a for a, b, n in zip(candidates, before, now, strict=True) if n and not b]
-
-    def counts(
-        self, atoms: Sequence[frozenset[Code]], new: Mapping[frozenset[Code], int]
-    ) -> list[int]:
-        """The records of derivable ``atoms``, from the sizes of the sets that derive them.
-
-        A set's size is the sum of its codes' records, so an atom's indicator
-        written as a combination of sets' indicators gives its records as the
-        same combination of their sizes: no query of the microdata.
-
-        Args:
-            atoms: Code sets in the span of the published and ``new`` sets.
-            new: The new table's code sets with their sizes.
-        """
-        if not atoms:
-            return []
-        self._build()
-        # The independent published sets and the new ones span every atom
-        # (sets published without a size, by ``add``, are not in the solve).
-        spanning = self.independent
-        if any(s not in self.sizes for s in spanning):
-            spanning = list(self.sizes)
-        known = {**new, **{s: self.sizes[s] for s in spanning}}
-        sets = list(known)
-        matrix = self.indicators(sets).T  # codes x sets
-        targets = self.indicators(atoms).T  # codes x atoms
-        coef, *_ = np.linalg.lstsq(matrix, targets, rcond=None)
-        records = coef.T @ np.array([known[s] for s in sets], dtype=np.float64)
-        return [round(float(r)) for r in records]
-
-
-def _extend_basis(
-    basis: npt.NDArray[np.float64], vectors: npt.NDArray[np.float64]
-) -> npt.NDArray[np.float64]:
-    """An orthonormal basis of the span of ``basis`` and ``vectors``.
-
-    One singular value decomposition of them all (LAPACK, a few microseconds
-    for a column's codes): a Gram-Schmidt loop turned once per new dimension
-    in Python, and was most of the check's tail with families of many sets.
-    """
-    stacked = np.vstack([basis, vectors]) if basis.shape[0] else vectors.astype(np.float64)
-    if not stacked.shape[0]:
-        return np.zeros((0, vectors.shape[1]))
-    _, singular, vt = np.linalg.svd(stacked, full_matrices=False)
-    # Indicators hold 0 and 1 and basis rows are unit vectors: a singular value
-    # below 1e-9 is a dependent direction, never a short independent one.
-    rank = int((singular > 1e-9).sum())
-    out: npt.NDArray[np.float64] = vt[:rank]
-    return out
-
-
-#: A residual shorter than this is in the span (indicators hold 0 and 1).
-_SPAN_TOLERANCE = 1e-6
-
-
-def _refine(
-    labels: npt.NDArray[np.int64], vectors: npt.NDArray[np.float64]
-) -> npt.NDArray[np.int64]:
-    """The partition ``labels`` refined by membership in each of ``vectors``.
-
-    Memberships are packed 40 to an integer beside the label (labels number
-    fewer than the codes), so each pass is a one-dimensional ``np.unique``.
-    """
-    refined = labels.astype(np.int64)
-    bits = vectors > 0
-    for start in range(0, len(bits), 40):
-        chunk = bits[start : start + 40]
-        weights = np.left_shift(np.int64(1), np.arange(len(chunk), dtype=np.int64))
-        keys = (refined << np.int64(len(chunk))) | (weights @ chunk.astype(np.int64))
-        _, inverse = np.unique(keys, return_inverse=True)
-        refined = inverse.reshape(-1).astype(np.int64)
-    return refined
-
-
-def derivable_atoms(
-    full: Sequence[Code], old: Sequence[frozenset[Code]], new: Sequence[frozenset[Code]]
-) -> list[frozenset[Code]]:
-    """Code sets that adding and subtracting ``old`` and ``new`` sets yields, and ``old`` alone not.
-
-    The atoms are the classes of codes that belong to the same sets; an atom
-    is derivable when its indicator is a linear combination of the sets'
-    indicators. Atoms that are one of the sets are published as they are.
-
-    Args:
-        full: Every code of the column.
-        old: Code sets already published (in one context).
-        new: Code sets the new table publishes in that context.
-    """
-    family = Family(tuple(full))
-    for codes in old:
-        family.add(codes)
-    return family.newly_derivable(new)
