@@ -11,15 +11,10 @@ A family keeps an orthonormal basis ``B`` of its span and the records of the
 basis directions, ``g = B c`` where ``c`` holds each code's records: a set's
 size is its indicator times ``c``, so the sizes of the published sets give
 ``c``'s projection on the span, and any vector ``v`` of the span has
-``v . c = (B v) . g``. One singular value decomposition of the basis and new
-sets, with their sizes beside them, gives the new basis and its records
-(:func:`_fold`).
-
-The families a table touches are many (up to 160 in the slowest checks of
-``benchmarks/bench_guard.py``) and small (the codes of one column), so the
-work is done for all families of the same number of codes at once: stacked
-(zero rows pad them, adding nothing to a span), in a few numpy calls instead
-of a few dozen per family (:func:`derive`).
+``v . c = (B v) . g``. New sets extend both with the part of them off the
+span (:func:`_extend`), a decomposition as small as the new sets are few;
+atoms are then tested by the lengths of their projections (:func:`_derive`),
+with no factorisation of the whole family and no least-squares solve.
 """
 
 from __future__ import annotations
@@ -37,9 +32,9 @@ __all__ = ["Family", "derivable_atoms", "derive"]
 
 #: A residual shorter than this is in the span (indicators hold 0 and 1).
 _SPAN_TOLERANCE = 1e-6
-#: A singular value below this is a dependent direction: indicators hold 0 and 1
-#: and basis rows are unit vectors, so never a short independent one.
-_RANK_TOLERANCE = 1e-9
+#: The same for squared lengths found by difference (|E|^2 - |B E|^2), whose
+#: rounding is about 1e-13 for a column's codes.
+_SPAN_TOLERANCE2 = 1e-11
 
 #: Per column's codes: each code's position, and the positions of each code set seen.
 _COLUMN_POSITIONS: dict[
@@ -147,18 +142,16 @@ class Family:
         """
         if not atoms:
             return []
-        _build([self])
+        self._build()
         fresh = [s for s in new if s not in self.published]
-        if np.isnan(self.records).any():
-            return self._counts_known(atoms, new)
         vectors = self.indicators(fresh)
-        stacked = np.vstack([self.basis, vectors])
-        if not stacked.shape[0]:
-            return [0 for _ in atoms]  # nothing published: only empty atoms are "derivable"
-        values = np.concatenate([self.records, [float(new[s]) for s in fresh]])
-        basis, records = _fold(stacked[None], values[None])
-        along = self.indicators(atoms) @ basis[0].T
-        return [round(float(r)) for r in along @ records[0]]
+        basis, records, _ = _extend(
+            self.basis, self.records, vectors, np.array([new[s] for s in fresh], dtype=float)
+        )
+        if np.isnan(records).any():
+            return self._counts_known(atoms, new)
+        along = self.indicators(atoms) @ basis.T
+        return [round(float(r)) for r in along @ records]
 
     def _counts_known(
         self, atoms: Sequence[frozenset[Code]], new: Mapping[frozenset[Code], int]
@@ -172,57 +165,53 @@ class Family:
         records = coef.T @ np.array([known[s] for s in sets], dtype=np.float64)
         return [round(float(r)) for r in records]
 
+    def _build(self) -> None:
+        """Fold the sets published since into the basis, its records and the atoms."""
+        if not self._unbuilt:
+            return
+        vectors = self.indicators(self._unbuilt)
+        values = np.array([self.sizes.get(s, math.nan) for s in self._unbuilt], dtype=float)
+        self.basis, self.records, _ = _extend(self.basis, self.records, vectors, values)
+        self.labels = _refine(self.labels, vectors)
+        self.covered = self.covered | (vectors > 0).any(axis=0)
+        self._unbuilt = []
 
-def _fold(
-    stacked: npt.NDArray[np.float64], values: npt.NDArray[np.float64]
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Per stacked family, an orthonormal basis of its rows' span and the records along it.
+
+def _extend(
+    basis: npt.NDArray[np.float64],
+    records: npt.NDArray[np.float64],
+    vectors: npt.NDArray[np.float64],
+    values: npt.NDArray[np.float64],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], int]:
+    """An orthonormal basis of the span of ``basis`` and ``vectors``, with its records.
+
+    The part of the vectors off the span (projected out twice: "twice is
+    enough" keeps it orthogonal to the basis) is decomposed by one small SVD,
+    ``U S V'``; its directions ``V'`` with singular values above the span
+    tolerance extend the basis. Along them the records ``h`` solve
+    ``values - (vectors B') records = U S h``.
 
     Args:
-        stacked: (families, rows, codes): a basis and indicators, zero rows padding.
-        values: (families, rows): the records along each row (``row @ c``).
+        basis: (rank, codes) orthonormal rows.
+        records: The records along each basis row (``basis @ c``).
+        vectors: (sets, codes) indicators.
+        values: The sets' records (NaN where unknown).
 
     Returns:
-        (families, rank, codes) bases, rows past a family's rank zero, and
-        (families, rank) records. With ``stacked = U S V'``, ``c``'s least
-        squares solution is ``V S^-1 U' values``, so along ``V'`` it is ``S^-1 U' values``.
+        The basis, its records, and how many directions the vectors added.
     """
-    u, singular, vt = np.linalg.svd(stacked, full_matrices=False)
-    keep = singular > _RANK_TOLERANCE
-    rank = int(keep.sum(axis=1).max(initial=0))
-    u, singular, vt, keep = u[:, :, :rank], singular[:, :rank], vt[:, :rank], keep[:, :rank]
-    basis = vt * keep[:, :, None]
-    along = np.einsum("frk,fr->fk", u, values) / np.where(keep, singular, 1.0)
-    return basis, np.where(keep, along, 0.0)
-
-
-def _build(families: Sequence[Family]) -> None:
-    """Fold each family's sets published since into its basis, records and atoms, at once."""
-    todo = [f for f in families if f._unbuilt]
-    for group in _by_width(todo).values():
-        vectors = [f.indicators(f._unbuilt) for f in group]
-        rows = max(f.basis.shape[0] + len(v) for f, v in zip(group, vectors, strict=True))
-        stacked = np.zeros((len(group), rows, len(group[0].codes)))
-        values = np.zeros((len(group), rows))
-        for i, (f, v) in enumerate(zip(group, vectors, strict=True)):
-            r = f.basis.shape[0]
-            stacked[i, :r], stacked[i, r : r + len(v)] = f.basis, v
-            values[i, :r] = f.records
-            values[i, r : r + len(v)] = [f.sizes.get(s, math.nan) for s in f._unbuilt]
-        basis, records = _fold(stacked, values)
-        for i, (f, v) in enumerate(zip(group, vectors, strict=True)):
-            rank = int(np.count_nonzero(basis[i].any(axis=1)))
-            f.basis, f.records = basis[i, :rank], records[i, :rank]
-            f.labels = _refine(f.labels, v)
-            f.covered = f.covered | (v > 0).any(axis=0)
-            f._unbuilt = []
-
-
-def _by_width(families: Sequence[Family]) -> dict[int, list[Family]]:
-    groups: dict[int, list[Family]] = {}
-    for f in families:
-        groups.setdefault(len(f.codes), []).append(f)
-    return groups
+    if not len(vectors):
+        return basis, records, 0
+    along = vectors @ basis.T
+    residual = vectors - along @ basis
+    residual -= (residual @ basis.T) @ basis
+    u, singular, vt = np.linalg.svd(residual, full_matrices=False)
+    keep = singular > _SPAN_TOLERANCE
+    added = int(keep.sum())
+    if not added:
+        return basis, records, 0
+    h = (u[:, :added].T @ (values - along @ records)) / singular[:added]
+    return np.vstack([basis, vt[:added]]), np.concatenate([records, h]), added
 
 
 Task = tuple[Family, Sequence[frozenset[Code]], Mapping[frozenset[Code], int] | None]
@@ -233,100 +222,62 @@ def derive(tasks: Sequence[Task]) -> list[tuple[Atoms, list[int]]]:
 
     The atoms are derivable with the new sets and not before, and neither
     published nor new themselves. Their records come from the sizes (an
-    empty list when ``sizes`` is None). All families are worked together,
-    stacked by their number of codes.
+    empty list when ``sizes`` is None).
     """
-    out: list[tuple[Atoms, list[int]]] = [([], []) for _ in tasks]
-    live: list[int] = []
-    fresh: dict[int, list[frozenset[Code]]] = {}
-    for i, (family, new, _) in enumerate(tasks):
-        sets = [s for s in dict.fromkeys(new) if s not in family.published]
-        if sets and family.members:  # else nothing new in the family: no algebra at all
-            fresh[i] = sets
-            live.append(i)
-    _build([tasks[i][0] for i in live])
-    by_width: dict[int, list[int]] = {}
-    for i in live:
-        family = tasks[i][0]
-        if len(fresh[i]) == 1 and not family.indicator(fresh[i][0])[family.covered].any():
-            # One new set sharing no code with the published ones: the span gains
-            # a direction apart from theirs, and the new set is an atom of its own.
-            continue
-        by_width.setdefault(len(family.codes), []).append(i)
-    for group in by_width.values():
-        for i, result in zip(
-            group, _derive_width([(tasks[i], fresh[i]) for i in group]), strict=True
-        ):
-            out[i] = result
-    return out
+    return [_derive(family, new, sizes) for family, new, sizes in tasks]
 
 
-def _stack_bases(
-    families: Sequence[Family], extra: int
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], int]:
-    """The families' bases and records stacked, with ``extra`` free rows after the longest."""
-    rank = max(f.basis.shape[0] for f in families)
-    n = len(families[0].codes)
-    stacked = np.zeros((len(families), rank + extra, n))
-    values = np.zeros((len(families), rank + extra))
-    for i, f in enumerate(families):
-        stacked[i, : f.basis.shape[0]] = f.basis
-        values[i, : f.basis.shape[0]] = f.records
-    return stacked, values, rank
+def _derive(
+    family: Family, new: Sequence[frozenset[Code]], sizes: Mapping[frozenset[Code], int] | None
+) -> tuple[Atoms, list[int]]:
+    """:func:`derive` for one family.
 
-
-def _derive_width(
-    work: Sequence[tuple[Task, list[frozenset[Code]]]],
-) -> list[tuple[Atoms, list[int]]]:
-    """:func:`derive` for families of one number of codes, built, each with new sets."""
-    families = [task[0] for task, _ in work]
-    n = len(families[0].codes)
-    most = max(len(sets) for _, sets in work)
-    stacked, values, rank = _stack_bases(families, most)
-    basis = stacked[:, :rank]
-    vectors = np.zeros((len(work), most, n))
-    for i, ((family, _, sizes), sets) in enumerate(work):
-        family.indicators(sets, out=vectors[i])
-        stacked[i, rank : rank + len(sets)] = vectors[i, : len(sets)]
-        values[i, rank : rank + len(sets)] = [math.nan if sizes is None else sizes[s] for s in sets]
-    residual = vectors - (vectors @ basis.transpose(0, 2, 1)) @ basis
-    grows = (np.linalg.norm(residual, axis=2) >= _SPAN_TOLERANCE).any(axis=1)
-    out: list[tuple[Atoms, list[int]]] = [([], []) for _ in work]
-    if not grows.any():
-        return out  # the spans are the same: whatever is derivable now was before
-    keep = np.flatnonzero(grows)
-    after, records = _fold(stacked[keep], values[keep])
-    # Each family's atoms with the new sets, one row per label (rows of absent
-    # labels are zero: "in the span" before, so never new).
-    labels = np.stack([_refine(families[i].labels, vectors[i]) for i in keep])
-    covered = np.stack([families[i].covered for i in keep]) | (vectors[keep] > 0).any(axis=1)
-    atoms = ((labels[:, None, :] == np.arange(n)[None, :, None]) & covered[:, None, :]).astype(
-        np.float64
-    )
-    before = basis[keep]
-    off = atoms - (atoms @ before.transpose(0, 2, 1)) @ before
-    was = np.linalg.norm(off, axis=2) < _SPAN_TOLERANCE
-    along = atoms @ after.transpose(0, 2, 1)
-    now = np.linalg.norm(atoms - along @ after, axis=2) < _SPAN_TOLERANCE
-    found = now & ~was
-    counts = np.einsum("fak,fk->fa", along, records)
-    for j, i in enumerate(keep.tolist()):
-        family, sets, sizes = families[i], work[i][1], work[i][0][2]
-        mine = set(sets)
-        codes = family.codes
-        got: Atoms = []
-        tally: list[int] = []
-        for a in np.flatnonzero(found[j]).tolist():
-            atom = frozenset(codes[k] for k in np.flatnonzero(atoms[j, a]).tolist())
-            if atom in family.published or atom in mine:
-                continue
+    Work is in the atoms of the published and new sets (every vector here is
+    constant on them): with ``E`` an atom's indicator, ``B`` the basis before
+    and ``Q`` the directions the new sets add (orthogonal to ``B``), the atom
+    is off the span before when ``|E|^2 - |B E|^2 > 0`` and on it after when
+    ``|E|^2 - |B E|^2 - |Q E|^2 = 0``; its records are ``B E . g + Q E . h``.
+    """
+    sets = [s for s in dict.fromkeys(new) if s not in family.published]
+    if not sets or not family.members:
+        return [], []  # nothing new in the family: no linear algebra at all
+    family._build()
+    vectors = family.indicators(sets)
+    if len(sets) == 1 and not vectors[0][family.covered].any():
+        # One new set sharing no code with the published ones: the span gains
+        # a direction apart from theirs, and the new set is an atom of its own.
+        return [], []
+    values = np.full(len(sets), math.nan) if sizes is None else np.array([sizes[s] for s in sets])
+    basis, records, added = _extend(family.basis, family.records, vectors, values.astype(float))
+    if not added:
+        return [], []  # the span is the same: whatever is derivable now was before
+    covered = family.covered | (vectors > 0).any(axis=0)
+    where = np.flatnonzero(covered)
+    _, atom_of = np.unique(_refine(family.labels, vectors)[where], return_inverse=True)
+    onehot = np.zeros((len(family.codes), int(atom_of.max()) + 1))
+    onehot[where, atom_of] = 1.0
+    width = onehot.sum(axis=0)  # |E|^2
+    on = basis @ onehot  # B E, then Q E
+    rank = family.basis.shape[0]
+    before = width - (on[:rank] ** 2).sum(axis=0)
+    after = before - (on[rank:] ** 2).sum(axis=0)
+    found = np.flatnonzero((after < _SPAN_TOLERANCE2) & (before >= _SPAN_TOLERANCE2))
+    if not len(found):
+        return [], []
+    counts = on[:, found].T @ records
+    mine = set(sets)
+    got: Atoms = []
+    tally: list[int] = []
+    for a, n in zip(found.tolist(), counts.tolist(), strict=True):
+        atom = frozenset(family.codes[k] for k in where[atom_of == a].tolist())
+        if atom not in family.published and atom not in mine:
             got.append(atom)
-            if sizes is not None and not math.isnan(counts[j, a]):
-                tally.append(round(float(counts[j, a])))
-        if got and sizes is not None and len(tally) < len(got):
-            tally = family.counts(got, sizes)  # a size unknown: solve with the known ones
-        out[i] = (got, tally)
-    return out
+            tally.append(0 if math.isnan(n) else round(n))
+    if sizes is None:
+        return got, []
+    if np.isnan(counts).any():
+        return got, family.counts(got, sizes)  # a size unknown: solve with the known ones
+    return got, tally
 
 
 def _refine(
