@@ -13,7 +13,8 @@ errors (a broken invariant, i.e. a bug in tablesafe)::
     │   ├── FormatError           a malformed input file (ptable CSV, table CSV, ...)
     │   ├── ConfigError           a malformed or inconsistent site configuration
     │   └── RefusedError          a valid request that the disclosure rules refuse
-    │       └── BudgetExhausted   its new figures would take a record past a privacy budget
+    │       ├── BudgetExhausted   its new figures would take a record past a privacy budget
+    │       └── RiskCeilingExceeded   it would raise the best guess's claimed uniques past a ceiling
     ├── ComputationError          a computation that could not finish (no convergence, too large)
     └── InternalError             a bug in tablesafe; never the caller's fault
 
@@ -39,6 +40,7 @@ __all__ = [
     "ParameterError",
     "RefusedError",
     "RequestError",
+    "RiskCeilingExceeded",
     "TablesafeError",
     "TooManyCells",
     "UserError",
@@ -118,6 +120,16 @@ class BudgetExhausted(RefusedError):
 
     The privacy ledger (:mod:`tablesafe.rules._ledger`) decides on what was
     published alone; a table already published is still answered.
+    """
+
+    status_code = 403
+
+
+class RiskCeilingExceeded(RefusedError):
+    """A table that would raise the putative reconstruction's uniques share past a ceiling.
+
+    The share is computed from published figures and the table's own
+    (``putative_uniques_ceiling``, docs/attacks.md).
     """
 
     status_code = 403

@@ -503,6 +503,15 @@ class RuleSettings(BaseModel):
         description="The same budget per API key, over the figures that key was given "
         "(none: no budget).",
     )
+    putative_uniques_ceiling: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="The putative-risk ceiling: a table whose addition would raise the share "
+        "of records the best-guess reconstruction claims, stably, as sample uniques (computed "
+        "from published figures and the table's own, over the tables sharing a variable with "
+        "it) above this is refused with RiskCeilingExceeded (none: no ceiling).",
+    )
     max_custom_groups: int = Field(
         30,
         ge=0,

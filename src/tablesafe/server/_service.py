@@ -42,6 +42,7 @@ from tablesafe.rules._guard import (
 from tablesafe.rules._ledger import Budgets, TableFigures, table_figures
 from tablesafe.rules._rules import check_universe_size, table_universe_size
 from tablesafe.server._auth import Principal
+from tablesafe.server._risk_gate import RiskGate
 from tablesafe.server._tally import Tally
 from tablesafe.state import StateStore, open_state
 
@@ -94,6 +95,11 @@ class _Served:
     def all_codes(self) -> dict[str, tuple[Code, ...]]:
         """Every code of each source column: the guard's families (read once)."""
         return {v.column: v.codes for v in self.dataset.catalog.source_variables}
+
+    @functools.cached_property
+    def risk_gate(self) -> RiskGate:
+        """The putative-risk ceiling's memory of this dataset's published tables."""
+        return RiskGate()
 
     @functools.cached_property
     def zeros(self) -> list[dict[str, frozenset[Code]]]:
@@ -282,6 +288,7 @@ class TableService:
                 magnitudes=s.builder.magnitude_protection,
             )
             self._universe_rule(s, who, built.table, figures)
+            self._risk_ceiling(s, who, request, built.table, figures)
             sets = (
                 self._record_sets(s, request, built.plan, built.aggregates)
                 if rules.sliver_min_difference
@@ -326,6 +333,36 @@ class TableService:
             return
         try:
             check_universe_size(table_universe_size(table), s.settings.rules)
+        except RefusedError:
+            self._guard(s, who, [], figures)
+            raise
+
+    def _risk_ceiling(
+        self,
+        s: _Served,
+        who: Principal,
+        request: TableRequest,
+        table: ProtectedTable,
+        figures: TableFigures,
+    ) -> None:
+        """The putative-risk ceiling (:mod:`._risk_gate`); a refusal spends the table.
+
+        The gate reads the table's own figures, so a refusal spends them in
+        the ledger as the universe-size rule's does.
+        """
+        ceiling = s.settings.rules.putative_uniques_ceiling
+        if ceiling is None:
+            return
+        try:
+            s.risk_gate.check(
+                self.state,
+                s.settings.name,
+                s.builder,
+                request,
+                table,
+                ceiling=ceiling,
+                min_cell_size=s.settings.rules.min_cell_size,
+            )
         except RefusedError:
             self._guard(s, who, [], figures)
             raise

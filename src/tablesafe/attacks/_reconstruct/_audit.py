@@ -119,21 +119,12 @@ def reconstruction_attack(
         blocks=max(len(r.dimensions) + len(r.universe) for r in bound) + 1,
         progress=progress,
     )
-    guess: dict[str, Any] = {}
-    if putative:
-        if progress is not None:
-            progress("best-guess reconstruction", 0, 1)
-        guess = putative_attack(
-            catalog,
-            cross,
-            tables,
-            intervals,
-            system,
-            ub0,
-            time_limit=time_limit,
-            ranked=ranked,
-            likelihood=likelihood_of(protection),
-        )
+    if putative and progress is not None:
+        progress("best-guess reconstruction", 0, 1)
+    guess: dict[str, Any] = putative_attack(
+        catalog, cross, tables, intervals, system, ub0,
+        time_limit=time_limit, ranked=ranked, likelihood=likelihood_of(protection),
+    ) if putative else {}  # fmt: skip
     method = name or str(protection.describe().get("name", "none"))
     seconds = round(time.monotonic() - start, 3)
     result = report(method, len(tables), columns, state, cross.truth, stages, seconds)

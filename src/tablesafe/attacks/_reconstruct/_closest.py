@@ -9,6 +9,7 @@ by the confidence-ranked reconstruction (:mod:`._ranked`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -16,7 +17,23 @@ import numpy.typing as npt
 from tablesafe.attacks._highs import silent_highs
 from tablesafe.attacks._reconstruct._constraints import System
 
-__all__ = ["closest_table"]
+__all__ = ["closest_table", "run_model"]
+
+
+def run_model(lp: Any, *, time_limit: float, max_nodes: int | None) -> Any:
+    """Solve a HiGHS model silently, on one thread, to a proven optimum or a limit."""
+    h = silent_highs()
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("random_seed", 0)
+    h.setOptionValue("mip_rel_gap", 0.0)
+    h.setOptionValue("mip_abs_gap", 1e-6)
+    h.setOptionValue("time_limit", max(float(time_limit), 0.01))
+    if max_nodes is not None:
+        # A node limit, unlike a time limit, gives the same table on any machine.
+        h.setOptionValue("mip_max_nodes", int(max_nodes))
+    h.passModel(lp)
+    h.run()
+    return h
 
 
 def closest_table(
@@ -27,6 +44,7 @@ def closest_table(
     *,
     time_limit: float,
     perturbation: npt.NDArray[np.float64] | None = None,
+    max_nodes: int | None = None,
 ) -> tuple[npt.NDArray[np.int64] | None, bool]:
     """The non-negative integer table whose published cells are closest in L1 to ``values``.
 
@@ -38,6 +56,7 @@ def closest_table(
         time_limit: Seconds for the solver.
         perturbation: Optional small costs added to the cells (for ranked
             reconstructions: another near-optimal table per perturbation).
+        max_nodes: A branch-and-bound node limit (deterministic, unlike the time limit).
 
     Returns:
         ``(table, optimal)``: the full cross-classification (flat; None when
@@ -81,14 +100,7 @@ def closest_table(
     lp.a_matrix_.num_col_ = m + k
     lp.a_matrix_.num_row_ = n_int + 2 * k
     lp.integrality_ = [highspy.HighsVarType.kInteger] * m + [highspy.HighsVarType.kContinuous] * k
-    h = silent_highs()
-    h.setOptionValue("threads", 1)
-    h.setOptionValue("random_seed", 0)
-    h.setOptionValue("mip_rel_gap", 0.0)
-    h.setOptionValue("mip_abs_gap", 1e-6)
-    h.setOptionValue("time_limit", max(float(time_limit), 0.01))
-    h.passModel(lp)
-    h.run()
+    h = run_model(lp, time_limit=time_limit, max_nodes=max_nodes)
     info = h.getInfo()
     if int(info.primal_solution_status) != 2:
         return None, False

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe.attacks._highs import silent_highs
+from tablesafe.attacks._reconstruct._closest import run_model
 from tablesafe.attacks._reconstruct._constraints import System
 
 __all__ = ["PRIOR_WEIGHT", "Likelihood", "exact_likelihood", "likeliest_table", "ptable_likelihood"]
@@ -143,6 +143,7 @@ def likeliest_table(
     time_limit: float,
     perturbation: npt.NDArray[np.float64] | None = None,
     prior_weight: float = PRIOR_WEIGHT,
+    max_nodes: int | None = None,
 ) -> tuple[npt.NDArray[np.int64] | None, bool]:
     """The non-negative integer table of highest posterior given ``values``.
 
@@ -155,6 +156,7 @@ def likeliest_table(
         time_limit: Seconds for the solver.
         perturbation: Optional small costs added to the cells (another
             near-optimal table per perturbation, for the ranked reconstruction).
+        max_nodes: A branch-and-bound node limit (deterministic, unlike the time limit).
         prior_weight: The log-linear prior's weight (0: maximum likelihood).
 
     Returns:
@@ -172,14 +174,7 @@ def likeliest_table(
         model.add_figure(v, *likelihood.candidates(int(j)))
     if prior_weight > 0:
         model.add_prior(prior_means(m, members, values), prior_weight)
-    h = silent_highs()
-    h.setOptionValue("threads", 1)
-    h.setOptionValue("random_seed", 0)
-    h.setOptionValue("mip_rel_gap", 0.0)
-    h.setOptionValue("mip_abs_gap", 1e-6)
-    h.setOptionValue("time_limit", max(float(time_limit), 0.01))
-    h.passModel(model.lp(ub, highspy))
-    h.run()
+    h = run_model(model.lp(ub, highspy), time_limit=time_limit, max_nodes=max_nodes)
     if int(h.getInfo().primal_solution_status) != 2:
         return None, False
     x = np.rint(np.asarray(h.getSolution().col_value, dtype=np.float64)[:m]).astype(np.int64)

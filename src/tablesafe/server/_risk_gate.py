@@ -1,0 +1,131 @@
+"""The putative-risk ceiling: refuse a table that makes the best guess too sure of too many uniques.
+
+A site sets ``putative_uniques_ceiling`` in ``[datasets.rules]``. Before a
+new table is answered, the gate measures the stable claimed uniques
+(:mod:`tablesafe.attacks._reconstruct._risk`: computed from published
+figures and the candidate's own, never from the microdata) of the tables
+already published that share a variable with it, directly or through each
+other (its *connected component*), without and with it. The table is
+refused with :class:`~tablesafe.RiskCeilingExceeded` when its figure with
+the table is above the ceiling and above the figure without it (a table
+that adds nothing to the guess's confidence is answered, whatever the
+figure). A table already published is answered without a measure.
+
+**Incremental.** Only the component's tables enter the measure; each
+figure is kept per component (the set of its tables), so the figure
+without a table is the one measured when the last table joined.
+
+**What is published.** The audit log's answered tables for the dataset
+(every key, every replica, jobs too), rebuilt with the site's builder
+(answers are deterministic) when first seen by this process; a table
+answered by another replica counts once its audit row is written.
+
+Limitations: the measure runs outside the state store's transaction, so two
+tables of one component asked at the same instant are each measured
+without the other; a component whose full cross-classification is larger
+than :data:`~tablesafe.attacks._reconstruct._risk.MAX_CELLS` cells is
+refused, since it cannot be measured.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+
+from tablesafe._builder import TableBuilder
+from tablesafe._errors import RiskCeilingExceeded, UserError
+from tablesafe._request import TableRequest
+from tablesafe.attacks._reconstruct._risk import PutativeRisk, putative_risk, table_columns
+from tablesafe.output._table import ProtectedTable
+from tablesafe.state import StateStore
+
+__all__ = ["RiskGate"]
+
+
+@dataclass
+class RiskGate:
+    """One dataset's gate: the published tables this process knows, and measures kept."""
+
+    tables: dict[TableRequest, tuple[frozenset[str], ProtectedTable]] = field(default_factory=dict)
+    seen_bodies: set[str] = field(default_factory=set)
+    measures: dict[frozenset[TableRequest], PutativeRisk] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def sync(self, store: StateStore, name: str, builder: TableBuilder) -> None:
+        """Take in the tables the audit log says were answered since the last call."""
+        from pydantic import ValidationError
+
+        from tablesafe.server._bodies import TableBody
+
+        for _, body in store.served_tables(name):
+            key = json.dumps(body, sort_keys=True)
+            if key in self.seen_bodies:
+                continue
+            self.seen_bodies.add(key)
+            try:
+                request = builder.check(TableBody.model_validate(body).to_request())
+                table = builder.run(request, checked=True).table
+            except (UserError, ValidationError):
+                continue  # answered under other rules or a catalog since changed
+            self._add(builder, request, table)
+
+    def _add(self, builder: TableBuilder, request: TableRequest, table: ProtectedTable) -> None:
+        self.tables[request] = (table_columns(builder.dataset.catalog, request), table)
+
+    def component(self, columns: frozenset[str]) -> list[TableRequest]:
+        """The published tables connected to ``columns`` through shared columns, in order."""
+        reach, members = set(columns), set()
+        grown = True
+        while grown:
+            grown = False
+            for request, (cols, _) in self.tables.items():
+                if request not in members and cols & reach:
+                    members.add(request)
+                    reach |= cols
+                    grown = True
+        return sorted(members, key=repr)  # the same order in every process
+
+    def check(
+        self,
+        store: StateStore,
+        name: str,
+        builder: TableBuilder,
+        request: TableRequest,
+        table: ProtectedTable,
+        *,
+        ceiling: float,
+        min_cell_size: int,
+    ) -> None:
+        """Refuse ``table`` if it raises its component's stable claimed uniques past ``ceiling``.
+
+        Raises:
+            RiskCeilingExceeded: saying the share with and without the table and the ceiling.
+        """
+        with self.lock:
+            self.sync(store, name, builder)
+            if request in self.tables:
+                return
+            catalog = builder.dataset.catalog
+            members = self.component(table_columns(catalog, request))
+            key = frozenset(members)
+            prot = builder.protection
+            before = self.measures.get(key)
+            if before is None:
+                tables = [self.tables[r][1] for r in members]
+                before = putative_risk(catalog, tables, prot, min_cell_size=min_cell_size)
+                self.measures[key] = before
+            tables = [self.tables[r][1] for r in members] + [table]
+            after = putative_risk(catalog, tables, prot, min_cell_size=min_cell_size)
+            # The next table's figure without it, once it is published.
+            self.measures[frozenset([*members, request])] = after
+        if after.share > ceiling and after.share > before.share:
+            raise RiskCeilingExceeded(
+                f"this table is refused: with it, the best-guess reconstruction of the "
+                f"{len(members)} published tables sharing a variable with it would claim "
+                f"{100 * after.share:.1f}% of their records as sample uniques in every one of "
+                f"its near-optimal solutions ({100 * before.share:.1f}% without it), above "
+                f"this dataset's putative-risk ceiling of {100 * ceiling:g}%. Tables already "
+                "published are still answered; a coarser table, or one of other variables, "
+                "may fit"
+            )
