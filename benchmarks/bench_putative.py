@@ -9,9 +9,17 @@ Two parts, each printed as a Markdown table for docs/attacks.md:
   and the one-way baseline, for none, ckm, dp and q;
 * scaling: the census-like file (``_census_like.py``) and the demo survey at
   growing sizes, every 3-way table; the seconds of the provable attack alone
-  and with the best guess, and their ratio, measured in the same process.
+  and with the best guess, and their ratio, measured in the same process;
+* files: the best guess's objectives (the most probable table under the
+  ptable, with and without its prior; the L1-closest table) on latent-class
+  files of other seeds, ckm and dp, mean shares;
+* gate: the putative-risk ceiling's cost per request: tables of the demo
+  survey asked one after the other, the seconds of each table's own build
+  and of the gate's measure (the component with the table; the figure
+  without it is kept), and their ratio, in the same process.
 
-Run: ``.venv/bin/python benchmarks/bench_putative.py [--time-limit 120] [--only scores|scale]``
+Run: ``.venv/bin/python benchmarks/bench_putative.py [--time-limit 120]
+[--only scores|scale|files|gate]``
 """
 
 from __future__ import annotations
@@ -96,10 +104,98 @@ def scale(folder: Path, time_limit: float) -> None:
         )
 
 
+def files(folder: Path, seeds: list[int]) -> None:
+    from tablesafe._builder import TableBuilder
+    from tablesafe.attacks._reconstruct import _audit
+    from tablesafe.attacks._reconstruct._closest import closest_table
+    from tablesafe.attacks._reconstruct._constraints import constraint_system
+    from tablesafe.attacks._reconstruct._cross import atoms_of, columns_of, read_truth
+    from tablesafe.attacks._reconstruct._likely import likeliest_table, ptable_likelihood
+    from tablesafe.attacks._reconstruct._putative import figures, score
+
+    print(f"\n### Objectives on latent-class files, seeds {seeds[0]}..{seeds[-1]} (means)\n")
+    print("| method | objective | cells % | uniques % | precision % |")
+    print("|---|---|---:|---:|---:|")
+    for method in ("ckm", "dp"):
+        prot = protection_from_options(method)
+        rows: dict[str, list[dict[str, float]]] = {"L1": [], "likelihood": [], "posterior": []}
+        for seed in seeds:
+            data = write_latent_class(folder / f"latent{seed}", 300, seed=seed)
+            cat = data.catalog
+            bound = _audit._count_requests(cat, all_k_way_requests(cat, list(SIZES), 3))
+            cols = columns_of(cat, bound)
+            cross = read_truth(data, cols, atoms_of(cat, [r.bind(cat) for r in bound], cols))
+            tables, intervals = _audit._publish(
+                TableBuilder(data, prot), bound, prot, min_cell_size=0,
+                small_cell_action="suppress", progress=None,
+            )  # fmt: skip
+            system, ub0 = constraint_system(cat, cross, tables, intervals)
+            members, values = figures(cat, cross, tables, intervals, system)
+            lik = ptable_likelihood(prot.mechanism, int(values.max()))
+            guesses = {
+                "L1": closest_table(system, ub0, members, values, time_limit=60)[0],
+                "likelihood": likeliest_table(
+                    system, ub0, members, values, lik, time_limit=60, prior_weight=0
+                )[0],
+                "posterior": likeliest_table(system, ub0, members, values, lik, time_limit=60)[0],
+            }
+            for name, guess in guesses.items():
+                assert guess is not None
+                rows[name].append(score(guess, cross.truth))
+        for name, got in rows.items():
+            mean = {k: sum(r[k] for r in got) / len(got) for k in got[0]}
+            print(
+                f"| {method} | {name} | {_p(mean['cells_exact_share'])} | "
+                f"{_p(mean['uniques_exact_share'])} | {_p(mean['uniques_precision'])} |",
+                flush=True,
+            )
+
+
+def gate(folder: Path, records: int) -> None:
+    import tablesafe as ts
+    from tablesafe.attacks._reconstruct._risk import putative_risk, table_columns
+    from tablesafe.server._risk_gate import RiskGate
+
+    print(f"\n### The putative-risk ceiling's cost per request, demo survey, {records:,} records\n")
+    data = Dataset.open(write_demo_data(folder / "gate", records, seed=2026, replicates=4))
+    prot = protection_from_options("ckm")
+    builder = ts.TableBuilder(data, prot)
+    variables = ["REGION", "SEX", "AGEGRP", "MARSTAT", "TENURE"]
+    asked = [ts.TableRequest((v,), statistic="count") for v in variables]
+    asked += all_k_way_requests(data.catalog, variables, 2)
+    asked += all_k_way_requests(data.catalog, variables, 3)[:4]
+    builder.build(asked[0])  # warm the engine's first query
+    print("| # | table | tables measured | table ms | gate ms | ratio | share % |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    memory = RiskGate()
+    ratios = []
+    for i, request in enumerate(asked, 1):
+        start = time.perf_counter()
+        table = builder.build(request)
+        t_table = time.perf_counter() - start
+        start = time.perf_counter()
+        # The gate's measure with the table (the one without it is kept from the last).
+        members = memory.component(table_columns(data.catalog, request))
+        tables = [memory.tables[r][1] for r in members]
+        risk = putative_risk(data.catalog, [*tables, table], prot)
+        t_gate = time.perf_counter() - start
+        memory.tables[request] = (table_columns(data.catalog, request), table)
+        ratios.append(t_gate / t_table)
+        print(
+            f"| {i} | {' x '.join(request.dimensions)} | {len(members) + 1} | "
+            f"{1000 * t_table:.0f} | {1000 * t_gate:.0f} | {t_gate / t_table:.1f} | "
+            f"{100 * risk.share:.2f} |",
+            flush=True,
+        )
+    ratios.sort()
+    print(f"\nRatio gate / table: median {ratios[len(ratios) // 2]:.1f}, largest {ratios[-1]:.1f}.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--time-limit", type=float, default=120.0)
-    parser.add_argument("--only", choices=("scores", "scale"), default=None)
+    parser.add_argument("--only", choices=("scores", "scale", "files", "gate"), default=None)
+    parser.add_argument("--records", type=int, default=10_000, help="gate: demo records")
     args = parser.parse_args()
     # A fixed stand-in secret (a benchmark, not a site).
     os.environ.setdefault("TABLESAFE_SECRET", "benchmark-secret-not-for-production-0000")
@@ -108,6 +204,10 @@ def main() -> None:
             scores(Path(tmp), args.time_limit)
         if args.only in (None, "scale"):
             scale(Path(tmp), args.time_limit)
+        if args.only in (None, "files"):
+            files(Path(tmp), list(range(1, 12)))
+        if args.only in (None, "gate"):
+            gate(Path(tmp), args.records)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,48 +50,64 @@ PRIOR_WEIGHT = 0.3
 _STEPS = 12
 
 
-@dataclass(frozen=True)
 class Likelihood:
-    """``log p(j | i)``, tabulated: rows true counts ``i``, columns published values ``j``."""
+    """``log p(j | i)`` of a mechanism, per published value ``j`` when first asked.
 
-    log_p: npt.NDArray[np.float64]
+    Args:
+        mech: A ptable mechanism (rows of ``(v, p)`` and ``row_index``), or
+            None: no protection, a published value is its true count.
+    """
+
+    def __init__(self, mech: Any = None) -> None:
+        self.mech = mech
+        self._memo: dict[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]] = {}
+        if mech is not None:
+            self.rows = [
+                (np.asarray(v)[np.asarray(p) > 0], np.asarray(p)[np.asarray(p) > 0])
+                for v, p in (*mech.rows, *getattr(mech, "residue_rows", ()))
+            ]
+            self.vmin = min(int(v.min()) for v, _ in self.rows)
+            self.vmax = max(int(v.max()) for v, _ in self.rows)
 
     def candidates(self, j: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-        """The true counts that can publish ``j``, and ``-log p(j | i)`` of each."""
-        if not 0 <= j < self.log_p.shape[1]:
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
-        col = self.log_p[:, j]
-        i = np.flatnonzero(np.isfinite(col))
-        return i.astype(np.int64), -col[i]
+        """The true counts that can publish ``j``, and ``-log p(j | i)`` of each.
+
+        Negative results are published as 0 (the mechanism's floor), so their
+        probabilities add up at ``j = 0``.
+        """
+        if self.mech is None or j < 0:
+            return np.array([j] if j >= 0 else [], dtype=np.int64), np.zeros(1 if j >= 0 else 0)
+        if j not in self._memo:
+            i = np.arange(max(j - self.vmax, 0), j - self.vmin + 1, dtype=np.int64)
+            rid = self.mech.row_index(i)
+            prob = np.zeros(i.size)
+            for k, r in enumerate(rid.tolist()):
+                v, p = self.rows[r]
+                prob[k] = float(p[np.maximum(i[k] + v, 0) == j].sum())
+            ok = prob > 0
+            self._memo[j] = (i[ok], -np.log(prob[ok]))
+        return self._memo[j]
+
+    def matrix(self, top: int) -> npt.NDArray[np.float64]:
+        """``log p(j | i)`` for ``i`` and ``j`` in ``0 .. top`` (-inf where impossible)."""
+        out = np.full((top + 1, top + 1), -np.inf)
+        for j in range(top + 1):
+            i, cost = self.candidates(j)
+            keep = i <= top
+            out[i[keep], j] = -cost[keep]
+        return out
 
 
 def exact_likelihood(top: int) -> Likelihood:
-    """No protection: a published value is its true count."""
-    log_p = np.full((top + 1, top + 1), -np.inf)
-    np.fill_diagonal(log_p, 0.0)
-    return Likelihood(log_p)
+    """No protection: a published value is its true count (``top`` is not needed)."""
+    del top
+    return Likelihood(None)
 
 
 def ptable_likelihood(mech: Any, top: int) -> Likelihood:
-    """The :class:`Likelihood` of a ptable mechanism for published values ``0 .. top``.
-
-    Negative results are published as 0 (the mechanism's floor), so their
-    probabilities add up at ``j = 0``.
-    """
-    rows = list(mech.rows) + list(getattr(mech, "residue_rows", ()))
-    vmin = min(int(np.min(np.asarray(v)[np.asarray(p) > 0])) for v, p in rows)
-    counts = np.arange(top - min(vmin, 0) + 1, dtype=np.int64)
-    rid = mech.row_index(counts)
-    prob = np.zeros((counts.size, top + 1))
-    for r in np.unique(rid):
-        v, p = (np.asarray(a) for a in rows[int(r)])
-        i = counts[rid == r]
-        for vi, pi in zip(v[p > 0].tolist(), p[p > 0].tolist(), strict=True):
-            j = np.maximum(i + int(vi), 0)
-            ok = j <= top
-            np.add.at(prob, (i[ok], j[ok]), pi)
-    with np.errstate(divide="ignore"):
-        return Likelihood(np.log(prob))
+    """The :class:`Likelihood` of a ptable mechanism (computed per value: ``top`` unused)."""
+    del top
+    return Likelihood(mech)
 
 
 def distinct_figures(
