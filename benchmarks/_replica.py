@@ -138,5 +138,7 @@ if __name__ == "__main__":
     from tablesafe._cli import main
 
     _patch()
+    if os.environ.get("TABLESAFE_BENCH_SWITCH"):  # scratch: the GIL's switch interval
+        sys.setswitchinterval(float(os.environ["TABLESAFE_BENCH_SWITCH"]))
     signal.signal(signal.SIGUSR1, _dump)
     main(sys.argv[1:])

@@ -230,6 +230,9 @@ def main() -> None:
     parser.add_argument("--writer", action="store_true", help="the CSV writer's memory")
     parser.add_argument("--replicas", action="store_true", help="1 and 2 replicas on PostgreSQL")
     parser.add_argument("--no-guard", action="store_true", help="--replicas: sliver guard off")
+    parser.add_argument(
+        "--concurrent-tables", type=int, default=0, help="--replicas: [server] concurrent_tables"
+    )
     args = parser.parse_args()
     if args.job or args.writer:
         from _serving import job_benchmark, writer_memory
@@ -252,7 +255,9 @@ def main() -> None:
 
         with tempfile.TemporaryDirectory() as tmp:
             text = site_file(Path(tmp), data_dir.resolve()).read_text()
-            text = text.replace("[server]", "[server]\ncache_tables = 0\naccess_log = false", 1)
+            server = "[server]\ncache_tables = 0\naccess_log = false"
+            server += f"\nconcurrent_tables = {args.concurrent_tables}"
+            text = text.replace("[server]", server, 1)
             if args.no_guard:
                 rules = "[datasets.rules]"
                 text = text.replace(rules, rules + "\nsliver_min_difference = 0")

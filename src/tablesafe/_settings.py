@@ -136,6 +136,13 @@ class ServerSettings(BaseModel):
         description="Protected tables kept in memory for repeated requests (0 disables); "
         "answers are deterministic, so caching changes nothing but speed.",
     )
+    concurrent_tables: int = Field(
+        0,
+        ge=0,
+        description="Most table requests one process builds at once (0: no limit); the "
+        "others wait their turn. A process runs one Python thread at a time, so more builds "
+        "at once lengthen each, the sliver guard's lock held among them.",
+    )
     trusted_proxies: list[str] = Field(
         default_factory=list,
         description="Addresses or networks (CIDR) of the reverse proxies in front of the "

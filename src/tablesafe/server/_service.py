@@ -134,6 +134,10 @@ class TableService:
         # changes the answer is in the key, including fields added later.
         self._cache: OrderedDict[tuple[str, TableRequest], _Entry] = OrderedDict()
         self._cache_lock = threading.Lock()
+        # At most [server] concurrent_tables builds at once: the rest wait here, off the GIL,
+        # so the builds under way (and the guard's lock they hold) are not slowed by them.
+        limit = site.server.concurrent_tables
+        self._slots = threading.BoundedSemaphore(limit) if limit else None
         # Tables answered, built or cached, per dataset (the metrics read it).
         self.tally = Tally()
         for ds in site.datasets:
@@ -270,9 +274,17 @@ class TableService:
     def table(self, who: Principal, name: str, request: TableRequest) -> ProtectedTable:
         """Build the protected table for ``request``, enforcing every rule.
 
+        Waits its turn when ``[server] concurrent_tables`` builds are under way.
+
         Raises:
             RequestError, RefusedError, ComputationError: with a message for the user.
         """
+        if self._slots is None:
+            return self._table(who, name, request)
+        with self._slots:
+            return self._table(who, name, request)
+
+    def _table(self, who: Principal, name: str, request: TableRequest) -> ProtectedTable:
         s = self._served[name]
         rules = s.settings.rules
         request = s.builder.check(request)
