@@ -13,7 +13,8 @@ replica records, in wall seconds:
   (BEGIN and ``pg_advisory_xact_lock``: other replicas' transactions, plus a
   round trip);
 * ``held``: from the database's lock to the commit: reading the sets other
-  replicas wrote since, the ledger, the guard's check, writing the sets, COMMIT.
+  replicas wrote since, the ledger, the guard's check, writing the sets, COMMIT;
+  each step but the commit also alone (``held: ...``).
 
 and, per replica, its connection pool's borrows and the seconds they waited
 for a free connection (``pool_size``).
@@ -111,10 +112,36 @@ def _patch() -> None:
         _stores.append(self)
 
     PostgresState.__init__ = registered_init  # type: ignore[method-assign]
+    _time_steps()
     _store.StateStore._shard = timed_shard  # type: ignore[method-assign]
     PostgresState._guard_write = timed_guard_write  # type: ignore[method-assign,assignment]
     _store.StateStore._guarded = timed_guarded  # type: ignore[method-assign]
     TableService.table = timed_table  # type: ignore[method-assign]
+
+
+def _timed(name: str, function: Any) -> Any:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _add(name, time.perf_counter() - t0)
+
+    return timed
+
+
+def _time_steps() -> None:
+    """Timers on the steps inside the held lock (looked up by name when called)."""
+    from tablesafe.rules._ledger import LedgerIndex
+    from tablesafe.server import _service
+    from tablesafe.state import _store
+
+    steps = {"catch-up": "_catch_up", "ledger catch-up": "_ledger_catch_up",
+             "write sets": "_write_sets", "write ledger": "_write_ledger"}  # fmt: skip
+    for name, step in steps.items():
+        setattr(_store, step, _timed("held: " + name, getattr(_store, step)))
+    _service.guard_check = _timed("held: guard check", _service.guard_check)  # type: ignore[attr-defined]
+    LedgerIndex.check = _timed("held: ledger check", LedgerIndex.check)  # type: ignore[method-assign]
 
 
 def _dump(signum: int, frame: object) -> None:
@@ -138,7 +165,5 @@ if __name__ == "__main__":
     from tablesafe._cli import main
 
     _patch()
-    if os.environ.get("TABLESAFE_BENCH_SWITCH"):  # scratch: the GIL's switch interval
-        sys.setswitchinterval(float(os.environ["TABLESAFE_BENCH_SWITCH"]))
     signal.signal(signal.SIGUSR1, _dump)
     main(sys.argv[1:])
