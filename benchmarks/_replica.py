@@ -16,7 +16,8 @@ replica records, in wall seconds:
   replicas wrote since, the ledger, the guard's check, writing the sets, COMMIT;
   each step but the commit also alone (``held: ...``).
 
-and, per replica, its connection pool's borrows and the seconds they waited
+and, per replica, the statements it sent to PostgreSQL (round trips), its
+connection pool's borrows and the seconds they waited
 for a free connection (``pool_size``).
 
 SIGUSR1 writes the figures gathered since the last signal as JSON to the
@@ -113,6 +114,7 @@ def _patch() -> None:
 
     PostgresState.__init__ = registered_init  # type: ignore[method-assign]
     _time_steps()
+    _count_round_trips()
     _store.StateStore._shard = timed_shard  # type: ignore[method-assign]
     PostgresState._guard_write = timed_guard_write  # type: ignore[method-assign,assignment]
     _store.StateStore._guarded = timed_guarded  # type: ignore[method-assign]
@@ -144,10 +146,28 @@ def _time_steps() -> None:
     LedgerIndex.check = _timed("held: ledger check", LedgerIndex.check)  # type: ignore[method-assign]
 
 
+_trips = [0]
+
+
+def _count_round_trips() -> None:
+    """Count the statements sent to PostgreSQL (each a round trip; the pool's check too)."""
+    import psycopg
+
+    execute = psycopg.Connection.execute
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with _lock:
+            _trips[0] += 1
+        return execute(self, *args, **kwargs)
+
+    psycopg.Connection.execute = counted  # type: ignore[method-assign,assignment]
+
+
 def _dump(signum: int, frame: object) -> None:
     global _times
     with _lock:
         gathered, _times = _times, {}
+        gathered["round trips"], _trips[0] = [_trips[0]], 0
     for store in _stores:
         pool = store._pool.pop_stats()
         # Summed over the replicas by the reader: borrows, and the time they waited.

@@ -406,6 +406,9 @@ def _report_replicas(
             print("    cores used: " + ", ".join(f"{k} {v:.2f}" for k, v in cores.items()))
             times = r["guard"]
             borrows, waited = sum(times.pop("pool borrows", [])), sum(times.pop("pool wait", []))
+            trips = sum(times.pop("round trips", []))
+            if times.get("table"):
+                print(f"    PostgreSQL round trips per table: {trips / len(times['table']):.1f}")
             if borrows:
                 print(f"    connection pool: {borrows:.0f} borrows, waiting "
                       f"{1000 * waited / borrows:.2f} ms per borrow")  # fmt: skip
