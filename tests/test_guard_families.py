@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tablesafe.rules._guard_families import Family
+from tablesafe.rules._guard_families import Family, derive
 
 
 def _indicator(codes: range, s: frozenset[int]) -> np.ndarray:
@@ -78,3 +78,33 @@ def test_newly_derivable_atoms_and_their_records_match_brute_force():
         assert family.counts(got, sizes) == [int(records[list(a)].sum()) for a in got]
         derivable += len(got)
     assert derivable > 50  # the families do make atoms derivable, not only none
+
+
+def test_families_derived_together_match_each_alone_and_brute_force():
+    """derive() stacks families by their number of codes: nothing leaks between them."""
+    rng = np.random.default_rng(2512)
+    tasks, expected, records_of = [], [], []
+    for _ in range(300):
+        n = int(rng.integers(2, 12))
+        codes = range(n)
+        records = rng.integers(0, 30, size=n)
+        old = list(dict.fromkeys(_random_set(rng, n) for _ in range(int(rng.integers(1, 8)))))
+        new = [_random_set(rng, n) for _ in range(int(rng.integers(1, 4)))]
+        new = [s for s in dict.fromkeys(new) if s not in old]
+        family = Family(tuple(codes))
+        family.add_many(old, [int(records[list(s)].sum()) for s in old])
+        if rng.random() < 0.5:  # some built before, some folded in by derive itself
+            family.newly_derivable([frozenset({0})])
+        tasks.append((family, new, {s: int(records[list(s)].sum()) for s in new}))
+        expected.append(_expected(codes, old, new))
+        records_of.append(records)
+    together = derive(tasks)
+    derivable = 0
+    for (family, new, sizes), (atoms, counts), want, records in zip(
+        tasks, together, expected, records_of, strict=True
+    ):
+        assert set(atoms) == want
+        assert counts == [int(records[list(a)].sum()) for a in atoms]
+        assert derive([(family, new, sizes)]) == [(atoms, counts)]  # the same alone
+        derivable += len(atoms)
+    assert derivable > 50

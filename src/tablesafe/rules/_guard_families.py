@@ -12,9 +12,13 @@ basis directions, ``g = B c`` where ``c`` holds each code's records: a set's
 size is its indicator times ``c``, so the sizes of the published sets give
 ``c``'s projection on the span, and any vector ``v`` of the span has
 ``v . c = (B v) . g``. New sets extend both with the part of them off the
-span (:func:`_extend`), a decomposition as small as the new sets are few;
+span (:class:`_Extended`), a decomposition as small as the new sets are few;
 atoms are then tested by the lengths of their projections (:func:`_derive`),
-with no factorisation of the whole family and no least-squares solve.
+with no factorisation of the whole family and no least-squares solve. The
+families a table touches are many (up to 160 in the slowest checks of
+``benchmarks/bench_guard.py``) and small (the codes of one column): those of
+one number of codes are worked together, stacked (zero rows pad them, adding
+nothing to a span), in a few numpy calls instead of a few dozen per family.
 """
 
 from __future__ import annotations
@@ -144,10 +148,8 @@ class Family:
             return []
         self._build()
         fresh = [s for s in new if s not in self.published]
-        vectors = self.indicators(fresh)
-        basis, records, _ = _extend(
-            self.basis, self.records, vectors, np.array([new[s] for s in fresh], dtype=float)
-        )
+        grown = _Extended.of([self], [self.indicators(fresh)], [[float(new[s]) for s in fresh]])
+        basis, records = grown.basis_of(0) if fresh else (self.basis, self.records)
         if np.isnan(records).any():
             return self._counts_known(atoms, new)
         along = self.indicators(atoms) @ basis.T
@@ -167,51 +169,107 @@ class Family:
 
     def _build(self) -> None:
         """Fold the sets published since into the basis, its records and the atoms."""
-        if not self._unbuilt:
-            return
-        vectors = self.indicators(self._unbuilt)
-        values = np.array([self.sizes.get(s, math.nan) for s in self._unbuilt], dtype=float)
-        self.basis, self.records, _ = _extend(self.basis, self.records, vectors, values)
-        self.labels = _refine(self.labels, vectors)
-        self.covered = self.covered | (vectors > 0).any(axis=0)
-        self._unbuilt = []
+        _build([self])
+
+    def _take(self, basis: npt.NDArray[np.float64], records: npt.NDArray[np.float64]) -> None:
+        self.basis, self.records = basis, records
 
 
-def _extend(
-    basis: npt.NDArray[np.float64],
-    records: npt.NDArray[np.float64],
-    vectors: npt.NDArray[np.float64],
-    values: npt.NDArray[np.float64],
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], int]:
-    """An orthonormal basis of the span of ``basis`` and ``vectors``, with its records.
+def _build(families: Sequence[Family]) -> None:
+    """Fold each family's sets published since into its basis, records and atoms, together."""
+    todo = [f for f in families if f._unbuilt]
+    for group in _by_width(todo).values():
+        vectors = [f.indicators(f._unbuilt) for f in group]
+        values = [[f.sizes.get(s, math.nan) for s in f._unbuilt] for f in group]
+        grown = _Extended.of(group, vectors, values)
+        labels = _refine(np.stack([f.labels for f in group]), grown.vectors)
+        for i, f in enumerate(group):
+            f._take(*grown.basis_of(i))
+            f.labels = labels[i]
+            f.covered = f.covered | grown.touched[i]
+            f._unbuilt = []
 
-    The part of the vectors off the span (projected out twice: "twice is
-    enough" keeps it orthogonal to the basis) is decomposed by one small SVD,
-    ``U S V'``; its directions ``V'`` with singular values above the span
-    tolerance extend the basis. Along them the records ``h`` solve
-    ``values - (vectors B') records = U S h``.
 
-    Args:
-        basis: (rank, codes) orthonormal rows.
-        records: The records along each basis row (``basis @ c``).
-        vectors: (sets, codes) indicators.
-        values: The sets' records (NaN where unknown).
+def _by_width(families: Sequence[Family]) -> dict[int, list[Family]]:
+    groups: dict[int, list[Family]] = {}
+    for f in families:
+        groups.setdefault(len(f.codes), []).append(f)
+    return groups
 
-    Returns:
-        The basis, its records, and how many directions the vectors added.
+
+@dataclass
+class _Extended:
+    """Families of one number of codes, each extended by its sets: stacked, zero rows padding.
+
+    The part of the sets off a family's span (projected out twice: "twice is
+    enough" keeps it orthogonal to the basis) is decomposed by a small SVD,
+    ``U S V'`` (one per family, in one numpy call); its directions ``V'`` with
+    singular values above the span tolerance extend the basis. Along them the
+    records ``h`` solve ``values - (sets B') g = U S h``.
+
+    Attributes:
+        basis: (families, rank, codes): each basis, zero rows after its rank.
+        records: (families, rank): the records along them (``basis @ c``).
+        added: (families, sets, codes): the new directions, zero rows after
+            ``count``, orthogonal to the basis.
+        added_records: (families, sets): the records along them.
+        count: (families,): how many directions the sets added.
+        ranks: (families,): the rank before.
+        vectors: (families, sets, codes): the sets' indicators.
+        touched: (families, codes): codes some set holds.
     """
-    if not len(vectors):
-        return basis, records, 0
-    along = vectors @ basis.T
-    residual = vectors - along @ basis
-    residual -= (residual @ basis.T) @ basis
-    u, singular, vt = np.linalg.svd(residual, full_matrices=False)
-    keep = singular > _SPAN_TOLERANCE
-    added = int(keep.sum())
-    if not added:
-        return basis, records, 0
-    h = (u[:, :added].T @ (values - along @ records)) / singular[:added]
-    return np.vstack([basis, vt[:added]]), np.concatenate([records, h]), added
+
+    basis: npt.NDArray[np.float64]
+    records: npt.NDArray[np.float64]
+    added: npt.NDArray[np.float64]
+    added_records: npt.NDArray[np.float64]
+    count: npt.NDArray[np.intp]
+    ranks: npt.NDArray[np.intp]
+    vectors: npt.NDArray[np.float64]
+    touched: npt.NDArray[np.bool_]
+
+    @classmethod
+    def of(
+        cls,
+        families: Sequence[Family],
+        vectors: Sequence[npt.NDArray[np.float64]],
+        values: Sequence[Sequence[float]],
+    ) -> _Extended:
+        """Extend each family's basis by its sets' indicators ``vectors`` of records ``values``."""
+        ranks = np.array([f.basis.shape[0] for f in families], dtype=np.intp)
+        n, rank, most = len(families[0].codes), int(ranks.max()), max(len(v) for v in vectors)
+        basis = np.zeros((len(families), rank, n))
+        records = np.zeros((len(families), rank))
+        stacked = np.zeros((len(families), most, n))
+        sizes = np.zeros((len(families), most))
+        for i, (f, v, y) in enumerate(zip(families, vectors, values, strict=True)):
+            basis[i, : ranks[i]], records[i, : ranks[i]] = f.basis, f.records
+            stacked[i, : len(v)], sizes[i, : len(v)] = v, y
+        along = stacked @ basis.transpose(0, 2, 1)
+        residual = stacked - along @ basis
+        residual -= (residual @ basis.transpose(0, 2, 1)) @ basis
+        u, singular, vt = np.linalg.svd(residual, full_matrices=False)
+        keep = singular > _SPAN_TOLERANCE  # a prefix: singular values fall
+        left = sizes - np.einsum("fkr,fr->fk", along, records)
+        h = np.einsum("fkm,fk->fm", u, left) / np.where(keep, singular, 1.0)
+        return cls(
+            basis,
+            records,
+            vt * keep[:, :, None],
+            np.where(keep, h, 0.0),
+            keep.sum(axis=1),
+            ranks,
+            stacked,
+            np.asarray((stacked > 0).any(axis=1), dtype=bool),
+        )
+
+    def basis_of(self, i: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Family ``i``'s extended basis and records, unpadded."""
+        r, k = int(self.ranks[i]), int(self.count[i])
+        return (
+            np.vstack([self.basis[i, :r], self.added[i, :k]]),
+            np.concatenate([self.records[i, :r], self.added_records[i, :k]]),
+        )
 
 
 Task = tuple[Family, Sequence[frozenset[Code]], Mapping[frozenset[Code], int] | None]
@@ -222,82 +280,126 @@ def derive(tasks: Sequence[Task]) -> list[tuple[Atoms, list[int]]]:
 
     The atoms are derivable with the new sets and not before, and neither
     published nor new themselves. Their records come from the sizes (an
-    empty list when ``sizes`` is None).
+    empty list when ``sizes`` is None). The families are worked together,
+    stacked by their number of codes.
     """
-    return [_derive(family, new, sizes) for family, new, sizes in tasks]
+    out: list[tuple[Atoms, list[int]]] = [([], []) for _ in tasks]
+    fresh = {}
+    for i, (family, new, _) in enumerate(tasks):
+        sets = [s for s in dict.fromkeys(new) if s not in family.published]
+        if sets and family.members:  # else nothing new in the family: no algebra at all
+            fresh[i] = sets
+    _build([tasks[i][0] for i in fresh])
+    groups: dict[int, list[int]] = {}
+    for i, sets in fresh.items():
+        family = tasks[i][0]
+        if len(sets) == 1 and not family.indicator(sets[0])[family.covered].any():
+            # One new set sharing no code with the published ones: the span gains
+            # a direction apart from theirs, and the new set is an atom of its own.
+            continue
+        groups.setdefault(len(family.codes), []).append(i)
+    for group in groups.values():
+        found = _derive([tasks[i] for i in group], [fresh[i] for i in group])
+        for i, result in zip(group, found, strict=True):
+            out[i] = result
+    return out
 
 
 def _derive(
-    family: Family, new: Sequence[frozenset[Code]], sizes: Mapping[frozenset[Code], int] | None
-) -> tuple[Atoms, list[int]]:
-    """:func:`derive` for one family.
+    tasks: Sequence[Task], news: Sequence[list[frozenset[Code]]]
+) -> list[tuple[Atoms, list[int]]]:
+    """:func:`derive` for built families of one number of codes, each with new sets.
 
     Work is in the atoms of the published and new sets (every vector here is
     constant on them): with ``E`` an atom's indicator, ``B`` the basis before
     and ``Q`` the directions the new sets add (orthogonal to ``B``), the atom
     is off the span before when ``|E|^2 - |B E|^2 > 0`` and on it after when
     ``|E|^2 - |B E|^2 - |Q E|^2 = 0``; its records are ``B E . g + Q E . h``.
+    ``B E`` sums ``B``'s columns over the atom's codes: one ``reduceat`` over
+    the columns of every family, sorted by family and atom.
     """
-    sets = [s for s in dict.fromkeys(new) if s not in family.published]
-    if not sets or not family.members:
-        return [], []  # nothing new in the family: no linear algebra at all
-    family._build()
-    vectors = family.indicators(sets)
-    if len(sets) == 1 and not vectors[0][family.covered].any():
-        # One new set sharing no code with the published ones: the span gains
-        # a direction apart from theirs, and the new set is an atom of its own.
-        return [], []
-    values = np.full(len(sets), math.nan) if sizes is None else np.array([sizes[s] for s in sets])
-    basis, records, added = _extend(family.basis, family.records, vectors, values.astype(float))
-    if not added:
-        return [], []  # the span is the same: whatever is derivable now was before
-    covered = family.covered | (vectors > 0).any(axis=0)
-    where = np.flatnonzero(covered)
-    _, atom_of = np.unique(_refine(family.labels, vectors)[where], return_inverse=True)
-    onehot = np.zeros((len(family.codes), int(atom_of.max()) + 1))
-    onehot[where, atom_of] = 1.0
-    width = onehot.sum(axis=0)  # |E|^2
-    on = basis @ onehot  # B E, then Q E
-    rank = family.basis.shape[0]
+    families = [t[0] for t in tasks]
+    values = [
+        [math.nan] * len(sets) if t[2] is None else [float(t[2][s]) for s in sets]
+        for t, sets in zip(tasks, news, strict=True)
+    ]
+    vectors = [f.indicators(s) for f, s in zip(families, news, strict=True)]
+    grown = _Extended.of(families, vectors, values)
+    out: list[tuple[Atoms, list[int]]] = [([], []) for _ in tasks]
+    live = np.flatnonzero(grown.count > 0)  # else the span is the same: nothing new
+    if not len(live):
+        return out
+    n = len(families[0].codes)
+    labels = _refine(np.stack([families[i].labels for i in live]), grown.vectors[live])
+    covered = np.stack([families[i].covered for i in live]) | grown.touched[live]
+    # One key per code: its family, then its atom (n for codes no set holds).
+    keys = (np.arange(len(live))[:, None] * (n + 1) + np.where(covered, labels, n)).ravel()
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    atom_family, atom_label = np.divmod(keys[starts], n + 1)
+    rank = grown.basis.shape[1]
+    both = np.concatenate([grown.basis[live], grown.added[live]], axis=1)
+    on = np.add.reduceat(both.transpose(1, 0, 2).reshape(both.shape[1], -1)[:, order], starts, 1)
+    width = np.diff(np.r_[starts, len(keys)])
     before = width - (on[:rank] ** 2).sum(axis=0)
     after = before - (on[rank:] ** 2).sum(axis=0)
-    found = np.flatnonzero((after < _SPAN_TOLERANCE2) & (before >= _SPAN_TOLERANCE2))
-    if not len(found):
-        return [], []
-    counts = on[:, found].T @ records
-    mine = set(sets)
-    got: Atoms = []
-    tally: list[int] = []
-    for a, n in zip(found.tolist(), counts.tolist(), strict=True):
-        atom = frozenset(family.codes[k] for k in where[atom_of == a].tolist())
+    found = (atom_label < n) & (after < _SPAN_TOLERANCE2) & (before >= _SPAN_TOLERANCE2)
+    if not found.any():
+        return out
+    along = np.concatenate([grown.records[live], grown.added_records[live]], axis=1)
+    counts = (on * along[atom_family].T).sum(axis=0)
+    unknown: set[int] = set()  # families with a size unknown (NaN records)
+    for a in np.flatnonzero(found).tolist():
+        j = int(live[atom_family[a]])
+        family, mine = families[j], news[j]
+        positions = order[starts[a] : starts[a] + width[a]] % n
+        atom = frozenset(family.codes[k] for k in positions.tolist())
         if atom not in family.published and atom not in mine:
-            got.append(atom)
-            tally.append(0 if math.isnan(n) else round(n))
-    if sizes is None:
-        return got, []
-    if np.isnan(counts).any():
-        return got, family.counts(got, sizes)  # a size unknown: solve with the known ones
-    return got, tally
+            out[j][0].append(atom)
+            if math.isnan(counts[a]):
+                unknown.add(j)
+            else:
+                out[j][1].append(round(float(counts[a])))
+    for j, (family, _, sizes) in enumerate(tasks):
+        if sizes is None:
+            out[j] = (out[j][0], [])
+        elif j in unknown:
+            out[j] = (out[j][0], family.counts(out[j][0], sizes))  # solve with the known
+    return out
 
 
 def _refine(
     labels: npt.NDArray[np.int64], vectors: npt.NDArray[np.float64]
 ) -> npt.NDArray[np.int64]:
-    """The partition ``labels`` refined by membership in each of ``vectors``.
+    """Per family, the partition ``labels`` refined by membership in each of ``vectors``.
+
+    Args:
+        labels: (families, codes), or (codes,) for one family.
+        vectors: (families, sets, codes), or (sets, codes); zero rows refine nothing.
 
     Memberships are packed 40 to an integer beside the label (labels number
-    fewer than the codes), so each pass is a one-dimensional ``np.unique``.
-    Zero rows (padding) refine nothing.
+    fewer than the codes); each pass numbers the distinct keys of each family
+    in their sorted order.
     """
+    if labels.ndim == 1:
+        one: npt.NDArray[np.int64] = _refine(labels[None], vectors[None])[0]
+        return one
     refined = labels.astype(np.int64)
-    bits = vectors > 0
-    for start in range(0, len(bits), 40):
-        chunk = bits[start : start + 40]
-        weights = np.left_shift(np.int64(1), np.arange(len(chunk), dtype=np.int64))
-        keys = (refined << np.int64(len(chunk))) | (weights @ chunk.astype(np.int64))
-        _, inverse = np.unique(keys, return_inverse=True)
-        refined = inverse.reshape(-1).astype(np.int64)
-    return refined
+    bits = (vectors > 0).astype(np.int64)
+    for start in range(0, bits.shape[1], 40):
+        chunk = bits[:, start : start + 40]
+        weights = np.left_shift(np.int64(1), np.arange(chunk.shape[1], dtype=np.int64))
+        keys = (refined << np.int64(chunk.shape[1])) | np.einsum("c,fcn->fn", weights, chunk)
+        order = np.argsort(keys, axis=1, kind="stable")
+        ranked = np.take_along_axis(keys, order, axis=1)
+        step = np.ones(ranked.shape, dtype=np.int64)
+        step[:, 0] = 0
+        step[:, 1:] = ranked[:, 1:] != ranked[:, :-1]
+        refined = np.empty_like(refined)
+        np.put_along_axis(refined, order, np.cumsum(step, axis=1), axis=1)
+    out: npt.NDArray[np.int64] = refined
+    return out
 
 
 def derivable_atoms(
