@@ -286,3 +286,17 @@ def test_a_bucket_cube_over_the_cell_limit_leaves_the_counts_to_the_engine(demo)
     for _ in range(2):
         assert_same(cube.bucket_counts(demo, plan), DuckDBEngine().bucket_counts(demo, plan))
     assert counting.bucket_calls == 2 and cube.misses == 0
+
+
+def test_a_bucket_cube_row_takes_16_bytes_and_one_per_column(demo):
+    """The memory deploying.md sizes: counts and key sums (8 bytes each), a byte per column."""
+    cube = CubeCache(MemoryEngine())
+    request_ = TableRequest(("REGION", "SEX"), universe={"TENURE": ["OWN"]})
+    cube.tabulate(demo, request_.coerced(demo.catalog).bind(demo.catalog))
+    cube.bucket_counts(demo, _bucket_plan(demo, request_))
+    (count_key, counts), (bucket_key, buckets) = cube._cubes.items()
+    assert (count_key[0], bucket_key[0]) == (False, True)
+    assert buckets.columns == (*counts.columns, "ts_bucket")
+    assert buckets.nbytes == buckets.rows * (16 + 4)  # REGION, SEX, TENURE and the bucket
+    assert counts.rows < buckets.rows <= 64 * counts.rows
+    assert int(buckets.n.sum()) == int(counts.n.sum())
