@@ -31,12 +31,21 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tablesafe._builder import TableBuilder
 from tablesafe._errors import RiskCeilingExceeded, UserError
+from tablesafe._protection import Protection
 from tablesafe._request import TableRequest
-from tablesafe.attacks._reconstruct._risk import PutativeRisk, putative_risk, table_columns
+from tablesafe.attacks._reconstruct._risk import (
+    MAX_OPEN_CELLS,
+    PutativeRisk,
+    putative_risk,
+    table_columns,
+)
+from tablesafe.catalog._catalog import Catalog
 from tablesafe.output._table import ProtectedTable
 from tablesafe.state import StateStore
 
@@ -96,36 +105,88 @@ class RiskGate:
         *,
         ceiling: float,
         min_cell_size: int,
+        max_cells: int = MAX_OPEN_CELLS,
     ) -> None:
         """Refuse ``table`` if it raises its component's stable claimed uniques past ``ceiling``.
 
         Raises:
-            RiskCeilingExceeded: saying the share with and without the table and the ceiling.
+            RiskCeilingExceeded: saying the share with and without the table
+                and the ceiling, or that the share cannot be measured within
+                ``max_cells``.
         """
         with self.lock:
             self.sync(store, name, builder)
             if request in self.tables:
                 return
-            catalog = builder.dataset.catalog
-            members = self.component(table_columns(catalog, request))
-            key = frozenset(members)
-            prot = builder.protection
-            before = self.measures.get(key)
-            if before is None:
-                tables = [self.tables[r][1] for r in members]
-                before = putative_risk(catalog, tables, prot, min_cell_size=min_cell_size)
-                self.measures[key] = before
-            tables = [self.tables[r][1] for r in members] + [table]
-            after = putative_risk(catalog, tables, prot, min_cell_size=min_cell_size)
-            # The next table's figure without it, once it is published.
-            self.measures[frozenset([*members, request])] = after
-        if after.share > ceiling and after.share > before.share:
-            raise RiskCeilingExceeded(
-                f"this table is refused: with it, the best-guess reconstruction of the "
-                f"{len(members)} published tables sharing a variable with it would claim "
-                f"{100 * after.share:.1f}% of their records as sample uniques in every one of "
-                f"its near-optimal solutions ({100 * before.share:.1f}% without it), above "
-                f"this dataset's putative-risk ceiling of {100 * ceiling:g}%. Tables already "
-                "published are still answered; a coarser table, or one of other variables, "
-                "may fit"
-            )
+            catalog, prot = builder.dataset.catalog, builder.protection
+            self.measure(
+                catalog, prot, request, table,
+                ceiling=ceiling, min_cell_size=min_cell_size, max_cells=max_cells,
+            )  # fmt: skip
+
+    def measure(
+        self,
+        catalog: Catalog,
+        protection: Protection,
+        request: TableRequest,
+        table: ProtectedTable,
+        *,
+        ceiling: float,
+        min_cell_size: int,
+        max_cells: int,
+    ) -> PutativeRisk:
+        """The share with ``table`` (the gate's decision), against the tables this gate knows.
+
+        The share with the table is measured only until it cannot exceed the
+        ceiling; the share without it, exactly, only when the share with it
+        does (the refusal then gives both). Either is a function of the
+        tables alone, so the decision and its message are the same in every
+        process, whatever it measured before.
+
+        Raises:
+            RiskCeilingExceeded: as :meth:`check`.
+        """
+        members = self.component(table_columns(catalog, request))
+        tables = [self.tables[r][1] for r in members]
+        with_it = frozenset([*members, request])
+        kw: dict[str, Any] = {"min_cell_size": min_cell_size, "max_cells": max_cells}
+        after = self._kept(with_it, ceiling, lambda: putative_risk(
+            catalog, [*tables, table], protection, ceiling=ceiling, **kw
+        ))  # fmt: skip
+        if after.share <= ceiling:
+            return after
+        try:
+            before: PutativeRisk | None = self._kept(frozenset(members), None, lambda: (
+                putative_risk(catalog, tables, protection, **kw)
+            ))  # fmt: skip
+        except RiskCeilingExceeded:
+            before = None  # too large to measure without it: the share with it decides
+        if before is not None and after.share <= before.share:
+            return after
+        without = (
+            f"{100 * before.share:.1f}% without it"
+            if before is not None
+            else "without it, more than this site measures"
+        )
+        raise RiskCeilingExceeded(
+            f"this table is refused: with it, the best-guess reconstruction of the "
+            f"{len(members)} published tables sharing a variable with it would claim "
+            f"{100 * after.share:.1f}% of their records as sample uniques in every one of "
+            f"its near-optimal solutions ({without}), above "
+            f"this dataset's putative-risk ceiling of {100 * ceiling:g}%. Tables already "
+            "published are still answered; a coarser table, or one of other variables, "
+            "may fit"
+        )
+
+    def _kept(
+        self,
+        key: frozenset[TableRequest],
+        ceiling: float | None,
+        measure: Callable[[], PutativeRisk],
+    ) -> PutativeRisk:
+        """A component's measure, kept: a bound serves a measure under a ceiling only."""
+        kept = self.measures.get(key)
+        if kept is None or not (kept.exact or ceiling is not None):
+            kept = measure()
+            self.measures[key] = kept
+        return kept

@@ -27,6 +27,7 @@ the same figure on every machine.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,15 +39,23 @@ from tablesafe._protection import Protection
 from tablesafe._request import TableRequest
 from tablesafe.attacks._reconstruct._audit import likelihood_of
 from tablesafe.attacks._reconstruct._closest import closest_table
-from tablesafe.attacks._reconstruct._constraints import constraint_system
-from tablesafe.attacks._reconstruct._cross import Cross, atoms_of, columns_of
+from tablesafe.attacks._reconstruct._constraints import System, constraint_system, propagate
+from tablesafe.attacks._reconstruct._cross import Cross, atoms_of, columns_of, table_rows
 from tablesafe.attacks._reconstruct._intervals import published_intervals
-from tablesafe.attacks._reconstruct._likely import likeliest_table
+from tablesafe.attacks._reconstruct._likely import Posterior
 from tablesafe.attacks._reconstruct._putative import figures
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.output._table import ProtectedTable
 
-__all__ = ["MAX_CELLS", "RUNS", "PutativeRisk", "putative_risk", "table_columns"]
+__all__ = [
+    "MAX_CELLS",
+    "MAX_OPEN_CELLS",
+    "RUNS",
+    "PutativeRisk",
+    "putative_risk",
+    "risk_bound",
+    "table_columns",
+]
 
 #: Re-solves with random cell costs a claimed unique must survive.
 RUNS = 4
@@ -56,10 +65,12 @@ SEED = 28
 SCALE = 0.5
 #: Branch-and-bound nodes per solve.
 MAX_NODES = 2_000
-#: Seconds per solve: a safety net only (the node limit decides).
+#: Seconds per solve: a safety net only (the node limit and the cell limit decide).
 TIME_LIMIT = 30.0
-#: The largest full cross-classification the measure builds.
+#: The largest full cross-classification the measure lays out (memory).
 MAX_CELLS = 200_000
+#: The default limit on the cells a measure's solves hold (``putative_max_cells``).
+MAX_OPEN_CELLS = 2_000
 
 
 @dataclass(frozen=True)
@@ -67,14 +78,19 @@ class PutativeRisk:
     """The stable claimed uniques of a set of published tables.
 
     Attributes:
-        records: Records in the best guess.
-        claimed: Cells the best guess claims as uniques.
-        stable: Of those, the cells every re-solve also claims.
+        records: Records in the best guess (a lower bound when not ``exact``).
+        claimed: Cells the best guess claims as uniques (an upper bound when not ``exact``).
+        stable: Of those, the cells every re-solve also claims (an upper
+            bound when not ``exact``).
+        exact: False when the measure stopped once the share could not
+            exceed the ceiling it was given: ``share`` is then an upper bound
+            on the exact share, at most that ceiling.
     """
 
     records: int
     claimed: int
     stable: int
+    exact: bool = True
 
     @property
     def share(self) -> float:
@@ -87,18 +103,41 @@ def table_columns(catalog: Catalog, request: TableRequest) -> frozenset[str]:
     return frozenset(columns_of(catalog, [request]))
 
 
+def _unmeasurable(what: str) -> RiskCeilingExceeded:
+    return RiskCeilingExceeded(
+        "this table is refused: its putative risk cannot be measured within this site's "
+        f"limit: with the tables already published that share a variable with it, {what}. "
+        "Tables already published are still answered; a table of fewer or coarser "
+        "variables, or of variables no published table shares, may fit"
+    )
+
+
 def putative_risk(
     catalog: Catalog,
     tables: Sequence[ProtectedTable],
     protection: Protection,
     *,
     min_cell_size: int = 0,
+    ceiling: float | None = None,
+    max_cells: int = MAX_OPEN_CELLS,
 ) -> PutativeRisk:
     """The stable claimed uniques of ``tables`` as published (counts; others add nothing).
 
+    Args:
+        catalog: The dataset's catalog.
+        tables: The published tables.
+        protection: The site's protection (public).
+        min_cell_size: The small-cell rule's ``k``.
+        ceiling: Stop as soon as the share cannot exceed it (the result is
+            then not ``exact``); None: measure it exactly.
+        max_cells: The most cells the published figures may leave open (the
+            solves' integer columns): a deterministic limit on the work.
+
     Raises:
-        RiskCeilingExceeded: for tables whose full cross-classification has
-            more than :data:`MAX_CELLS` cells (too large to measure).
+        RiskCeilingExceeded: for tables too large to measure: a full
+            cross-classification of more than :data:`MAX_CELLS` cells, more
+            than ``max_cells`` open ones, or no table found within
+            :data:`MAX_NODES` nodes.
     """
     # The attack reads counts; in a fixed order, the figure is one of the set of tables.
     tables = sorted((t for t in tables if t.counts is not None), key=lambda t: repr(t.request))
@@ -109,37 +148,95 @@ def putative_risk(
     atoms = atoms_of(catalog, [r.bind(catalog) for r in requests], columns)
     size = int(np.prod([len(a) for a in atoms], dtype=np.float64))
     if size > MAX_CELLS:
-        raise RiskCeilingExceeded(
-            f"this table is refused: with the tables already published that share a variable "
-            f"with it, it spans {size:,} combinations of categories, more than the "
-            f"{MAX_CELLS:,} the putative-risk ceiling can measure; a table of fewer or coarser "
-            "variables, or of variables no published table shares, may fit"
+        raise _unmeasurable(
+            f"it spans {size:,} combinations of categories, more than {MAX_CELLS:,}"
         )
     cross = Cross(columns, atoms, np.zeros(size, dtype=np.int64))  # no truth: layout only
     intervals = [published_intervals(t, protection, min_cell_size=min_cell_size) for t in tables]
     system, ub0 = constraint_system(catalog, cross, tables, intervals)
+    if ceiling is not None:
+        bound = risk_bound(catalog, cross, tables, intervals, system, ub0)
+        if bound.share <= ceiling:
+            return bound
+    if system.alive.size > max_cells:
+        raise _unmeasurable(
+            f"its published figures leave {system.alive.size:,} combinations of categories "
+            f"open, more than the {max_cells:,} this site measures"
+        )
     members, values = figures(catalog, cross, tables, intervals, system)
+    return _stable_claims(system, ub0, members, values, protection, ceiling)
+
+
+def _stable_claims(
+    system: System,
+    ub0: npt.NDArray[np.float64],
+    members: list[npt.NDArray[np.int64]],
+    values: npt.NDArray[np.float64],
+    protection: Protection,
+    ceiling: float | None,
+) -> PutativeRisk:
+    """The guess and its :data:`RUNS` re-solves, each started from the guess."""
     make = likelihood_of(protection)
     lik = make(int(values.max(initial=0.0))) if make is not None else None
+    model = Posterior(system, ub0, members, values, lik) if lik is not None else None
 
-    def solve(costs: npt.NDArray[np.float64] | None) -> npt.NDArray[np.int64] | None:
-        if lik is None:
+    def solve(
+        costs: npt.NDArray[np.float64] | None, start: npt.NDArray[np.float64] | None
+    ) -> tuple[npt.NDArray[np.int64] | None, npt.NDArray[np.float64] | None]:
+        if model is None:
             return closest_table(
                 system, ub0, members, values,
                 time_limit=TIME_LIMIT, perturbation=costs, max_nodes=MAX_NODES,
-            )[0]  # fmt: skip
-        return likeliest_table(
-            system, ub0, members, values, lik,
-            time_limit=TIME_LIMIT, perturbation=costs, max_nodes=MAX_NODES,
-        )[0]  # fmt: skip
+            )[0], None  # fmt: skip
+        table, _, cols = model.solve(costs, time_limit=TIME_LIMIT, max_nodes=MAX_NODES, start=start)
+        return table, cols
 
-    guess = solve(None)
+    guess, cols = solve(None, None)
     if guess is None:
-        return PutativeRisk(0, 0, 0)
+        raise _unmeasurable(f"no table meeting its figures was found within {MAX_NODES:,} nodes")
+    records = int(guess.sum())
     stable = guess == 1
+    claimed = int(stable.sum())
     rng = np.random.default_rng(SEED)
     for _ in range(RUNS):
-        other = solve(SCALE * rng.uniform(0.0, 1.0, size))
+        if ceiling is not None and int(stable.sum()) <= ceiling * records:
+            # Every re-solve can only take claims away: the share stays at most this.
+            return PutativeRisk(records, claimed, int(stable.sum()), exact=False)
+        # The guess is a point of every re-solve's model: a start, and never worse.
+        other, _ = solve(SCALE * rng.uniform(0.0, 1.0, ub0.size), cols)
         if other is not None:
             stable &= other == 1
-    return PutativeRisk(int(guess.sum()), int((guess == 1).sum()), int(stable.sum()))
+    return PutativeRisk(records, claimed, int(stable.sum()))
+
+
+def risk_bound(
+    catalog: Catalog,
+    cross: Cross,
+    tables: Sequence[ProtectedTable],
+    intervals: Sequence[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]],
+    system: System,
+    ub0: npt.NDArray[np.float64],
+) -> PutativeRisk:
+    """An upper bound on the share, from the published intervals alone (no solve).
+
+    Every table the measure solves for meets every published interval, so a
+    cell it claims as a unique is one that bound propagation over the
+    intervals leaves able to hold exactly one record, and its records are
+    at least the largest sum of the lower ends of one grouping set's cells
+    (those cells hold disjoint records). The stable claims are at most the
+    first count, the guess's records at least the second.
+
+    Returns:
+        A :class:`PutativeRisk` not ``exact``: ``records`` the lower bound,
+        ``claimed`` and ``stable`` the cells that may hold one record.
+    """
+    lb, ub = propagate(system, np.zeros(system.alive.size), ub0[system.alive], math.inf)
+    open_one = int(((lb <= 1) & (ub >= 1)).sum())
+    records = 0
+    for table, (lo, _hi, used) in zip(tables, intervals, strict=True):
+        lo_f, used_f = lo.reshape(-1), used.reshape(-1)
+        for _gs, flat in table_rows(catalog, cross, table):
+            cells = np.unique(flat[flat >= 0])
+            records = max(records, int(lo_f[cells[used_f[cells]]].sum()))
+    # With no records bounded, any open cell bounds the share by 1 at best (the most it is).
+    return PutativeRisk(max(records, 1 if open_one else 0), open_one, open_one, exact=False)
