@@ -519,6 +519,16 @@ class RuleSettings(BaseModel):
         "from published figures and the table's own, over the tables sharing a variable with "
         "it) above this is refused with RiskCeilingExceeded (none: no ceiling).",
     )
+    putative_max_cells: int = Field(
+        2000,
+        ge=1,
+        le=200_000,
+        description="The putative-risk ceiling's work limit: the most combinations of "
+        "categories that the published figures of a table's component (with the table) may "
+        "leave open for the measure to solve for; a table whose measure needs more is refused "
+        "with RiskCeilingExceeded saying its risk cannot be measured within this limit. A "
+        "count, not a time, so a request gets the same decision on every machine.",
+    )
     max_custom_groups: int = Field(
         30,
         ge=0,

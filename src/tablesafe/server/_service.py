@@ -374,6 +374,7 @@ class TableService:
                 table,
                 ceiling=ceiling,
                 min_cell_size=s.settings.rules.min_cell_size,
+                max_cells=s.settings.rules.putative_max_cells,
             )
         except RefusedError:
             self._guard(s, who, [], figures)
