@@ -18,12 +18,19 @@ answered tables, every one answered again with the same bytes.
 
 With ``--profile``, part 1 also prints, for its 10 slowest checks, the
 thread CPU time spent in the guard's steps (the candidate search, the pairs,
-the families, their folds, their algebra and counts, the exact intersections)
+the families, their folds, their atoms and counts, the exact intersections)
 the privacy ledger's check and catch-up, the state store's reads and writes, and in the
 collector: what docs/benchmarks.md calls profiles of the slowest checks.
 
 Usage: python benchmarks/bench_guard.py [--records 200000] [--stored 100000] [--probe 300]
-       [--tables 10000] [--small-records 20000] [--part 1|2|both] [--profile]
+       [--tables 10000] [--small-records 20000] [--part 1|2|both] [--profile] [--keep DIR]
+       [--warm 1000]
+
+With ``--keep DIR``, part 1 copies its filled store to DIR, or, when DIR
+holds one, starts from it as after a restart, asks ``--warm`` new requests
+(1,000) so the families the probes touch are read in, then probes: versions
+of the guard are compared on the same store and the same probes in minutes
+(not the probes of a run that fills the store).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ import numpy as np
 
 import tablesafe.rules._guard as guard
 import tablesafe.rules._ledger as ledger
+import tablesafe.server._service as service_module
 import tablesafe.state._store as store
 from tablesafe._errors import RefusedError, RequestError
 from tablesafe._settings import load_site_config
@@ -115,6 +123,12 @@ def ask(svc: TableService, body: dict, key: str) -> bytes | None:
     return table.render("csv").encode()
 
 
+def copy_store(source: Path, target: Path) -> None:
+    """Copy a SQLite store whole: its write-ahead log too, through SQLite's backup."""
+    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
+
+
 def stored(folder: Path) -> int:
     with sqlite3.connect(folder / "audit.sqlite") as con:
         if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'guard_sets'").fetchone():
@@ -124,11 +138,15 @@ def stored(folder: Path) -> int:
 
 #: The guard's steps timed by --profile: (owner, attribute).
 STEPS = [
+    ("service", "guard_check"),
+    ("SetIndex", "_flush"),
+    ("SetIndex", "_merge"),
     ("rules", "_pairs"),
     ("rules", "_families"),
     ("SetIndex", "near"),
     ("SetIndex", "family_state"),
     ("Family", "_build"),
+    ("rules", "derive"),
     ("Family", "newly_derivable"),
     ("Family", "counts"),
     ("GuardCounts", "intersection"),
@@ -151,8 +169,10 @@ class StepClock:
         owners["GuardCounts"] = guard.GuardCounts
         owners["LedgerIndex"] = ledger.LedgerIndex
         owners["store"] = store
+        owners["service"] = service_module
         for owner, name in STEPS:
-            setattr(owners[owner], name, self._timed(name, getattr(owners[owner], name)))
+            if hasattr(owners[owner], name):  # (a step of another version of the guard)
+                setattr(owners[owner], name, self._timed(name, getattr(owners[owner], name)))
         self._gc_start = 0.0
         self.depth = 0  # inside a timed step: the collector's time counts only there
         gc.callbacks.append(self._collector)
@@ -192,11 +212,23 @@ class StepClock:
             print(f"  {1000 * cpu:.1f}: {parts}")
 
 
-def part1(records: int, target: int, probe: int, profile: bool = False) -> None:
+def part1(
+    records: int,
+    target: int,
+    probe: int,
+    profile: bool = False,
+    keep: Path | None = None,
+    warm: int = 1000,
+) -> None:
     data_dir = demo(records)
     codes = {v.name: list(v.codes) for v in Dataset.open(data_dir).catalog.variables.values()}
     rng = np.random.default_rng(25)
     with tempfile.TemporaryDirectory() as tmp:
+        kept = keep is not None and (keep / "audit.sqlite").exists()
+        if kept:
+            # A store filled by an earlier run with the same arguments: read back, as
+            # after a restart, then warmed by the requests that filled it.
+            copy_store(keep / "audit.sqlite", Path(tmp) / "audit.sqlite")
         svc = service(Path(tmp), data_dir)
         times: list[float] = []
         cpu: list[float] = []  # the thread's CPU time: what a busy machine does not inflate
@@ -220,6 +252,19 @@ def part1(records: int, target: int, probe: int, profile: bool = False) -> None:
         fill = time.perf_counter() - start
         have = stored(Path(tmp))
         print(f"store filled: {have:,} record sets from {asked:,} requests in {fill:.0f} s")
+        if keep is not None and not kept:
+            keep.mkdir(parents=True, exist_ok=True)
+            copy_store(Path(tmp) / "audit.sqlite", keep / "audit.sqlite")
+            (keep / "asked").write_text(str(asked))
+        if kept:
+            assert keep is not None
+            for _ in range(int((keep / "asked").read_text()) // 50):
+                requests(rng, 50, codes)  # the fill's requests, not asked again
+            start = time.perf_counter()
+            for body in requests(rng, warm, codes):
+                ask(svc, body, "warm")
+            took = time.perf_counter() - start
+            print(f"read back and warmed by {warm:,} requests in {took:.0f} s")
         probes = requests(rng, probe, codes)
         # Baseline: the same tables built without the guard (tabulation, protection,
         # record sets with their sketches), in this process.
@@ -299,9 +344,15 @@ def main() -> None:
     p.add_argument("--small-records", type=int, default=20_000)
     p.add_argument("--part", choices=["1", "2", "both"], default="both")
     p.add_argument("--profile", action="store_true", help="time the steps of the slowest checks")
+    p.add_argument(
+        "--keep",
+        type=Path,
+        help="part 1: keep the filled store in this folder, or start from the one kept there",
+    )
+    p.add_argument("--warm", type=int, default=1000, help="with --keep: requests asked first")
     args = p.parse_args()
     if args.part in ("1", "both"):
-        part1(args.records, args.stored, args.probe, args.profile)
+        part1(args.records, args.stored, args.probe, args.profile, args.keep, args.warm)
     if args.part in ("2", "both"):
         part2(args.small_records, args.tables)
 

@@ -178,7 +178,8 @@ class Family:
 def _build(families: Sequence[Family]) -> None:
     """Fold each family's sets published since into its basis, records and atoms, together."""
     todo = [f for f in families if f._unbuilt]
-    for group in _by_width(todo).values():
+    for stack in _stacks(todo, [0] * len(todo)).values():
+        group = [todo[i] for i in stack]
         vectors = [f.indicators(f._unbuilt) for f in group]
         values = [[f.sizes.get(s, math.nan) for s in f._unbuilt] for f in group]
         grown = _Extended.of(group, vectors, values)
@@ -190,10 +191,17 @@ def _build(families: Sequence[Family]) -> None:
             f._unbuilt = []
 
 
-def _by_width(families: Sequence[Family]) -> dict[int, list[Family]]:
-    groups: dict[int, list[Family]] = {}
-    for f in families:
-        groups.setdefault(len(f.codes), []).append(f)
+def _stacks(families: Sequence[Family], rows: Sequence[int]) -> dict[tuple[int, int], list[int]]:
+    """Families stacked together: of one number of codes and of rows within a factor of 2.
+
+    ``rows`` are the sets each brings; with its basis they set its height, and
+    a stack is as high as its highest family (one family folding in thousands
+    of sets after a restart must not pad a hundred small ones to its size).
+    """
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (f, k) in enumerate(zip(families, rows, strict=True)):
+        height = f.basis.shape[0] + len(f._unbuilt) + k
+        groups.setdefault((len(f.codes), height.bit_length()), []).append(i)
     return groups
 
 
@@ -281,7 +289,7 @@ def derive(tasks: Sequence[Task]) -> list[tuple[Atoms, list[int]]]:
     The atoms are derivable with the new sets and not before, and neither
     published nor new themselves. Their records come from the sizes (an
     empty list when ``sizes`` is None). The families are worked together,
-    stacked by their number of codes.
+    stacked by their number of codes and height (:func:`_stacks`).
     """
     out: list[tuple[Atoms, list[int]]] = [([], []) for _ in tasks]
     fresh = {}
@@ -290,15 +298,17 @@ def derive(tasks: Sequence[Task]) -> list[tuple[Atoms, list[int]]]:
         if sets and family.members:  # else nothing new in the family: no algebra at all
             fresh[i] = sets
     _build([tasks[i][0] for i in fresh])
-    groups: dict[int, list[int]] = {}
+    work = []
     for i, sets in fresh.items():
         family = tasks[i][0]
         if len(sets) == 1 and not family.indicator(sets[0])[family.covered].any():
             # One new set sharing no code with the published ones: the span gains
             # a direction apart from theirs, and the new set is an atom of its own.
             continue
-        groups.setdefault(len(family.codes), []).append(i)
-    for group in groups.values():
+        work.append(i)
+    stacks = _stacks([tasks[i][0] for i in work], [len(fresh[i]) for i in work])
+    for stack in stacks.values():
+        group = [work[k] for k in stack]
         found = _derive([tasks[i] for i in group], [fresh[i] for i in group])
         for i, result in zip(group, found, strict=True):
             out[i] = result
