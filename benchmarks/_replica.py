@@ -179,11 +179,86 @@ def _dump(signum: int, frame: object) -> None:
     os.replace(path + ".tmp", path)
 
 
+# -- a prototype to measure, not the product: the guard transaction with fewer waits ---------
+
+_SETS = (
+    "SELECT id, key_id, fingerprint, size, sketch, columns, definition, ancestors "
+    "FROM guard_sets WHERE identity = %s AND id > %s ORDER BY id"
+)
+_LEDGER = (
+    "SELECT id, key_id, figures, digests FROM ledger_tables WHERE identity = %s AND id > %s "
+    "ORDER BY id"
+)
+
+
+class _Rows:
+    """Rows already read, given to the store's catch-up functions as their query's answer."""
+
+    def __init__(self, rows: list[Any]) -> None:
+        self.rows = rows
+
+    def execute(self, sql: str, params: Any = ()) -> _Rows:
+        return self
+
+    def fetchall(self) -> list[Any]:
+        return self.rows
+
+
+def _pipelined() -> None:
+    """``TABLESAFE_BENCH_PIPELINED=1``: the guard transaction of the PostgreSQL store, rearranged.
+
+    The connection (and the pool's check) is borrowed before the identity's
+    lock in this process; BEGIN, the advisory lock and the two catch-up reads
+    go in one pipeline (one wait for PostgreSQL), and the two writes with the
+    COMMIT in another. The same statements in the same order, so the same
+    answers; only how often the thread waits differs. For measuring what such
+    a change would save (docs/benchmarks.md), never for serving.
+    """
+    from contextlib import suppress
+
+    from tablesafe.state import _postgres, _store
+    from tablesafe.state._postgres import identity_lock
+
+    @contextmanager
+    def guarded(self: Any, identity: str) -> Iterator[Any]:
+        shard = self._shard(identity)
+        read = 0
+        with self._pool.connection() as con, shard.lock:
+            try:
+                with con.pipeline():
+                    con.execute("BEGIN")
+                    con.execute(f"SELECT pg_advisory_xact_lock({identity_lock(identity):d})")
+                    sets = con.execute(_SETS, (identity, shard.index.last_id), binary=True)
+                    ledger = con.execute(_LEDGER, (identity, shard.ledger.last_id), binary=True)
+                _local.locked = time.perf_counter()
+                _add("wait db", _local.locked - _local.shard)
+                read = _store._catch_up(_Rows(sets.fetchall()), identity, shard.index)
+                _store._ledger_catch_up(_Rows(ledger.fetchall()), identity, shard.ledger)
+                tx = _store._Transaction(shard.index, shard.ledger)
+                yield tx
+                sql = _postgres._Connection(con)
+                with con.pipeline():
+                    _store._write_sets(sql, identity, tx.rows)
+                    _store._write_ledger(sql, identity, tx.spent)
+                    con.execute("COMMIT")
+            except BaseException:
+                with suppress(Exception):
+                    con.execute("ROLLBACK")
+                raise
+            finally:
+                _add("held", time.perf_counter() - _local.locked)
+                self._grown(read)
+
+    _store.StateStore._guarded = guarded  # type: ignore[method-assign,assignment]
+
+
 if __name__ == "__main__":
     import sys
 
     from tablesafe._cli import main
 
     _patch()
+    if os.environ.get("TABLESAFE_BENCH_PIPELINED") == "1":
+        _pipelined()
     signal.signal(signal.SIGUSR1, _dump)
     main(sys.argv[1:])

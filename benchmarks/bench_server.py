@@ -31,7 +31,10 @@ PostgreSQL under ``--clients`` clients (benchmarks/_serving.py), with, per
 round, the cores used by the replicas, PostgreSQL, the clients and the rest
 of the machine, the connection pool's waits, and per table the time waiting
 for the guard's lock (in the replica, then in PostgreSQL) against the time
-holding it (benchmarks/_replica.py).
+holding it (benchmarks/_replica.py). ``--concurrent-tables N`` sets the
+replicas' ``[server] concurrent_tables``; ``--pipelined-guard`` runs them with
+a prototype of the guard transaction that waits for PostgreSQL twice instead
+of five times (benchmarks/_replica.py; for measuring, not serving).
 """
 
 from __future__ import annotations
@@ -233,6 +236,11 @@ def main() -> None:
     parser.add_argument(
         "--concurrent-tables", type=int, default=0, help="--replicas: [server] concurrent_tables"
     )
+    parser.add_argument(
+        "--pipelined-guard",
+        action="store_true",
+        help="--replicas: the guard transaction's prototype of benchmarks/_replica.py",
+    )
     args = parser.parse_args()
     if args.job or args.writer:
         from _serving import job_benchmark, writer_memory
@@ -252,6 +260,9 @@ def main() -> None:
         return
     if args.replicas:
         from _serving import replicas_benchmark
+
+        if args.pipelined_guard:  # read by the replicas (benchmarks/_replica.py)
+            os.environ["TABLESAFE_BENCH_PIPELINED"] = "1"
 
         with tempfile.TemporaryDirectory() as tmp:
             text = site_file(Path(tmp), data_dir.resolve()).read_text()
