@@ -37,3 +37,24 @@ def test_rows_read_by_a_refused_check_count_towards_the_freeze(tmp_path, monkeyp
         gc.unfreeze()
         writer.close()
         reader.close()
+
+
+def test_families_a_check_makes_count_towards_the_freeze(tmp_path, monkeypatch):
+    """Families live as long as the sets: a check that makes many gets them frozen too."""
+    monkeypatch.setattr(store_module, "_FREEZE_AFTER", 5)
+    state = SQLiteState(str(tmp_path / "state.sqlite"))
+    try:
+        gc.unfreeze()
+        with state.transaction("micro") as tx:
+            for i in range(4):
+                tx.index.family_state(f"ctx{i}", "AGE", "*", None, (1, 2, 3))
+        assert gc.get_freeze_count() == 0  # 4 families: not yet
+        with state.transaction("micro") as tx:
+            tx.index.family_state("ctx0", "AGE", "*", None, (1, 2, 3))  # not made again
+        assert gc.get_freeze_count() == 0
+        with state.transaction("micro") as tx:
+            tx.index.family_state("ctx9", "AGE", "*", None, (1, 2, 3))
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        state.close()

@@ -337,6 +337,9 @@ class SetIndex:
 
     buckets: int = BUCKETS
     last_id: int = 0
+    # Families made so far: long-lived objects like the sets (the store freezes
+    # both for the collector, see state._store).
+    families_made: int = 0
     sets: list[RecordSet] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
     # Rows' sizes, sketches and whether they have one, in buffers that grow by
@@ -514,6 +517,7 @@ class SetIndex:
         family = self._families.get(key)
         if family is None:
             family = self._families[key] = Family(tuple(codes))
+            self.families_made += 1
         rows = self.family(context, column)
         defined = self.defined_as(context)
         done_rows, done_defined = family.seen

@@ -350,6 +350,7 @@ class StateStore(ABC):
         shard = self._shard(identity)
         read = 0
         with shard.lock:
+            made = shard.index.families_made
             try:
                 with self._guard_write(identity) as sql:
                     read = _catch_up(sql, identity, shard.index)
@@ -361,8 +362,9 @@ class StateStore(ABC):
             finally:
                 # Counted whether the table was answered or refused: the rows read
                 # are in the index either way (its own rows are read back by the
-                # next catch-up).
-                self._grown(read)
+                # next catch-up), and so are the families the check made (up to a
+                # few hundred a check, each a handful of objects the collector walks).
+                self._grown(read + shard.index.families_made - made)
 
     def ledger_rows(
         self, identity: str, after: int = 0
@@ -392,7 +394,7 @@ class StateStore(ABC):
             return shard
 
     def _grown(self, rows: int) -> None:
-        """Count sets added to the indexes; past ``_FREEZE_AFTER``, freeze them for the collector.
+        """Count sets and families added to the indexes; past ``_FREEZE_AFTER``, freeze them.
 
         The sets live as long as the process. Python's full collection walked
         100,000 of them in 0.3 to 1.5 s, a request's worth of latency now and
