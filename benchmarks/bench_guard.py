@@ -20,11 +20,12 @@ With ``--profile``, part 1 also prints, for its 10 slowest checks, the
 thread CPU time spent in the guard's steps (the candidate search, the pairs,
 the families, their folds, their atoms and counts, the exact intersections)
 the privacy ledger's check and catch-up, the state store's reads and writes, and in the
-collector: what docs/benchmarks.md calls profiles of the slowest checks.
+collector: what docs/benchmarks.md calls profiles of the slowest checks. With
+``--functions``, it prints the probes' guard transactions by function (cProfile).
 
 Usage: python benchmarks/bench_guard.py [--records 200000] [--stored 100000] [--probe 300]
        [--tables 10000] [--small-records 20000] [--part 1|2|both] [--profile] [--keep DIR]
-       [--warm 1000]
+       [--warm 1000] [--functions]
 
 With ``--keep DIR``, part 1 copies its filled store to DIR, or, when DIR
 holds one, starts from it as after a restart, asks ``--warm`` new requests
@@ -36,8 +37,10 @@ of the guard are compared on the same store and the same probes in minutes
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import hashlib
+import pstats
 import sqlite3
 import statistics
 import tempfile
@@ -219,6 +222,7 @@ def part1(
     profile: bool = False,
     keep: Path | None = None,
     warm: int = 1000,
+    by_function: bool = False,
 ) -> None:
     data_dir = demo(records)
     codes = {v.name: list(v.codes) for v in Dataset.open(data_dir).catalog.variables.values()}
@@ -234,11 +238,17 @@ def part1(
         cpu: list[float] = []  # the thread's CPU time: what a busy machine does not inflate
         inner = svc._guard
 
+        functions: cProfile.Profile | None = None  # set for the probes with --functions
+
         def timed(*args: Any) -> None:
             t, c = time.perf_counter(), time.thread_time()
+            if functions is not None:
+                functions.enable()
             try:
                 inner(*args)
             finally:
+                if functions is not None:
+                    functions.disable()
                 times.append(time.perf_counter() - t)
                 cpu.append(time.thread_time() - c)
 
@@ -282,6 +292,8 @@ def part1(
         times.clear()
         cpu.clear()
         clock = StepClock() if profile else None
+        if by_function:
+            functions = cProfile.Profile(time.thread_time)
         refused = 0
         for body in probes:
             refused += ask(svc, body, "probe") is None
@@ -303,6 +315,9 @@ def part1(
     )
     if clock is not None:
         clock.report()
+    if functions is not None:
+        print("the probes' guard transactions by function (cProfile, thread CPU time):")
+        pstats.Stats(functions).sort_stats("tottime").print_stats(25)
 
 
 def part2(records: int, tables: int) -> None:
@@ -350,9 +365,20 @@ def main() -> None:
         help="part 1: keep the filled store in this folder, or start from the one kept there",
     )
     p.add_argument("--warm", type=int, default=1000, help="with --keep: requests asked first")
+    p.add_argument(
+        "--functions", action="store_true", help="part 1: the probes' guard time by function"
+    )
     args = p.parse_args()
     if args.part in ("1", "both"):
-        part1(args.records, args.stored, args.probe, args.profile, args.keep, args.warm)
+        part1(
+            args.records,
+            args.stored,
+            args.probe,
+            args.profile,
+            args.keep,
+            args.warm,
+            args.functions,
+        )
     if args.part in ("2", "both"):
         part2(args.small_records, args.tables)
 
