@@ -38,7 +38,6 @@ answered again whatever was asked since.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import itertools
@@ -394,7 +393,9 @@ class SetIndex:
             # Kept without its sketch (the buffer has it) and with shared code tuples:
             # hundreds of thousands of sets stay small.
             definition = tuple((c, self._codes.setdefault(v, v)) for c, v in s.definition)
-            self.sets.append(dataclasses.replace(s, definition=definition, sketch=None))
+            self.sets.append(
+                RecordSet(definition, s.columns, s.size, s.fingerprint, None, s.ancestors, s.label)
+            )
             self.keys.append(self._keys.setdefault(key_id, key_id))
             text = s.text
             self._definitions.setdefault(text, []).append(row)
@@ -836,6 +837,8 @@ def _joined(
         ws = [w for w in sorted(compare) if (ctx_text, column, w) not in seen]
         if not ws:
             continue  # this family was checked for this table already
+        if not check.index.family(ctx_text, column) and not check.index.defined_as(ctx_text):
+            continue  # nothing published in this context: no family to join (none is made)
         new_all = _members(check, check.table, ctx_text, column, full, own=True)
         for w in ws:
             seen.add((ctx_text, column, w))
