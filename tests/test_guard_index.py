@@ -49,3 +49,39 @@ def test_near_is_every_row_within_m_in_size_and_sketch(recent, monkeypatch):
             ]
             expected.sort(key=lambda row: (stored[row].size, row))
             assert index.near(probe, m).tolist() == expected
+
+
+def test_near_many_is_near_of_each(monkeypatch):
+    """One pass for a table's sets gives each what near() gives it alone (merged and recent rows,
+    sets with and without sketches, sizes whose windows overlap or hold nothing)."""
+    monkeypatch.setattr(guard, "_RECENT", 300)
+    rng = np.random.default_rng(32)
+    keys = rng.integers(0, 2**32, size=400, dtype=np.int64)
+    index = SetIndex()
+    stored = [_random_set(rng, i, keys, sketch=rng.random() < 0.9) for i in range(2_000)]
+    index.add((i + 1, "k", s) for i, s in enumerate(stored[:1_500]))
+    index.near(stored[0], 5)  # merged into the arrays in size order
+    index.add((i + 1, "k", s) for i, s in enumerate(stored[1_500:], 1_500))  # recent
+    probes = [_random_set(rng, -j, keys, sketch=rng.random() < 0.8) for j in range(80)]
+    for m in (3, 10, 25):
+        many = index.near_many(probes, m)
+        assert [r.tolist() for r in many] == [index.near(p, m).tolist() for p in probes]
+        expected = [
+            sorted(
+                (
+                    row
+                    for row, s in enumerate(stored)
+                    if s.size >= m
+                    and abs(s.size - p.size) < m
+                    and (
+                        s.sketch is None
+                        or p.sketch is None
+                        or int(np.abs(s.sketch - p.sketch).sum()) < m
+                    )
+                ),
+                key=lambda row: (stored[row].size, row),
+            )
+            for p in probes
+        ]
+        assert [r.tolist() for r in many] == expected
+    assert index.near_many([], 5) == []

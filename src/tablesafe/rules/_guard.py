@@ -461,32 +461,50 @@ class SetIndex:
         check always skipped them): leaving them out here skips the densest
         sizes, where most stored sets are.
         """
+        return self.near_many([s], m)[0]
+
+    def near_many(self, sets: Sequence[RecordSet], m: int) -> list[npt.NDArray[np.int64]]:
+        """:meth:`near` for each of ``sets``, in one pass: each in order of size, then of row.
+
+        The L1 of two sketches is a lower bound on the records two sets
+        differ by. Rows without a sketch stay candidates. First the L1 of
+        the sums over groups of buckets, a lower bound of that, read from
+        arrays in size order (slices, not a gather of every row's sketch),
+        then the whole sketches of the rows it leaves; the rows read since
+        the last merge (a short list) go to the whole sketches directly.
+        """
         self._flush()
-        low, high = max(s.size - m + 1, m), s.size + m - 1
-        lo = int(np.searchsorted(self._sorted, low, side="left"))
-        hi = int(np.searchsorted(self._sorted, high, side="right"))
-        rows: npt.NDArray[np.int64] = self._order[lo:hi]
-        recent = self._recent[
-            (self._sizes[self._recent] >= low) & (self._sizes[self._recent] <= high)
-        ]
-        if not len(rows) and not len(recent):
-            return rows
-        if s.sketch is not None and len(s.sketch) == self.buckets:
-            # L1 of the sketches: a lower bound on the records two sets differ by.
-            # Rows without a sketch stay candidates. First the L1 of the sums over
-            # groups of buckets, a lower bound of that, read from arrays in size
-            # order (a slice, not a gather of every row's sketch), then the whole
-            # sketches of the rows it leaves.
-            mine = s.sketch.astype(np.int32)
-            coarse = np.abs(self._sorted_groups[lo:hi] - _group_sums(mine[None, :])).sum(axis=1)
-            rows = np.concatenate([rows[(coarse < m) | ~self._sorted_has[lo:hi]], recent])
-            dist = np.abs(self._sketches[rows] - mine).sum(axis=1)
-            rows = rows[(dist < m) | ~self._has_sketch[rows]]
-        else:
-            rows = np.concatenate([rows, recent])
-        # In order of size, then of publication, wherever the rows are kept.
-        near: npt.NDArray[np.int64] = rows[np.lexsort((rows, self._sizes[rows]))]
-        return near
+        k = len(sets)
+        if not self.sets:
+            return [np.zeros(0, dtype=np.int64) for _ in sets]
+        sizes = np.array([s.size for s in sets], dtype=np.int64)
+        low, high = np.maximum(sizes - m + 1, m), sizes + m - 1
+        lo = np.searchsorted(self._sorted, low, side="left")
+        widths = np.maximum(np.searchsorted(self._sorted, high, side="right") - lo, 0)
+        owner = np.repeat(np.arange(k), widths)
+        starts = np.repeat(np.cumsum(widths) - widths - lo, widths)
+        at = np.arange(len(owner)) - starts  # positions in size order, window by window
+        mine = np.zeros((k, self.buckets), dtype=np.int32)
+        has = np.zeros(k, dtype=bool)
+        for i, s in enumerate(sets):
+            if s.sketch is not None and len(s.sketch) == self.buckets:
+                mine[i], has[i] = s.sketch, True
+        coarse = np.abs(self._sorted_groups[at] - _group_sums(mine)[owner]).sum(axis=1)
+        keep = (coarse < m) | ~self._sorted_has[at] | ~has[owner]
+        rows, owner = self._order[at[keep]], owner[keep]
+        recent_sizes = self._sizes[self._recent]
+        by, nth = np.nonzero((recent_sizes >= low[:, None]) & (recent_sizes <= high[:, None]))
+        rows = np.concatenate([rows, self._recent[nth]])
+        owner = np.concatenate([owner, by])
+        whole = has[owner] & self._has_sketch[rows]
+        dist = np.abs(self._sketches[rows[whole]] - mine[owner[whole]]).sum(axis=1)
+        keep = np.ones(len(rows), dtype=bool)
+        keep[whole] = dist < m
+        rows, owner = rows[keep], owner[keep]
+        order = np.lexsort((rows, self._sizes[rows], owner))
+        rows, owner = rows[order], owner[order]
+        bounds = np.searchsorted(owner, np.arange(k + 1))
+        return [rows[bounds[i] : bounds[i + 1]] for i in range(k)]
 
     def same_sketch(self, row: int, s: RecordSet) -> bool:
         """Whether row ``row`` has the sketch of ``s`` (true when either has none)."""
@@ -692,23 +710,26 @@ def guard_check(
         zeros,
     )  # fmt: skip
     fresh = []
-    seen_families: set[tuple[str, str, str]] = set()
-    joined: list[tuple[RecordSet, list[_Joined]]] = []
-    refusal: RefusedError | None = None
+    checked: list[tuple[RecordSet, frozenset[str] | set[str]]] = []
     for x in sets:
         new = x.columns - index.published_columns(x, only)
         if not new:
             continue
         fresh.append(x)
         compare = new if rules.sliver_cells else new & {WHOLE}
-        if check.m <= 0 or x.size < check.m or not compare:
-            continue
+        if check.m > 0 and x.size >= check.m and compare:
+            checked.append((x, compare))
+    near = index.near_many([x for x, _ in checked], check.m) if checked else []
+    seen_families: set[tuple[str, str, str]] = set()
+    joined: list[tuple[RecordSet, list[_Joined]]] = []
+    refusal: RefusedError | None = None
+    for (x, columns), rows in zip(checked, near, strict=True):
         try:
-            _pairs(check, x, compare)
+            _pairs(check, x, columns, rows)
         except RefusedError as e:
             refusal = e  # after the families of the sets before it, as if checked in turn
             break
-        joined.append((x, _joined(check, x, compare, seen_families)))
+        joined.append((x, _joined(check, x, columns, seen_families)))
     _families(check, joined)
     if refusal is not None:
         raise refusal
@@ -756,10 +777,12 @@ def _refuse(check: _Check, x: RecordSet, row: int | None, whole: bool) -> Refuse
     )
 
 
-def _pairs(check: _Check, x: RecordSet, compare: frozenset[str] | set[str]) -> None:
-    """Refuse ``x`` if a published set near it differs from it by 1 .. m-1 records."""
+def _pairs(
+    check: _Check, x: RecordSet, compare: frozenset[str] | set[str], near: npt.NDArray[np.int64]
+) -> None:
+    """Refuse ``x`` if a published set ``near`` it differs from it by 1 .. m-1 records."""
     index, m = check.index, check.m
-    for row in index.near(x, m).tolist():  # (sets of m records or more)
+    for row in near.tolist():  # (sets of m records or more: SetIndex.near_many)
         y = index.sets[row]
         if check.only is not None and index.keys[row] != check.only:
             continue
