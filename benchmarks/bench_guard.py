@@ -147,6 +147,7 @@ STEPS = [
     ("rules", "_pairs"),
     ("rules", "_families"),
     ("SetIndex", "near"),
+    ("SetIndex", "near_many"),
     ("SetIndex", "family_state"),
     ("Family", "_build"),
     ("rules", "derive"),
