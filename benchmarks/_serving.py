@@ -215,14 +215,16 @@ def writer_memory(records: int) -> None:
 # -- replicas ---------------------------------------------------------------------------------
 
 
-def _serve(config: Path, stats: Path) -> tuple[subprocess.Popen, int]:
+def _serve(
+    config: Path, stats: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, int]:
     """A replica (``tablesafe serve`` with the guard's timers of _replica.py) and its port."""
     process = subprocess.Popen(
         [sys.executable, str(BENCH / "_replica.py"), "serve", "--config", str(config),
          "--host", "127.0.0.1", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "TABLESAFE_BENCH_STATS": str(stats)},
+        env={**os.environ, **(env or {}), "TABLESAFE_BENCH_STATS": str(stats)},
     )  # fmt: skip
     assert process.stdout is not None
     ready, _, _ = select.select([process.stdout], [], [], 300)
@@ -420,3 +422,86 @@ def _report_replicas(
                 print(f"    per table in the service ({tables}), mean: {parts}")
     ratios = [b["tables/s"] / a["tables/s"] for a, b in zip(results[1], results[2], strict=True)]
     print("throughput ratio 2 replicas / 1, per round: " + ", ".join(f"{r:.2f}" for r in ratios))
+
+
+# -- configurations compared ------------------------------------------------------------------
+
+
+def _configuration(name: str) -> tuple[str, dict[str, str]]:
+    """``N`` or ``Np``: ``[server] concurrent_tables = N``, ``p`` the pipelined prototype."""
+    pipelined = name.endswith("p")
+    lines = f"concurrent_tables = {int(name.rstrip('p'))}"
+    return lines, {"TABLESAFE_BENCH_PIPELINED": "1"} if pipelined else {}
+
+
+def configurations_benchmark(site_text: str, pool: list[dict], clients: int, seconds: float,
+                             rounds: int, names: list[str]) -> None:  # fmt: skip
+    """Each configuration with two replicas of its own on one PostgreSQL, rounds alternating.
+
+    Per round and configuration, 1 then 2 of its replicas under ``clients``
+    clients (the other configurations' replicas idle): tables per second,
+    the cores used, and the guard lock's wait and hold per table.
+    """
+    sys.path.insert(0, str(BENCH.parent / "tests"))
+    from _postgres import Cluster, binaries
+
+    cluster = Cluster(binaries()).start()
+    postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    found: dict[tuple[str, int], list[float]] = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            url = cluster.database()
+            groups = []
+            for i, name in enumerate(names):
+                lines, env = _configuration(name)
+                config = Path(tmp) / f"site{i}.toml"
+                config.write_text(site_text.replace(
+                    "[server]", f'[state]\nurl = "{url}"\n\n[server]\n{lines}', 1))  # fmt: skip
+                stats = [Path(tmp) / f"replica{i}-{j}.json" for j in range(2)]
+                groups.append(([_serve(config, path, env) for path in stats], stats))
+            try:
+                for replicas, _ in groups:  # warm each replica's cubes
+                    for _, port in replicas:
+                        _load([port], pool, 4, 5.0)
+                for r in range(rounds):
+                    for name, (replicas, stats) in zip(names, groups, strict=True):
+                        for n in (1, 2):
+                            processes = [p for p, _ in replicas[:n]]
+                            _guard_times(processes, stats[:n])
+                            shares = _CpuShares([p.pid for p, _ in replicas], postmaster)
+                            out = _load([port for _, port in replicas[:n]], pool, clients, seconds)
+                            cores = shares.cores()
+                            times = _guard_times(processes, stats[:n])
+                            found.setdefault((name, n), []).append(out["tables/s"])
+                            _report_configuration(name, n, r, out, cores, times)
+            finally:
+                for replicas, _ in groups:
+                    for process, _ in replicas:
+                        process.terminate()
+                        process.wait(timeout=60)
+                        assert process.stdout is not None
+                        process.stdout.close()
+    finally:
+        cluster.stop()
+    for name in names:
+        ratios = [b / a for a, b in zip(found[(name, 1)], found[(name, 2)], strict=True)]
+        print(f"{name}: throughput ratio 2 replicas / 1, per round: "
+              + ", ".join(f"{x:.2f}" for x in ratios))  # fmt: skip
+
+
+def _report_configuration(
+    name: str,
+    n: int,
+    r: int,
+    out: dict[str, float],
+    cores: dict[str, float],
+    times: dict[str, list[float]],
+) -> None:
+    def mean(key: str) -> float:
+        return 1000 * statistics.mean(times[key]) if times.get(key) else float("nan")
+
+    print(f"{name} round {r}, {n} replica(s): {out['tables/s']:.1f} tables/s, p50 "
+          f"{out['p50 ms']:.0f} ms, p99 {out['p99 ms']:.0f} ms, errors {out['errors']:.0f}; "
+          f"cores: replicas {cores['replicas']:.2f}, postgres {cores['postgres']:.2f}, other "
+          f"{cores['other']:.2f}; per table: lock wait {mean('wait db'):.1f} ms, held "
+          f"{mean('held'):.1f} ms", flush=True)  # fmt: skip

@@ -35,6 +35,9 @@ holding it (benchmarks/_replica.py). ``--concurrent-tables N`` sets the
 replicas' ``[server] concurrent_tables``; ``--pipelined-guard`` runs them with
 a prototype of the guard transaction that waits for PostgreSQL twice instead
 of five times (benchmarks/_replica.py; for measuring, not serving).
+``--configurations 0 2 2p`` compares configurations in one run, each with
+two replicas of its own, rounds alternating (``N``: concurrent_tables = N;
+``Np``: and the prototype).
 """
 
 from __future__ import annotations
@@ -237,6 +240,12 @@ def main() -> None:
         "--concurrent-tables", type=int, default=0, help="--replicas: [server] concurrent_tables"
     )
     parser.add_argument(
+        "--configurations",
+        nargs="+",
+        default=None,
+        help="--replicas: compare these, each N (concurrent_tables) or Np (and pipelined)",
+    )
+    parser.add_argument(
         "--pipelined-guard",
         action="store_true",
         help="--replicas: the guard transaction's prototype of benchmarks/_replica.py",
@@ -272,6 +281,14 @@ def main() -> None:
             if args.no_guard:
                 rules = "[datasets.rules]"
                 text = text.replace(rules, rules + "\nsliver_min_difference = 0")
+            if args.configurations:
+                from _serving import configurations_benchmark
+
+                text = text.replace(f"\nconcurrent_tables = {args.concurrent_tables}", "")
+                configurations_benchmark(
+                    text, pool, args.clients, args.seconds, args.rounds, args.configurations
+                )
+                return
             replicas_benchmark(text, pool, args.clients, args.seconds, args.rounds)
         return
     with tempfile.TemporaryDirectory() as tmp:
