@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 import tablesafe.rules._guard as guard
+import tablesafe.rules._guard_families as families
 import tablesafe.rules._ledger as ledger
 import tablesafe.server._service as service_module
 import tablesafe.state._store as store
@@ -149,8 +150,9 @@ STEPS = [
     ("SetIndex", "near"),
     ("SetIndex", "near_many"),
     ("SetIndex", "family_state"),
-    ("Family", "_build"),
     ("rules", "derive"),
+    ("families", "_build"),
+    ("families", "_derive"),
     ("Family", "newly_derivable"),
     ("Family", "counts"),
     ("GuardCounts", "intersection"),
@@ -173,6 +175,7 @@ class StepClock:
         owners["GuardCounts"] = guard.GuardCounts
         owners["LedgerIndex"] = ledger.LedgerIndex
         owners["store"] = store
+        owners["families"] = families
         owners["service"] = service_module
         for owner, name in STEPS:
             if hasattr(owners[owner], name):  # (a step of another version of the guard)
