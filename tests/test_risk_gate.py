@@ -180,7 +180,7 @@ def test_no_solve_for_a_table_the_bound_clears(small, monkeypatch):
 def test_no_table_within_the_node_limit_is_refused_not_read_as_zero(small, monkeypatch):
     from tablesafe.attacks._reconstruct import _likely
 
-    monkeypatch.setattr(_likely.Posterior, "solve", lambda *a, **k: (None, False, None))
+    monkeypatch.setattr(_likely.Posterior, "solve", lambda *a, **k: (None, False))
     prot, tables = _built(small, THREE_WAY)
     with pytest.raises(RiskCeilingExceeded, match="no table meeting its figures was found"):
         putative_risk(small.catalog, tables, prot)

@@ -20,12 +20,8 @@ from tablesafe.attacks._reconstruct._constraints import System
 __all__ = ["closest_table", "run_model"]
 
 
-def run_model(lp: Any, *, time_limit: float, max_nodes: int | None, start: Any = None) -> Any:
-    """Solve a HiGHS model silently, on one thread, to a proven optimum or a limit.
-
-    ``start`` (a value per column, feasible) is given to the solver as its
-    first incumbent.
-    """
+def run_model(lp: Any, *, time_limit: float, max_nodes: int | None) -> Any:
+    """Solve a HiGHS model silently, on one thread, to a proven optimum or a limit."""
     h = silent_highs()
     h.setOptionValue("threads", 1)
     h.setOptionValue("random_seed", 0)
@@ -36,13 +32,6 @@ def run_model(lp: Any, *, time_limit: float, max_nodes: int | None, start: Any =
         # A node limit, unlike a time limit, gives the same table on any machine.
         h.setOptionValue("mip_max_nodes", int(max_nodes))
     h.passModel(lp)
-    if start is not None:
-        import highspy
-
-        sol = highspy.HighsSolution()
-        sol.col_value = list(map(float, start))
-        sol.value_valid = True
-        h.setSolution(sol)
     h.run()
     return h
 

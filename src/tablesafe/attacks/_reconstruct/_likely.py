@@ -185,7 +185,7 @@ def likeliest_table(
         the solver found no point in time) and whether it is proven optimal.
     """
     model = Posterior(system, ub0, members, values, likelihood, prior_weight=prior_weight)
-    return model.solve(perturbation, time_limit=time_limit, max_nodes=max_nodes)[:2]
+    return model.solve(perturbation, time_limit=time_limit, max_nodes=max_nodes)
 
 
 class Posterior:
@@ -228,22 +228,17 @@ class Posterior:
         *,
         time_limit: float,
         max_nodes: int | None = None,
-        start: npt.NDArray[np.float64] | None = None,
-    ) -> tuple[npt.NDArray[np.int64] | None, bool, npt.NDArray[np.float64] | None]:
+    ) -> tuple[npt.NDArray[np.int64] | None, bool]:
         """The most probable table with ``perturbation`` added to the cells' costs.
 
         Args:
             perturbation: Costs per full cell (None: none).
             time_limit: Seconds for the solver.
             max_nodes: A branch-and-bound node limit.
-            start: A feasible point of this model (every column, as a
-                solve returned it) to start from: the solver then never
-                returns worse than it, and prunes with its cost.
 
         Returns:
-            ``(table, optimal, columns)``: the full cross-classification
-            (None when no point was found), whether it is proven optimal, and
-            the model's columns (for ``start``).
+            ``(table, optimal)``: the full cross-classification (None when
+            no point was found) and whether it is proven optimal.
         """
         import highspy
 
@@ -252,14 +247,13 @@ class Posterior:
         if perturbation is not None:
             cost[:m] += perturbation[self.system.alive]
         self.lp.col_cost_ = cost
-        h = run_model(self.lp, time_limit=time_limit, max_nodes=max_nodes, start=start)
+        h = run_model(self.lp, time_limit=time_limit, max_nodes=max_nodes)
         if int(h.getInfo().primal_solution_status) != 2:
-            return None, False, None
+            return None, False
         cols = np.asarray(h.getSolution().col_value, dtype=np.float64)
-        x = np.rint(cols[:m]).astype(np.int64)
         full = np.zeros(self.size, dtype=np.int64)
-        full[self.system.alive] = x
-        return full, h.getModelStatus() == highspy.HighsModelStatus.kOptimal, cols
+        full[self.system.alive] = np.rint(cols[:m]).astype(np.int64)
+        return full, h.getModelStatus() == highspy.HighsModelStatus.kOptimal
 
 
 class _Model:
