@@ -15,11 +15,14 @@ Two parts, each printed as a Markdown table for docs/attacks.md:
   files of other seeds, ckm and dp, mean shares;
 * gate: the putative-risk ceiling's cost per request: tables of the demo
   survey asked one after the other, the seconds of each table's own build
-  and of the gate's measure (the component with the table; the figure
-  without it is kept), and their ratio, in the same process.
+  and of the gate's measure as the server runs it (``RiskGate.measure``:
+  the share with the table until it cannot exceed ``--ceiling``, the share
+  without it only for a refusal; a refused table is not published), their
+  ratio and the solves it took, in the same process; with ``--exact`` also
+  the seconds of the exact measure (every solve, no ceiling, no cell limit).
 
 Run: ``.venv/bin/python benchmarks/bench_putative.py [--time-limit 120]
-[--only scores|scale|files|gate]``
+[--only scores|scale|files|gate] [--ceiling 0.02] [--max-cells 600] [--exact]``
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -151,12 +155,17 @@ def files(folder: Path, seeds: list[int]) -> None:
             )
 
 
-def gate(folder: Path, records: int) -> None:
+def gate(folder: Path, records: int, ceiling: float, exact: bool, max_cells: int) -> None:
     import tablesafe as ts
+    from tablesafe._errors import RiskCeilingExceeded
+    from tablesafe.attacks._reconstruct import _likely
     from tablesafe.attacks._reconstruct._risk import putative_risk, table_columns
     from tablesafe.server._risk_gate import RiskGate
 
-    print(f"\n### The putative-risk ceiling's cost per request, demo survey, {records:,} records\n")
+    print(
+        f"\n### The putative-risk ceiling's cost per request, demo survey, {records:,} records, "
+        f"ceiling {100 * ceiling:g}%, putative_max_cells {max_cells:,}\n"
+    )
     data = Dataset.open(write_demo_data(folder / "gate", records, seed=2026, replicates=4))
     prot = protection_from_options("ckm")
     builder = ts.TableBuilder(data, prot)
@@ -165,26 +174,59 @@ def gate(folder: Path, records: int) -> None:
     asked += all_k_way_requests(data.catalog, variables, 2)
     asked += all_k_way_requests(data.catalog, variables, 3)[:4]
     builder.build(asked[0])  # warm the engine's first query
-    print("| # | table | tables measured | table ms | gate ms | ratio | share % |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
+    # Solves per measure, counted around the posterior's solve.
+    solves = [0]
+    solve = _likely.Posterior.solve
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        solves[0] += 1
+        return solve(self, *args, **kwargs)
+
+    _likely.Posterior.solve = counted  # type: ignore[method-assign]
+    print(
+        "| # | table | tables measured | table ms | gate ms | ratio | solves | share % | "
+        + ("exact ms | exact share % | " if exact else "")
+        + "decision |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if exact else "") + "---|")
     memory = RiskGate()
     ratios = []
     for i, request in enumerate(asked, 1):
         start = time.perf_counter()
         table = builder.build(request)
         t_table = time.perf_counter() - start
-        start = time.perf_counter()
-        # The gate's measure with the table (the one without it is kept from the last).
         members = memory.component(table_columns(data.catalog, request))
-        tables = [memory.tables[r][1] for r in members]
-        risk = putative_risk(data.catalog, [*tables, table], prot)
+        solves[0] = 0
+        start = time.perf_counter()
+        # The gate's measure, as the server runs it (the share without the table only for
+        # a refusal).
+        try:
+            risk = memory.measure(
+                data.catalog, prot, request, table,
+                ceiling=ceiling, min_cell_size=0, max_cells=max_cells,
+            )  # fmt: skip
+            decision, share = ("answered", f"{100 * risk.share:.2f}")
+            share += "" if risk.exact else " (at most)"
+        except RiskCeilingExceeded as e:
+            decision, share = ("refused: " + str(e)[27:60] + "...", "")
         t_gate = time.perf_counter() - start
-        memory.tables[request] = (table_columns(data.catalog, request), table)
+        n_solves = solves[0]
+        more = ""
+        if exact:
+            start = time.perf_counter()
+            tables = [memory.tables[r][1] for r in members]
+            try:
+                full = putative_risk(data.catalog, [*tables, table], prot, max_cells=10**6)
+                more = f"{1000 * (time.perf_counter() - start):.0f} | {100 * full.share:.2f} | "
+            except RiskCeilingExceeded:
+                more = "- | - | "
+        if decision == "answered":
+            memory.tables[request] = (table_columns(data.catalog, request), table)
         ratios.append(t_gate / t_table)
         print(
             f"| {i} | {' x '.join(request.dimensions)} | {len(members) + 1} | "
             f"{1000 * t_table:.0f} | {1000 * t_gate:.0f} | {t_gate / t_table:.1f} | "
-            f"{100 * risk.share:.2f} |",
+            f"{n_solves} | {share} | {more}{decision} |",
             flush=True,
         )
     ratios.sort()
@@ -196,6 +238,13 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=120.0)
     parser.add_argument("--only", choices=("scores", "scale", "files", "gate"), default=None)
     parser.add_argument("--records", type=int, default=10_000, help="gate: demo records")
+    parser.add_argument("--ceiling", type=float, default=0.02, help="gate: the ceiling")
+    parser.add_argument(
+        "--max-cells", type=int, default=600, help="gate: putative_max_cells (the default)"
+    )
+    parser.add_argument(
+        "--exact", action="store_true", help="gate: also time the exact measure (every solve)"
+    )
     args = parser.parse_args()
     # A fixed stand-in secret (a benchmark, not a site).
     os.environ.setdefault("TABLESAFE_SECRET", "benchmark-secret-not-for-production-0000")
@@ -207,7 +256,7 @@ def main() -> None:
         if args.only in (None, "files"):
             files(Path(tmp), list(range(1, 12)))
         if args.only in (None, "gate"):
-            gate(Path(tmp), args.records)
+            gate(Path(tmp), args.records, args.ceiling, args.exact, args.max_cells)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,8 @@ def test_the_ceiling_refuses_a_table_that_raises_the_figure_past_it(small, tmp_p
         assert f"({100 * before:.1f}% without it)" in err["message"]
         # The same request again: the same refusal; a table already published is answered.
         assert error_of(_ask(client, last)) == err
+        with TestClient(create_app(config)) as other:  # another process: nothing measured yet
+            assert error_of(_ask(other, last)) == err
         assert _ask(client, first[0]).content == answered[0].content
         assert _ask(client, fits[0]).status_code == 200
     # A site without the ceiling answers the refused table.

@@ -520,7 +520,7 @@ class RuleSettings(BaseModel):
         "it) above this is refused with RiskCeilingExceeded (none: no ceiling).",
     )
     putative_max_cells: int = Field(
-        2000,
+        600,
         ge=1,
         le=200_000,
         description="The putative-risk ceiling's work limit: the most combinations of "

@@ -70,7 +70,7 @@ TIME_LIMIT = 30.0
 #: The largest full cross-classification the measure lays out (memory).
 MAX_CELLS = 200_000
 #: The default limit on the cells a measure's solves hold (``putative_max_cells``).
-MAX_OPEN_CELLS = 2_000
+MAX_OPEN_CELLS = 600
 
 
 @dataclass(frozen=True)
