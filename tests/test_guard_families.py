@@ -3,7 +3,7 @@
 An atom (codes that belong to the same published sets) is derivable when its
 indicator is a combination of the sets' indicators: here decided by the
 rank of integer matrices (numpy's matrix_rank, an SVD of the whole stack),
-apart from the guard's incremental QR and residuals; its records are the
+apart from the guard's incremental bases and projections; its records are the
 sum of its codes' records.
 """
 
