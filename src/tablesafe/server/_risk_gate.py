@@ -5,15 +5,17 @@ new table is answered, the gate measures the stable claimed uniques
 (:mod:`tablesafe.attacks._reconstruct._risk`: computed from published
 figures and the candidate's own, never from the microdata) of the tables
 already published that share a variable with it, directly or through each
-other (its *connected component*), without and with it. The table is
+other (its *connected component*), with it and without. The table is
 refused with :class:`~tablesafe.RiskCeilingExceeded` when its figure with
 the table is above the ceiling and above the figure without it (a table
 that adds nothing to the guess's confidence is answered, whatever the
 figure). A table already published is answered without a measure.
 
 **Incremental.** Only the component's tables enter the measure; each
-figure is kept per component (the set of its tables), so the figure
-without a table is the one measured when the last table joined.
+measure is kept per component (the set of its tables). The share with the
+table is measured only until it cannot exceed the ceiling (often with no
+solve: :func:`~tablesafe.attacks._reconstruct._risk.risk_bound`); the share
+without it, exactly, only when the share with it is above the ceiling.
 
 **What is published.** The audit log's answered tables for the dataset
 (every key, every replica, jobs too), rebuilt with the site's builder
@@ -22,8 +24,8 @@ answered by another replica counts once its audit row is written.
 
 Limitations: the measure runs outside the state store's transaction, so two
 tables of one component asked at the same instant are each measured
-without the other; a component whose full cross-classification is larger
-than :data:`~tablesafe.attacks._reconstruct._risk.MAX_CELLS` cells is
+without the other; a component whose measure needs more open cells than
+``putative_max_cells``, or finds no table within the node limit, is
 refused, since it cannot be measured.
 """
 
