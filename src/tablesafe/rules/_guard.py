@@ -537,9 +537,11 @@ class SetIndex:
         if family is None:
             family = self._families[key] = Family(tuple(codes))
             self.families_made += 1
-        rows = self.family(context, column)
-        defined = self.defined_as(context)
+        rows = self._contexts.get(context, {}).get(column, [])
+        defined = self._definitions.get(context, [])
         done_rows, done_defined = family.seen
+        if done_rows == len(rows) and done_defined == len(defined):
+            return family  # nothing read since: most families of a check
         full = frozenset(codes)
         members = [row for row in rows[done_rows:] if self._member(row, breakdown, only)]
         whole = [row for row in defined[done_defined:] if self._member(row, breakdown, only)]
