@@ -22,7 +22,12 @@ figure is 0 with the four one-way tables and largest, of the sets measured,
 with all four 3-way tables).
 
 The solves stop at a node limit, not a time limit, so the same tables give
-the same figure on every machine.
+the same figure on every machine. A gate needs only to know whether the
+share exceeds its ceiling: given one, the measure stops as soon as it
+cannot (claims only shrink with each re-solve) and solves nothing when
+:func:`risk_bound`, from the published intervals alone, keeps it under; it
+refuses to solve for more open cells than ``max_cells`` (the site's
+``putative_max_cells``), a count that bounds the work.
 """
 
 from __future__ import annotations
