@@ -148,7 +148,7 @@ class Family:
             return []
         self._build()
         fresh = [s for s in new if s not in self.published]
-        grown = _Extended.of([self], [self.indicators(fresh)], [[float(new[s]) for s in fresh]])
+        grown = _Extended.of([self], [fresh], [[float(new[s]) for s in fresh]])
         basis, records = grown.basis_of(0) if fresh else (self.basis, self.records)
         if np.isnan(records).any():
             return self._counts_known(atoms, new)
@@ -180,9 +180,8 @@ def _build(families: Sequence[Family]) -> None:
     todo = [f for f in families if f._unbuilt]
     for stack in _stacks(todo, [0] * len(todo)).values():
         group = [todo[i] for i in stack]
-        vectors = [f.indicators(f._unbuilt) for f in group]
         values = [[f.sizes.get(s, math.nan) for s in f._unbuilt] for f in group]
-        grown = _Extended.of(group, vectors, values)
+        grown = _Extended.of(group, [f._unbuilt for f in group], values)
         labels = _refine(np.stack([f.labels for f in group]), grown.vectors)
         for i, f in enumerate(group):
             f._take(*grown.basis_of(i))
@@ -240,19 +239,20 @@ class _Extended:
     def of(
         cls,
         families: Sequence[Family],
-        vectors: Sequence[npt.NDArray[np.float64]],
+        sets: Sequence[Sequence[frozenset[Code]]],
         values: Sequence[Sequence[float]],
     ) -> _Extended:
-        """Extend each family's basis by its sets' indicators ``vectors`` of records ``values``."""
+        """Extend each family's basis by the indicators of its ``sets``, of records ``values``."""
         ranks = np.array([f.basis.shape[0] for f in families], dtype=np.intp)
-        n, rank, most = len(families[0].codes), int(ranks.max()), max(len(v) for v in vectors)
+        n, rank, most = len(families[0].codes), int(ranks.max()), max(len(v) for v in sets)
         basis = np.zeros((len(families), rank, n))
         records = np.zeros((len(families), rank))
         stacked = np.zeros((len(families), most, n))
         sizes = np.zeros((len(families), most))
-        for i, (f, v, y) in enumerate(zip(families, vectors, values, strict=True)):
+        for i, (f, v, y) in enumerate(zip(families, sets, values, strict=True)):
             basis[i, : ranks[i]], records[i, : ranks[i]] = f.basis, f.records
-            stacked[i, : len(v)], sizes[i, : len(v)] = v, y
+            f.indicators(v, out=stacked[i])
+            sizes[i, : len(v)] = y
         along = stacked @ basis.transpose(0, 2, 1)
         residual = stacked - along @ basis
         residual -= (residual @ basis.transpose(0, 2, 1)) @ basis
@@ -301,7 +301,7 @@ def derive(tasks: Sequence[Task]) -> list[tuple[Atoms, list[int]]]:
     work = []
     for i, sets in fresh.items():
         family = tasks[i][0]
-        if len(sets) == 1 and not family.indicator(sets[0])[family.covered].any():
+        if len(sets) == 1 and not family.covered[family._where(sets[0])].any():
             # One new set sharing no code with the published ones: the span gains
             # a direction apart from theirs, and the new set is an atom of its own.
             continue
@@ -333,8 +333,7 @@ def _derive(
         [math.nan] * len(sets) if t[2] is None else [float(t[2][s]) for s in sets]
         for t, sets in zip(tasks, news, strict=True)
     ]
-    vectors = [f.indicators(s) for f, s in zip(families, news, strict=True)]
-    grown = _Extended.of(families, vectors, values)
+    grown = _Extended.of(families, news, values)
     out: list[tuple[Atoms, list[int]]] = [([], []) for _ in tasks]
     live = np.flatnonzero(grown.count > 0)  # else the span is the same: nothing new
     if not len(live):
