@@ -81,6 +81,8 @@ WHOLE = "*"
 _GROUPS = 8
 #: Rows kept out of the arrays in size order until there are more (SetIndex._merge).
 _RECENT = 2048
+#: Families derived together first (then twice as many each time, see _families).
+_FIRST_CHUNK = 16
 
 
 def _group_sums(sketches: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
@@ -881,16 +883,19 @@ def _joined(
 def _families(check: _Check, joined: Sequence[tuple[RecordSet, list[_Joined]]]) -> None:
     """Refuse the first set that completes a parent-minus-children difference of 1 .. m-1 records.
 
-    The atoms of every family are derived together (:func:`derive`), then
-    read in the order the sets were checked, so the refusal is the one a
-    check family by family would give.
+    The atoms of the families are derived together (:func:`derive`), in
+    chunks that double (16, 32, 64 families...), and read in the order the
+    sets were checked: the refusal is the one a check family by family would
+    give, and a refusal early in the table leaves the later chunks undone.
     """
-    flat = [j for _, js in joined for j in js]
-    found = iter(derive([(j.family, j.new, j.sized) for j in flat]))
+    flat = [(x, j) for x, js in joined for j in js]
     low = 0 if check.identical_is_near else 1
-    for x, js in joined:
-        for j in js:
-            atoms, counts = next(found)
+    start, size = 0, _FIRST_CHUNK
+    while start < len(flat):
+        chunk = flat[start : start + size]
+        start, size = start + len(chunk), 2 * size
+        found = derive([(j.family, j.new, j.sized) for _, j in chunk])
+        for (x, j), (atoms, counts) in zip(chunk, found, strict=True):
             for atom, n in zip(atoms, counts, strict=True):
                 if n == 0 and publicly_empty({**j.context, j.column: atom}, check.zeros):
                     continue  # the catalog says it is empty: nothing to tell
