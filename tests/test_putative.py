@@ -326,4 +326,59 @@ def test_admin_api_and_audit_command_report_the_putative_block(demo_dir, tmp_pat
     args = ["audit", "reconstruct", "--config", str(served_site), "--dataset", "demo"]
     cli = CliRunner().invoke(get_app(), [*args, "--no-store", "--format", "json"])
     assert cli.exit_code == 0, cli.output
-    assert json.loads(cli.stdout)["putative"] == out["putative"]
+    # The same figures; each block states its own time limit (the API's 30 s, the command's 60).
+    theirs = json.loads(cli.stdout)["putative"]
+    assert (out["putative"]["time_limit"], theirs["time_limit"]) == (30.0, 60.0)
+    assert {**theirs, "time_limit": 30.0} == out["putative"]
+
+
+def test_above_posterior_max_cells_the_best_guess_is_the_l1_closest_table(small, results):
+    # A size rule, not a time rule: more open cells than posterior_max_cells take the L1
+    # model (the posterior's found no table on issue 15's target in 223 s); the block says so.
+    from tablesafe._builder import TableBuilder
+    from tablesafe.attacks._reconstruct import _audit
+    from tablesafe.attacks._reconstruct._closest import closest_table
+    from tablesafe.attacks._reconstruct._constraints import constraint_system
+    from tablesafe.attacks._reconstruct._cross import atoms_of, columns_of, read_truth
+    from tablesafe.attacks._reconstruct._putative import (
+        POSTERIOR_MAX_CELLS,
+        figures,
+        putative_attack,
+        score,
+    )
+
+    default = results["ckm"].putative
+    assert default["objective"] == "posterior"
+    assert default["posterior_max_cells"] == POSTERIOR_MAX_CELLS
+    assert default["time_limit"] == 30.0
+    cat = small.catalog
+    prot = protection_from_options("ckm")
+    bound = _audit._count_requests(cat, all_k_way_requests(cat, list(SIZES), 3))
+    columns = columns_of(cat, bound)
+    cross = read_truth(small, columns, atoms_of(cat, [r.bind(cat) for r in bound], columns))
+    tables, intervals = _audit._publish(
+        TableBuilder(small, prot), bound, prot, min_cell_size=0, small_cell_action="suppress",
+        progress=None,
+    )  # fmt: skip
+    system, ub0 = constraint_system(cat, cross, tables, intervals)
+    open_cells = int(system.alive.size)
+    lik = _audit.likelihood_of(prot)
+
+    def attack(limit: int) -> dict[str, Any]:
+        return putative_attack(
+            cat, cross, tables, intervals, system, ub0, time_limit=30, likelihood=lik,
+            posterior_max_cells=limit,
+        )  # fmt: skip
+
+    at = attack(open_cells)  # the limit itself still takes the posterior
+    assert at["objective"] == "posterior"
+    assert {k: at[k] for k in ("uniques_exact_share", "uniques_precision")} == {
+        k: default[k] for k in ("uniques_exact_share", "uniques_precision")
+    }
+    above = attack(open_cells - 1)
+    assert above["objective"] == "l1" and above["posterior_max_cells"] == open_cells - 1
+    members, values = figures(cat, cross, tables, intervals, system)
+    l1, optimal = closest_table(system, ub0, members, values, time_limit=30)
+    assert l1 is not None and optimal and above["optimal"]
+    for key, value in score(l1, cross.truth).items():
+        assert above[key] == value, key

@@ -13,9 +13,19 @@ knows (HiGHS), with every published cell's interval under the mechanism
   ptable's ``p(j | i)`` for each distinct published figure (a record set
   published twice carries the same noise: one observation) and a log-linear
   prior fitted to the published figures;
-* otherwise (record-level drop/add-up-to-q, which has no ptable) the table
-  closest in L1 to the published figures (:mod:`._closest`), the Census
-  Bureau's objective.
+* otherwise (record-level drop/add-up-to-q, which has no ptable), and when
+  more than :data:`POSTERIOR_MAX_CELLS` full cells can hold records, the
+  table closest in L1 to the published figures (:mod:`._closest`), the
+  Census Bureau's objective.
+
+The posterior's model is far larger than the L1 model (a binary per true
+count each figure allows, 13 prior steps per cell): on issue 15's target
+(8,352 open cells, every 2-way table of 6 demo variables) HiGHS spent 223 s
+of a 120 s time limit at its root node and found no table, where the L1
+model was proven closest in 117 s (docs/attacks.md, "How far the best guess
+scales"). The choice depends on the published tables only, never on time;
+the block states it (``objective``, ``posterior_max_cells``) and the time
+limit (``time_limit``; ``optimal`` false when it stopped the solve).
 
 The guess is scored against the truth (cells, records and sample uniques
 reconstructed exactly; the precision of the uniques it claims), next to a
@@ -40,6 +50,9 @@ from tablesafe.attacks._reconstruct._likely import Likelihood, likeliest_table
 from tablesafe.attacks._reconstruct._ranked import ranked_precision
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.output._table import ProtectedTable
+
+#: Above this many full cells that can hold records the best guess is the L1-closest table.
+POSTERIOR_MAX_CELLS = 2_000
 
 _Intervals = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]
 
@@ -138,6 +151,7 @@ def putative_attack(
     time_limit: float,
     ranked: int = 0,
     likelihood: Callable[[int], Likelihood] | None = None,
+    posterior_max_cells: int = POSTERIOR_MAX_CELLS,
 ) -> dict[str, Any]:
     """The putative reconstruction's scores, its baseline's, and (optionally) the ranked one's.
 
@@ -154,15 +168,24 @@ def putative_attack(
             (0: none).
         likelihood: The mechanism's ``log p(j | i)`` for published values up
             to a given one; ``None`` for the L1-closest table.
+        posterior_max_cells: Above this many full cells that can hold
+            records, the L1-closest table even with a ``likelihood``.
 
     Returns:
         The ``putative`` block: ``objective`` (``posterior`` or ``l1``),
-        ``optimal``, ``base_rate`` (share of cells holding a sample unique),
-        the shares of :func:`score`, and ``baseline`` (the same for
-        :func:`independence_guess`); with ``ranked`` > 0, ``ranked_precision``.
+        ``posterior_max_cells``, ``time_limit`` (seconds), ``optimal``
+        (false: the time limit stopped the solve), ``base_rate`` (share of
+        cells holding a sample unique), the shares of :func:`score`, and
+        ``baseline`` (the same for :func:`independence_guess`); with
+        ``ranked`` > 0, ``ranked_precision``.
     """
     members, values = figures(catalog, cross, tables, intervals, system)
-    lik = likelihood(int(values.max(initial=0.0))) if likelihood is not None else None
+    too_large = int(system.alive.size) > posterior_max_cells
+    lik = (
+        likelihood(int(values.max(initial=0.0)))
+        if likelihood is not None and not too_large
+        else None
+    )
 
     def solve(
         limit: float, perturbation: npt.NDArray[np.float64] | None = None
@@ -180,6 +203,8 @@ def putative_attack(
     truth = cross.truth
     out: dict[str, Any] = {
         "objective": "l1" if lik is None else "posterior",
+        "posterior_max_cells": posterior_max_cells,
+        "time_limit": float(time_limit),
         "optimal": optimal,
         "figures": int(values.size),
         "base_rate": round(float((truth == 1).mean()) if truth.size else 0.0, 6),
