@@ -140,6 +140,29 @@ def score(guess: npt.NDArray[np.int64], truth: npt.NDArray[np.int64]) -> dict[st
     }
 
 
+def _solver(
+    system: System,
+    ub0: npt.NDArray[np.float64],
+    members: Sequence[npt.NDArray[np.int64]],
+    values: npt.NDArray[np.float64],
+    lik: Likelihood | None,
+) -> Callable[..., tuple[npt.NDArray[np.int64] | None, bool]]:
+    """The best guess's solve with a time limit and perturbed costs: L1 or most probable."""
+
+    def solve(
+        limit: float, perturbation: npt.NDArray[np.float64] | None = None
+    ) -> tuple[npt.NDArray[np.int64] | None, bool]:
+        if lik is None:
+            return closest_table(
+                system, ub0, members, values, time_limit=limit, perturbation=perturbation
+            )
+        return likeliest_table(
+            system, ub0, members, values, lik, time_limit=limit, perturbation=perturbation
+        )
+
+    return solve
+
+
 def putative_attack(
     catalog: Catalog,
     cross: Cross,
@@ -186,18 +209,7 @@ def putative_attack(
         if likelihood is not None and not too_large
         else None
     )
-
-    def solve(
-        limit: float, perturbation: npt.NDArray[np.float64] | None = None
-    ) -> tuple[npt.NDArray[np.int64] | None, bool]:
-        if lik is None:
-            return closest_table(
-                system, ub0, members, values, time_limit=limit, perturbation=perturbation
-            )
-        return likeliest_table(
-            system, ub0, members, values, lik, time_limit=limit, perturbation=perturbation
-        )
-
+    solve = _solver(system, ub0, members, values, lik)
     start = time.monotonic()
     guess, optimal = solve(time_limit)
     truth = cross.truth
