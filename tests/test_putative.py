@@ -216,11 +216,7 @@ def test_a_figure_published_twice_is_one_observation():
 def test_the_best_guess_under_ckm_finds_the_uniques_the_l1_attack_found(small, results):
     # Issue 28's done-when: at least the L1 attack's 41% of sample uniques at 50% precision
     # (within a few points), here against the same file's L1-closest table too.
-    from tablesafe._builder import TableBuilder
-    from tablesafe.attacks._reconstruct import _audit
     from tablesafe.attacks._reconstruct._closest import closest_table
-    from tablesafe.attacks._reconstruct._constraints import constraint_system
-    from tablesafe.attacks._reconstruct._cross import atoms_of, columns_of, read_truth
     from tablesafe.attacks._reconstruct._putative import figures, score
 
     guess = results["ckm"].putative
@@ -228,15 +224,7 @@ def test_the_best_guess_under_ckm_finds_the_uniques_the_l1_attack_found(small, r
     assert guess["uniques_exact_share"] >= 0.38
     assert guess["uniques_precision"] >= 0.47
     cat = small.catalog
-    prot = protection_from_options("ckm")
-    bound = _audit._count_requests(cat, all_k_way_requests(cat, list(SIZES), 3))
-    columns = columns_of(cat, bound)
-    cross = read_truth(small, columns, atoms_of(cat, [r.bind(cat) for r in bound], columns))
-    tables, intervals = _audit._publish(
-        TableBuilder(small, prot), bound, prot, min_cell_size=0, small_cell_action="suppress",
-        progress=None,
-    )  # fmt: skip
-    system, ub0 = constraint_system(cat, cross, tables, intervals)
+    _, cross, tables, intervals, system, ub0 = _ckm_three_way(small)
     members, values = figures(cat, cross, tables, intervals, system)
     l1, _ = closest_table(system, ub0, members, values, time_limit=30)
     assert l1 is not None
@@ -335,11 +323,8 @@ def test_admin_api_and_audit_command_report_the_putative_block(demo_dir, tmp_pat
 def test_above_posterior_max_cells_the_best_guess_is_the_l1_closest_table(small, results):
     # A size rule, not a time rule: more open cells than posterior_max_cells take the L1
     # model (the posterior's found no table on issue 15's target in 223 s); the block says so.
-    from tablesafe._builder import TableBuilder
     from tablesafe.attacks._reconstruct import _audit
     from tablesafe.attacks._reconstruct._closest import closest_table
-    from tablesafe.attacks._reconstruct._constraints import constraint_system
-    from tablesafe.attacks._reconstruct._cross import atoms_of, columns_of, read_truth
     from tablesafe.attacks._reconstruct._putative import (
         POSTERIOR_MAX_CELLS,
         figures,
@@ -352,15 +337,7 @@ def test_above_posterior_max_cells_the_best_guess_is_the_l1_closest_table(small,
     assert default["posterior_max_cells"] == POSTERIOR_MAX_CELLS
     assert default["time_limit"] == 30.0
     cat = small.catalog
-    prot = protection_from_options("ckm")
-    bound = _audit._count_requests(cat, all_k_way_requests(cat, list(SIZES), 3))
-    columns = columns_of(cat, bound)
-    cross = read_truth(small, columns, atoms_of(cat, [r.bind(cat) for r in bound], columns))
-    tables, intervals = _audit._publish(
-        TableBuilder(small, prot), bound, prot, min_cell_size=0, small_cell_action="suppress",
-        progress=None,
-    )  # fmt: skip
-    system, ub0 = constraint_system(cat, cross, tables, intervals)
+    prot, cross, tables, intervals, system, ub0 = _ckm_three_way(small)
     open_cells = int(system.alive.size)
     lik = _audit.likelihood_of(prot)
 
@@ -382,3 +359,23 @@ def test_above_posterior_max_cells_the_best_guess_is_the_l1_closest_table(small,
     assert l1 is not None and optimal and above["optimal"]
     for key, value in score(l1, cross.truth).items():
         assert above[key] == value, key
+
+
+def _ckm_three_way(small):
+    """The 300-record file's four 3-way tables under ckm, as the audit reads them."""
+    from tablesafe._builder import TableBuilder
+    from tablesafe.attacks._reconstruct import _audit
+    from tablesafe.attacks._reconstruct._constraints import constraint_system
+    from tablesafe.attacks._reconstruct._cross import atoms_of, columns_of, read_truth
+
+    cat = small.catalog
+    prot = protection_from_options("ckm")
+    bound = _audit._count_requests(cat, all_k_way_requests(cat, list(SIZES), 3))
+    columns = columns_of(cat, bound)
+    cross = read_truth(small, columns, atoms_of(cat, [r.bind(cat) for r in bound], columns))
+    tables, intervals = _audit._publish(
+        TableBuilder(small, prot), bound, prot, min_cell_size=0, small_cell_action="suppress",
+        progress=None,
+    )  # fmt: skip
+    system, ub0 = constraint_system(cat, cross, tables, intervals)
+    return prot, cross, tables, intervals, system, ub0
