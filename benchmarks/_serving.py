@@ -384,11 +384,7 @@ def replicas_benchmark(site_text: str, pool: list[dict], clients: int, seconds: 
                         result["guard"] = _guard_times(processes[:n], stats[:n])
                         results[n].append(result)
             finally:
-                for process in processes:
-                    process.terminate()
-                    process.wait(timeout=60)
-                    assert process.stdout is not None
-                    process.stdout.close()
+                _stop(processes)
     finally:
         cluster.stop()
     _report_replicas(results, clients, seconds, rounds)
@@ -476,11 +472,7 @@ def configurations_benchmark(site_text: str, pool: list[dict], clients: int, sec
                             _report_configuration(name, n, r, out, cores, times)
             finally:
                 for replicas, _ in groups:
-                    for process, _ in replicas:
-                        process.terminate()
-                        process.wait(timeout=60)
-                        assert process.stdout is not None
-                        process.stdout.close()
+                    _stop([process for process, _ in replicas])
     finally:
         cluster.stop()
     for name in names:
@@ -505,3 +497,12 @@ def _report_configuration(
           f"cores: replicas {cores['replicas']:.2f}, postgres {cores['postgres']:.2f}, other "
           f"{cores['other']:.2f}; per table: lock wait {mean('wait db'):.1f} ms, held "
           f"{mean('held'):.1f} ms", flush=True)  # fmt: skip
+
+
+def _stop(processes: Any) -> None:
+    """Stop replica processes and close their output."""
+    for process in processes:
+        process.terminate()
+        process.wait(timeout=60)
+        assert process.stdout is not None
+        process.stdout.close()
