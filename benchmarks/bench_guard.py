@@ -21,7 +21,7 @@ thread CPU time spent in the guard's steps (the candidate search, the pairs,
 the families, their folds, their atoms and counts, the exact intersections)
 the privacy ledger's check and catch-up, the state store's reads and writes, and in the
 collector: what docs/benchmarks.md calls profiles of the slowest checks. With
-``--functions``, it prints the probes' guard transactions by function (cProfile).
+``--functions``, it prints the 10 slowest guard transactions by function (cProfile).
 
 Usage: python benchmarks/bench_guard.py [--records 200000] [--stored 100000] [--probe 300]
        [--tables 10000] [--small-records 20000] [--part 1|2|both] [--profile] [--keep DIR]
@@ -147,6 +147,9 @@ STEPS = [
     ("SetIndex", "_merge"),
     ("rules", "_pairs"),
     ("rules", "_families"),
+    ("rules", "_joined"),
+    ("rules", "_members"),
+    ("SetIndex", "children_columns"),
     ("SetIndex", "near"),
     ("SetIndex", "near_many"),
     ("SetIndex", "family_state"),
@@ -242,19 +245,24 @@ def part1(
         cpu: list[float] = []  # the thread's CPU time: what a busy machine does not inflate
         inner = svc._guard
 
-        functions: cProfile.Profile | None = None  # set for the probes with --functions
+        # With --functions: each probe's profile, kept with its CPU time.
+        functions: list[tuple[float, cProfile.Profile]] | None = None
 
         def timed(*args: Any) -> None:
             t, c = time.perf_counter(), time.thread_time()
+            profiler = None
             if functions is not None:
-                functions.enable()
+                profiler = cProfile.Profile(time.thread_time)
+                profiler.enable()
             try:
                 inner(*args)
             finally:
-                if functions is not None:
-                    functions.disable()
+                if profiler is not None:
+                    profiler.disable()
                 times.append(time.perf_counter() - t)
                 cpu.append(time.thread_time() - c)
+                if functions is not None and profiler is not None:
+                    functions.append((cpu[-1], profiler))
 
         svc._guard = timed  # type: ignore[method-assign]
         asked = 0
@@ -297,7 +305,7 @@ def part1(
         cpu.clear()
         clock = StepClock() if profile else None
         if by_function:
-            functions = cProfile.Profile(time.thread_time)
+            functions = []
         refused = 0
         for body in probes:
             refused += ask(svc, body, "probe") is None
@@ -310,7 +318,8 @@ def part1(
     print(
         f"guard check, {len(times)} requests with {have:,} stored sets: p50 {1000 * q[49]:.1f} ms, "
         f"p99 {1000 * q[98]:.1f} ms, max {1000 * max(times):.1f} ms ({refused} refused); "
-        f"CPU time p50 {1000 * qc[49]:.1f} ms, p99 {1000 * qc[98]:.1f} ms"
+        f"CPU time p50 {1000 * qc[49]:.1f} ms, p99 {1000 * qc[98]:.1f} ms, "
+        f"mean {1000 * statistics.fmean(cpu):.1f} ms"
     )
     print(
         f"baseline (building the table and its record sets, no guard): p50 {1000 * b50:.1f} ms; "
@@ -319,9 +328,11 @@ def part1(
     )
     if clock is not None:
         clock.report()
-    if functions is not None:
-        print("the probes' guard transactions by function (cProfile, thread CPU time):")
-        pstats.Stats(functions).sort_stats("tottime").print_stats(25)
+    if functions:
+        slowest = [p for _, p in sorted(functions, key=lambda f: -f[0])[:10]]
+        print("the 10 slowest guard transactions by function (cProfile, thread CPU time):")
+        pstats.Stats(*slowest).sort_stats("tottime").print_stats(30)
+        pstats.Stats(*slowest).sort_stats("cumulative").print_stats(30)
 
 
 def part2(records: int, tables: int) -> None:

@@ -127,12 +127,33 @@ def canonical(
 
 
 @functools.lru_cache(maxsize=1 << 16)
+def _pair_text(column: str, codes: tuple[Code, ...]) -> str:
+    """One condition of a definition as JSON: ``[column, [codes]]``."""
+    return json.dumps([column, list(codes)], separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=1 << 16)
 def definition_text(definition: Definition) -> str:
     """A definition as JSON (typed codes): what is stored and compared.
 
-    Memoised: one check writes the same few contexts thousands of times.
+    Written condition by condition (:func:`_pair_text`, the same bytes as the
+    whole list through ``json.dumps``) and memoised: one check writes the
+    same few contexts thousands of times.
     """
-    return json.dumps([[c, list(v)] for c, v in definition], separators=(",", ":"))
+    return "[" + ",".join([_pair_text(c, v) for c, v in definition]) + "]"
+
+
+def context_texts(definition: Definition) -> list[tuple[str, str]]:
+    """Per column of ``definition``: the text of the definition without that column.
+
+    The contexts of the families a set belongs to (one per column it is
+    defined on), joined from the conditions' texts: no JSON written twice.
+    """
+    pieces = [_pair_text(c, v) for c, v in definition]
+    return [
+        (c, "[" + ",".join(pieces[:i] + pieces[i + 1 :]) + "]")
+        for i, (c, _) in enumerate(definition)
+    ]
 
 
 def parse_definition(text: str) -> Definition:
@@ -366,6 +387,9 @@ class SetIndex:
     _published_by_key: dict[tuple[bytes, str, str], set[str]] = field(default_factory=dict)
     _contexts: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     _definitions: dict[str, list[int]] = field(default_factory=dict)
+    # The same rows by breakdown column too: a family's members, listed as read.
+    _in_family: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
+    _defined_by: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     _codes: dict[tuple[Code, ...], tuple[Code, ...]] = field(default_factory=dict)
     _families: dict[tuple[str, str, str, str | None], Family] = field(default_factory=dict)
     _keys: dict[str, str] = field(default_factory=dict)
@@ -401,9 +425,12 @@ class SetIndex:
             self.keys.append(self._keys.setdefault(key_id, key_id))
             text = s.text
             self._definitions.setdefault(text, []).append(row)
-            for column, _codes in s.definition:
-                ctx = definition_text(tuple(p for p in s.definition if p[0] != column))
+            for w in s.columns:
+                self._defined_by.setdefault((text, w), []).append(row)
+            for column, ctx in context_texts(definition):
                 self._contexts.setdefault(ctx, {}).setdefault(column, []).append(row)
+                for w in s.columns:
+                    self._in_family.setdefault((ctx, column, w), []).append(row)
         self._grow(start + len(new))
         sizes = np.array([s.size for _, _, s in new], dtype=np.int64)
         # (the sketches come from the new rows, the stored sets no longer have them)
@@ -525,6 +552,13 @@ class SetIndex:
         self._flush()
         return self._definitions.get(text, [])
 
+    def available(self, context: str, column: str, breakdown: str) -> int:
+        """How many rows a family's members come from (of any key): at least its members."""
+        self._flush()
+        return len(self._in_family.get((context, column, breakdown), ())) + len(
+            self._defined_by.get((context, breakdown), ())
+        )
+
     def family_state(
         self, context: str, column: str, breakdown: str, only: str | None, codes: Sequence[Code]
     ) -> Family:
@@ -539,14 +573,16 @@ class SetIndex:
         if family is None:
             family = self._families[key] = Family(tuple(codes))
             self.families_made += 1
-        rows = self._contexts.get(context, {}).get(column, [])
-        defined = self._definitions.get(context, [])
+        rows = self._in_family.get((context, column, breakdown), [])
+        defined = self._defined_by.get((context, breakdown), [])
         done_rows, done_defined = family.seen
         if done_rows == len(rows) and done_defined == len(defined):
             return family  # nothing read since: most families of a check
         full = frozenset(codes)
-        members = [row for row in rows[done_rows:] if self._member(row, breakdown, only)]
-        whole = [row for row in defined[done_defined:] if self._member(row, breakdown, only)]
+        members, whole = rows[done_rows:], defined[done_defined:]
+        if only is not None:
+            members = [row for row in members if self.keys[row] == only]
+            whole = [row for row in whole if self.keys[row] == only]
         family.add_many(
             [self._code_set(self.sets[row], column, full) for row in members] + [full] * len(whole),
             [self.sets[row].size for row in (*members, *whole)],
@@ -567,9 +603,6 @@ class SetIndex:
                     frozen = self._frozen[codes] = frozenset(codes)
                 return frozen
         return full
-
-    def _member(self, row: int, breakdown: str, only: str | None) -> bool:
-        return breakdown in self.sets[row].columns and (only is None or self.keys[row] == only)
 
     def children_columns(self, text: str) -> set[str]:
         """Columns along which rows refine definition ``text`` (its children)."""
@@ -652,10 +685,48 @@ def dataset_identity(engine: Engine, dataset: Dataset) -> str:
 IDENTICAL_IS_NEAR = True
 
 
+@dataclass
+class _TableSets:
+    """The new table's record sets by definition and by context (what :func:`_joined` reads).
+
+    Per context and column, the sets defined as the context plus a condition
+    on the column, with the codes they allow there; per definition, the sets
+    defined so (a family's whole sets).
+    """
+
+    contexts: dict[str, dict[str, list[tuple[frozenset[Code], RecordSet]]]]
+    definitions: dict[str, list[RecordSet]]
+
+    @classmethod
+    def of(cls, sets: Sequence[RecordSet]) -> _TableSets:
+        contexts: dict[str, dict[str, list[tuple[frozenset[Code], RecordSet]]]] = {}
+        definitions: dict[str, list[RecordSet]] = {}
+        for s in sets:
+            definitions.setdefault(s.text, []).append(s)
+            for (column, ctx), (_, codes) in zip(
+                context_texts(s.definition), s.definition, strict=True
+            ):
+                contexts.setdefault(ctx, {}).setdefault(column, []).append((frozenset(codes), s))
+        return cls(contexts, definitions)
+
+    def children_columns(self, text: str) -> Iterable[str]:
+        """Columns along which sets of the table refine definition ``text``."""
+        return self.contexts.get(text, {}).keys()
+
+    def members(
+        self, context: str, column: str, full: Sequence[Code]
+    ) -> list[tuple[frozenset[Code], RecordSet]]:
+        """Sets defined as ``context`` plus any condition on ``column``, with their codes there."""
+        whole = frozenset(full)
+        return self.contexts.get(context, {}).get(column, []) + [
+            (whole, s) for s in self.definitions.get(context, [])
+        ]
+
+
 @dataclass(frozen=True)
 class _Check:
     index: SetIndex
-    table: SetIndex
+    table: _TableSets
     key_id: str
     only: str | None
     m: int
@@ -706,10 +777,8 @@ def guard_check(
     if identical_is_near is None:
         identical_is_near = IDENTICAL_IS_NEAR
     only = key_id if rules.sliver_scope == SliverScope.KEY else None
-    table = SetIndex(buckets=index.buckets)
-    table.add((i + 1, key_id, s) for i, s in enumerate(sets))
     check = _Check(
-        index, table, key_id, only, rules.sliver_min_difference, counts, all_codes,
+        index, _TableSets.of(sets), key_id, only, rules.sliver_min_difference, counts, all_codes,
         identical_is_near,
         zeros,
     )  # fmt: skip
@@ -812,27 +881,6 @@ def _near_identical(check: _Check, x: RecordSet, y: RecordSet) -> bool:
     return not same_records_publicly(x.definition, y.definition, check.zeros, check.all_codes)
 
 
-def _codes_on(s: RecordSet, column: str, full: Sequence[Code]) -> frozenset[Code]:
-    for c, codes in s.definition:
-        if c == column:
-            return frozenset(codes)
-    return frozenset(full)
-
-
-def _members(
-    check: _Check, where: SetIndex, context: str, column: str, full: Sequence[Code], own: bool
-) -> list[tuple[frozenset[Code], frozenset[str], int]]:
-    """Sets of ``where`` defined as ``context`` plus any condition on ``column``, with sizes."""
-    rows = where.family(context, column) + where.defined_as(context)
-    out = []
-    for row in rows:
-        if not own and check.only is not None and where.keys[row] != check.only:
-            continue
-        s = where.sets[row]
-        out.append((_codes_on(s, column, full), s.columns, s.size))
-    return out
-
-
 @dataclass
 class _Joined:
     """A family a new set joins: its new code sets (with their sizes) and where it is."""
@@ -852,31 +900,34 @@ def _joined(
 ) -> list[_Joined]:
     """The published families ``x`` joins that a difference could cut (not yet seen)."""
     text = x.text
-    defined = {c for c, _ in x.definition}
-    columns = defined | check.index.children_columns(text) | check.table.children_columns(text)
+    # Per column, the context of the family along it: x's definition without the
+    # column, or all of it for a column x is refined along (x is a whole set there).
+    contexts = dict(context_texts(x.definition))
+    for column in (*check.index.children_columns(text), *check.table.children_columns(text)):
+        contexts.setdefault(column, text)
     out = []
-    for column in sorted(columns):
+    for column in sorted(contexts):
         full = check.all_codes.get(column)
         if full is None:
             continue
-        context = tuple(p for p in x.definition if p[0] != column)
-        ctx_text = definition_text(context)
+        ctx_text = contexts[column]
         ws = [w for w in sorted(compare) if (ctx_text, column, w) not in seen]
         if not ws:
             continue  # this family was checked for this table already
         if not check.index.family(ctx_text, column) and not check.index.defined_as(ctx_text):
             continue  # nothing published in this context: no family to join (none is made)
-        new_all = _members(check, check.table, ctx_text, column, full, own=True)
+        new_all = check.table.members(ctx_text, column, full)
         for w in ws:
             seen.add((ctx_text, column, w))
-            sized = {codes: size for codes, cols, size in new_all if w in cols}
-            new = [codes for codes, cols, _ in new_all if w in cols]
-            if not new:
-                continue
+            sized = {codes: y.size for codes, y in new_all if w in y.columns}
+            new = [codes for codes, y in new_all if w in y.columns]
+            if not new or check.index.available(ctx_text, column, w) + len(new) < 3:
+                continue  # (a family's members are at most the rows it comes from)
             family = check.index.family_state(ctx_text, column, w, check.only, full)
             if family.members + len(new) < 3:
                 continue
-            out.append(_Joined(family, new, sized, {c: frozenset(v) for c, v in context}, column))
+            context = {c: frozenset(v) for c, v in x.definition if c != column}
+            out.append(_Joined(family, new, sized, context, column))
     return out
 
 

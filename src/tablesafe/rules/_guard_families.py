@@ -79,9 +79,10 @@ class Family:
         self.covered = np.zeros(n, dtype=bool)
         # Families of one column share its code positions and the positions of
         # each code set seen: indicators are built without a loop over codes.
-        self._pos, self._positions = _COLUMN_POSITIONS.setdefault(
-            self.codes, ({c: j for j, c in enumerate(self.codes)}, {})
-        )
+        shared = _COLUMN_POSITIONS.get(self.codes)
+        if shared is None:
+            shared = _COLUMN_POSITIONS[self.codes] = ({c: j for j, c in enumerate(self.codes)}, {})
+        self._pos, self._positions = shared
         self._unbuilt: list[frozenset[Code]] = []
 
     def _where(self, codes: frozenset[Code]) -> npt.NDArray[np.intp]:
