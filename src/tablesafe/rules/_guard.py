@@ -803,9 +803,15 @@ def guard_check(
             refusal = e  # after the families of the sets before it, as if checked in turn
             break
         joined.append((x, _joined(check, x, columns, seen_families)))
-    _families(check, joined)
-    if refusal is not None:
-        raise refusal
+    try:
+        _families(check, joined)
+        if refusal is not None:
+            raise refusal
+    finally:
+        # A traceback holds this frame: without its reference to the pairs' error
+        # the two make no cycle, and the table's objects go when the error does
+        # (not at a full collection, nor never once the store has frozen them).
+        refusal = None
     return fresh
 
 
