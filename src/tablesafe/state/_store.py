@@ -43,8 +43,8 @@ from tablesafe.state._rates import MINUTE_MS, minute_and_rest
 
 __all__ = ["GuardTransaction", "Sql", "StateStore"]
 
-#: Sets added to the guard's indexes after which the collector is told they stay.
-_FREEZE_AFTER = 10_000
+#: Sets and families added to the guard's indexes after which the collector is told they stay.
+_FREEZE_AFTER = 1_000
 
 #: One request counted in a bucket unless the limit is reached, in one statement:
 #: ``previous_weight`` of the previous minute's counter, plus this minute's, below the limit.
@@ -399,9 +399,12 @@ class StateStore(ABC):
         The sets live as long as the process. Python's full collection walked
         100,000 of them in 0.3 to 1.5 s, a request's worth of latency now and
         then (docs/benchmarks.md); frozen, the collector no longer walks them.
-        Not more often: after each freeze the collector counts its old
-        generation afresh and runs full passes sooner (every 1,000 sets, the
-        check's median rose from 4.3 to 6.2 ms).
+        Every 1,000 and not 10,000: a full collection walks what was added
+        since the last freeze; in ``benchmarks/bench_guard.py``'s probes the
+        full collections took 60 to 95 ms at 10,000, none ran at 1,000
+        (docs/benchmarks.md). The price: a freeze also keeps whatever cyclic
+        garbage requests under way hold (about 25 objects a freeze through
+        the HTTP app), under 1% of what the index keeps for the same tables.
         """
         with self._shards_lock:
             self._unfrozen += rows
