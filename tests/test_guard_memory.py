@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import gc
 
+import numpy as np
 import pytest
 
 import tablesafe.state._store as store_module
 from tablesafe._errors import RefusedError
+from tablesafe._settings import RuleSettings
+from tablesafe.rules._guard import RecordSet, SetIndex, guard_check
 from tablesafe.state import SQLiteState
-from test_guard import _store_set
+from test_guard import _Counting, _store_set, _synthetic
 
 
 def test_rows_read_by_a_refused_check_count_towards_the_freeze(tmp_path, monkeypatch):
@@ -58,3 +61,27 @@ def test_families_a_check_makes_count_towards_the_freeze(tmp_path, monkeypatch):
     finally:
         gc.unfreeze()
         state.close()
+
+
+def test_a_refused_check_leaves_no_cycle_for_the_collector():
+    """A refusal found among the pairs is raised after the families are checked; the check's
+    frame held it while its traceback held the frame: a cycle that kept the table's objects
+    until a full collection, or for good once the store froze them."""
+    rng = np.random.default_rng(7)
+    keys = rng.integers(0, 2**32, size=1_000, dtype=np.int64)
+    members = {"old": set(range(100)), "near": set(range(3, 100)) | {500}}
+    index = SetIndex()
+    index.add([(1, "k", _synthetic("old", members["old"], keys))])
+    rules = RuleSettings.model_validate({"sliver_min_difference": 10})
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        with pytest.raises(RefusedError, match="fewer than 10 records"):
+            guard_check(index, [_synthetic("near", members["near"], keys)], key_id="k",
+                        rules=rules, counts=_Counting(members), all_codes={})  # fmt: skip
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, RecordSet | RefusedError)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert left == []
