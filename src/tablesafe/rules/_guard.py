@@ -238,9 +238,9 @@ class RecordSet:
     ancestors: frozenset[bytes] = frozenset()
     label: str = ""
 
-    @property
+    @functools.cached_property
     def text(self) -> str:
-        """The definition as stored (:func:`definition_text`)."""
+        """The definition as stored (:func:`definition_text`), written once per set."""
         return definition_text(self.definition)
 
 
@@ -547,6 +547,11 @@ class SetIndex:
         self._flush()
         return self._contexts.get(context, {}).get(column, [])
 
+    def publishes(self, context: str, column: str) -> bool:
+        """Whether a row is defined as ``context``, or as it plus a condition on ``column``."""
+        self._flush()
+        return column in self._contexts.get(context, ()) or context in self._definitions
+
     def defined_as(self, text: str) -> list[int]:
         """Rows whose definition is ``text``."""
         self._flush()
@@ -696,6 +701,7 @@ class _TableSets:
 
     contexts: dict[str, dict[str, list[tuple[frozenset[Code], RecordSet]]]]
     definitions: dict[str, list[RecordSet]]
+    _every: dict[str, frozenset[Code]] = field(default_factory=dict)  # per column, all its codes
 
     @classmethod
     def of(cls, sets: Sequence[RecordSet]) -> _TableSets:
@@ -717,10 +723,14 @@ class _TableSets:
         self, context: str, column: str, full: Sequence[Code]
     ) -> list[tuple[frozenset[Code], RecordSet]]:
         """Sets defined as ``context`` plus any condition on ``column``, with their codes there."""
-        whole = frozenset(full)
-        return self.contexts.get(context, {}).get(column, []) + [
-            (whole, s) for s in self.definitions.get(context, [])
-        ]
+        found = self.contexts.get(context, {}).get(column, [])
+        defined = self.definitions.get(context)
+        if not defined:
+            return found
+        whole = self._every.get(column)
+        if whole is None:
+            whole = self._every[column] = frozenset(full)
+        return found + [(whole, s) for s in defined]
 
 
 @dataclass(frozen=True)
@@ -894,8 +904,14 @@ class _Joined:
     family: Family
     new: list[frozenset[Code]]
     sized: dict[frozenset[Code], int]
-    context: dict[str, frozenset[Code]]
+    definition: Definition  # of the set that joins it: the context is the rest of it
     column: str
+
+    def box(self, atom: frozenset[Code]) -> dict[str, frozenset[Code]]:
+        """The records of ``atom`` in the family's context, as a box."""
+        box = {c: frozenset(v) for c, v in self.definition if c != self.column}
+        box[self.column] = atom
+        return box
 
 
 def _joined(
@@ -912,15 +928,16 @@ def _joined(
     for column in (*check.index.children_columns(text), *check.table.children_columns(text)):
         contexts.setdefault(column, text)
     out = []
+    breakdowns = sorted(compare)
     for column in sorted(contexts):
         full = check.all_codes.get(column)
         if full is None:
             continue
         ctx_text = contexts[column]
-        ws = [w for w in sorted(compare) if (ctx_text, column, w) not in seen]
+        ws = [w for w in breakdowns if (ctx_text, column, w) not in seen]
         if not ws:
             continue  # this family was checked for this table already
-        if not check.index.family(ctx_text, column) and not check.index.defined_as(ctx_text):
+        if not check.index.publishes(ctx_text, column):
             continue  # nothing published in this context: no family to join (none is made)
         new_all = check.table.members(ctx_text, column, full)
         for w in ws:
@@ -932,8 +949,7 @@ def _joined(
             family = check.index.family_state(ctx_text, column, w, check.only, full)
             if family.members + len(new) < 3:
                 continue
-            context = {c: frozenset(v) for c, v in x.definition if c != column}
-            out.append(_Joined(family, new, sized, context, column))
+            out.append(_Joined(family, new, sized, x.definition, column))
     return out
 
 
@@ -954,7 +970,7 @@ def _families(check: _Check, joined: Sequence[tuple[RecordSet, list[_Joined]]]) 
         found = derive([(j.family, j.new, j.sized) for _, j in chunk])
         for (x, j), (atoms, counts) in zip(chunk, found, strict=True):
             for atom, n in zip(atoms, counts, strict=True):
-                if n == 0 and publicly_empty({**j.context, j.column: atom}, check.zeros):
+                if n == 0 and publicly_empty(j.box(atom), check.zeros):
                     continue  # the catalog says it is empty: nothing to tell
                 if low <= n < check.m:
                     raise RefusedError(

@@ -85,6 +85,11 @@ class Family:
         self._pos, self._positions = shared
         self._unbuilt: list[frozenset[Code]] = []
 
+    @property
+    def full(self) -> bool:
+        """Whether the built basis spans every code: each code's records are published."""
+        return bool(self.basis.shape[0] == len(self.codes))
+
     def _where(self, codes: frozenset[Code]) -> npt.NDArray[np.intp]:
         where = self._positions.get(codes)
         if where is None:
@@ -295,6 +300,8 @@ def derive(tasks: Sequence[Task]) -> list[tuple[Atoms, list[int]]]:
     out: list[tuple[Atoms, list[int]]] = [([], []) for _ in tasks]
     fresh = {}
     for i, (family, new, _) in enumerate(tasks):
+        if family.full:
+            continue  # every code is derivable already: nothing can become so
         sets = [s for s in dict.fromkeys(new) if s not in family.published]
         if sets and family.members:  # else nothing new in the family: no algebra at all
             fresh[i] = sets
@@ -302,6 +309,8 @@ def derive(tasks: Sequence[Task]) -> list[tuple[Atoms, list[int]]]:
     work = []
     for i, sets in fresh.items():
         family = tasks[i][0]
+        if family.full:
+            continue
         if len(sets) == 1 and not family.covered[family._where(sets[0])].any():
             # One new set sharing no code with the published ones: the span gains
             # a direction apart from theirs, and the new set is an atom of its own.
