@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -85,3 +87,33 @@ def test_near_many_is_near_of_each(monkeypatch):
         ]
         assert [r.tolist() for r in many] == expected
     assert index.near_many([], 5) == []
+
+
+def test_near_many_by_columns_is_near_of_rows_sharing_one(monkeypatch):
+    """Searching only the rows broken down by a set's compared columns gives the rows of
+    near() that share one of them, each once, in the same order (rows broken down by
+    several columns are in several columns' arrays)."""
+    monkeypatch.setattr(guard, "_RECENT", 200)
+    rng = np.random.default_rng(33)
+    keys = rng.integers(0, 2**32, size=400, dtype=np.int64)
+    names = ["SEX", "AGE", "OCC", "*"]
+
+    def with_columns(s: RecordSet) -> RecordSet:
+        pick = rng.choice(len(names), size=int(rng.integers(1, 4)), replace=False)
+        return dataclasses.replace(s, columns=frozenset(names[int(i)] for i in pick))
+
+    stored = [with_columns(_random_set(rng, i, keys, rng.random() < 0.9)) for i in range(2_000)]
+    index = SetIndex()
+    index.add((i + 1, "k", s) for i, s in enumerate(stored[:1_200]))
+    index.near(stored[0], 5)  # merged into the arrays in size order
+    index.add((i + 1, "k", s) for i, s in enumerate(stored[1_200:], 1_200))  # recent
+    probes = [_random_set(rng, -j, keys, sketch=rng.random() < 0.8) for j in range(80)]
+    compare = [set(with_columns(p).columns) for p in probes]
+    for m in (3, 10, 25):
+        many = index.near_many(probes, m, compare)
+        expected = [
+            [row for row in index.near(p, m).tolist() if stored[row].columns & c]
+            for p, c in zip(probes, compare, strict=True)
+        ]
+        assert [r.tolist() for r in many] == expected
+        assert any(len(r) for r in expected)

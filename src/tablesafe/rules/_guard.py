@@ -42,7 +42,7 @@ import functools
 import hashlib
 import itertools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -349,6 +349,81 @@ def record_sets(
 
 
 @dataclass
+class _BySize:
+    """Rows of one breakdown column in order of size, for :meth:`SetIndex.near_many`.
+
+    Rows read wait in ``recent`` (read directly) until they are many, then are
+    merged into the arrays in size order: each merge copies every array, so
+    not at every catch-up.
+    """
+
+    order: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    sizes: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # In the same order: each row's sketch summed over groups of buckets (zeros
+    # without a sketch) and whether it has one.
+    groups: npt.NDArray[np.int32] = field(
+        default_factory=lambda: np.zeros((0, _GROUPS), dtype=np.int32)
+    )
+    has: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    recent: list[int] = field(default_factory=list)
+
+    def merge(
+        self,
+        sizes: npt.NDArray[np.int64],
+        sketches: npt.NDArray[np.int32],
+        has_sketch: npt.NDArray[np.bool_],
+    ) -> None:
+        """Merge the recent rows into the arrays (one copy each, no sort of all)."""
+        rows = np.array(self.recent, dtype=np.int64)
+        mine = sizes[rows]
+        by_size = np.argsort(mine, kind="stable")
+        rows, mine = rows[by_size], mine[by_size]
+        at = np.searchsorted(self.sizes, mine, side="right")
+        self.order = np.insert(self.order, at, rows)
+        self.sizes = np.insert(self.sizes, at, mine)
+        groups = _group_sums(sketches[rows]) * has_sketch[rows, None]
+        self.groups = np.insert(self.groups, at, groups, axis=0)
+        self.has = np.insert(self.has, at, has_sketch[rows])
+        self.recent = []
+
+    def candidates(
+        self,
+        sizes: npt.NDArray[np.int64],
+        low: npt.NDArray[np.int64],
+        high: npt.NDArray[np.int64],
+        groups: npt.NDArray[np.int32],
+        has: npt.NDArray[np.bool_],
+        m: int,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Rows sized ``low`` to ``high`` whose group sums are within ``m`` (or unknown).
+
+        Args:
+            sizes: Every row's size (the index's).
+            low: Per set searched, the smallest size of its window.
+            high: The largest.
+            groups: Its sketch's sums over groups of buckets.
+            has: Whether it has a sketch.
+            m: The minimum difference.
+
+        Returns:
+            The rows and, for each, the position of its set in the arguments.
+        """
+        k = len(low)
+        lo = np.searchsorted(self.sizes, low, side="left")
+        widths = np.maximum(np.searchsorted(self.sizes, high, side="right") - lo, 0)
+        owner = np.repeat(np.arange(k), widths)
+        starts = np.repeat(np.cumsum(widths) - widths - lo, widths)
+        at = np.arange(len(owner)) - starts  # positions in size order, window by window
+        coarse = np.abs(self.groups[at] - groups[owner]).sum(axis=1)
+        keep = (coarse < m) | ~self.has[at] | ~has[owner]
+        rows, owner = self.order[at[keep]], owner[keep]
+        recent = np.array(self.recent, dtype=np.int64)
+        recent_sizes = sizes[recent]
+        by, nth = np.nonzero((recent_sizes >= low[:, None]) & (recent_sizes <= high[:, None]))
+        return np.concatenate([rows, recent[nth]]), np.concatenate([owner, by])
+
+
+@dataclass
 class SetIndex:
     """The record sets published from one microdata, in memory, for the guard's lookups.
 
@@ -372,17 +447,8 @@ class SetIndex:
     )
     _has_sketch: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
     _pending: list[tuple[int, str, RecordSet]] = field(default_factory=list)
-    _order: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    _sorted: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    # In the same order by size: each row's sketch summed over groups of buckets
-    # (zeros without a sketch) and whether it has one. See near().
-    _sorted_groups: npt.NDArray[np.int32] = field(
-        default_factory=lambda: np.zeros((0, _GROUPS), dtype=np.int32)
-    )
-    _sorted_has: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
-    # Rows from _merged on are not in the arrays in size order yet: _recent lists them.
-    _merged: int = 0
-    _recent: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # Per breakdown column, the rows broken down by it in order of size (near_many).
+    _by_column: dict[str, _BySize] = field(default_factory=dict)
     _published: dict[tuple[bytes, str], set[str]] = field(default_factory=dict)
     _published_by_key: dict[tuple[bytes, str, str], set[str]] = field(default_factory=dict)
     _contexts: dict[str, dict[str, list[int]]] = field(default_factory=dict)
@@ -431,6 +497,11 @@ class SetIndex:
                 self._contexts.setdefault(ctx, {}).setdefault(column, []).append(row)
                 for w in s.columns:
                     self._in_family.setdefault((ctx, column, w), []).append(row)
+            for w in s.columns:
+                by_size = self._by_column.get(w)
+                if by_size is None:
+                    by_size = self._by_column[w] = _BySize()
+                by_size.recent.append(row)
         self._grow(start + len(new))
         sizes = np.array([s.size for _, _, s in new], dtype=np.int64)
         # (the sketches come from the new rows, the stored sets no longer have them)
@@ -439,28 +510,9 @@ class SetIndex:
                 self._sketches[i] = s.sketch
                 self._has_sketch[i] = True
         self._sizes[start : start + len(new)] = sizes
-        self._recent = np.arange(self._merged, start + len(new), dtype=np.int64)
-        if len(self._recent) > max(_RECENT, self._merged // 16):
-            self._merge()
-
-    def _merge(self) -> None:
-        """Merge the recent rows into the arrays in size order (one copy each, no sort of all).
-
-        Not at every catch-up: each merge copies every array, so rows wait in
-        a short list that near() reads directly until it is long.
-        """
-        rows = self._recent
-        sizes = self._sizes[rows]
-        by_size = np.argsort(sizes, kind="stable")
-        rows, sizes = rows[by_size], sizes[by_size]
-        at = np.searchsorted(self._sorted, sizes, side="right")
-        self._order = np.insert(self._order, at, rows)
-        self._sorted = np.insert(self._sorted, at, sizes)
-        groups = _group_sums(self._sketches[rows]) * self._has_sketch[rows, None]
-        self._sorted_groups = np.insert(self._sorted_groups, at, groups, axis=0)
-        self._sorted_has = np.insert(self._sorted_has, at, self._has_sketch[rows])
-        self._merged = len(self.sets)
-        self._recent = np.zeros(0, dtype=np.int64)
+        for by_size in self._by_column.values():
+            if len(by_size.recent) > max(_RECENT, len(by_size.order) // 16):
+                by_size.merge(self._sizes, self._sketches, self._has_sketch)
 
     def _grow(self, rows: int) -> None:
         if rows <= len(self._sizes):
@@ -482,25 +534,31 @@ class SetIndex:
             return self._published.get((s.fingerprint, s.text), set())
         return self._published_by_key.get((s.fingerprint, s.text, key_id), set())
 
-    def near(self, s: RecordSet, m: int) -> npt.NDArray[np.int64]:
+    def near(
+        self, s: RecordSet, m: int, columns: Collection[str] | None = None
+    ) -> npt.NDArray[np.int64]:
         """Rows of ``m`` records or more, within ``m`` of ``s`` in size and maybe in sketch.
 
         A sketch may be near when its L1 distance is below ``m``. Stored sets
         of fewer than ``m`` records are never a pair's other side (the pair
         check always skipped them): leaving them out here skips the densest
-        sizes, where most stored sets are.
+        sizes, where most stored sets are. With ``columns``, only rows broken
+        down by one of them (a pair shares a breakdown column).
         """
-        return self.near_many([s], m)[0]
+        return self.near_many([s], m, None if columns is None else [columns])[0]
 
-    def near_many(self, sets: Sequence[RecordSet], m: int) -> list[npt.NDArray[np.int64]]:
+    def near_many(
+        self, sets: Sequence[RecordSet], m: int, columns: Sequence[Collection[str]] | None = None
+    ) -> list[npt.NDArray[np.int64]]:
         """:meth:`near` for each of ``sets``, in one pass: each in order of size, then of row.
 
         The L1 of two sketches is a lower bound on the records two sets
-        differ by. Rows without a sketch stay candidates. First the L1 of
-        the sums over groups of buckets, a lower bound of that, read from
-        arrays in size order (slices, not a gather of every row's sketch),
-        then the whole sketches of the rows it leaves; the rows read since
-        the last merge (a short list) go to the whole sketches directly.
+        differ by. Rows without a sketch stay candidates. Each breakdown
+        column's rows are searched for the sets that compare it (``columns``,
+        per set; every column when None): first the L1 of the sums over groups
+        of buckets, a lower bound of that, read from arrays in size order
+        (slices, not a gather of every row's sketch), then the whole sketches
+        of the rows it leaves.
         """
         self._flush()
         k = len(sets)
@@ -508,23 +566,29 @@ class SetIndex:
             return [np.zeros(0, dtype=np.int64) for _ in sets]
         sizes = np.array([s.size for s in sets], dtype=np.int64)
         low, high = np.maximum(sizes - m + 1, m), sizes + m - 1
-        lo = np.searchsorted(self._sorted, low, side="left")
-        widths = np.maximum(np.searchsorted(self._sorted, high, side="right") - lo, 0)
-        owner = np.repeat(np.arange(k), widths)
-        starts = np.repeat(np.cumsum(widths) - widths - lo, widths)
-        at = np.arange(len(owner)) - starts  # positions in size order, window by window
         mine = np.zeros((k, self.buckets), dtype=np.int32)
         has = np.zeros(k, dtype=bool)
         for i, s in enumerate(sets):
             if s.sketch is not None and len(s.sketch) == self.buckets:
                 mine[i], has[i] = s.sketch, True
-        coarse = np.abs(self._sorted_groups[at] - _group_sums(mine)[owner]).sum(axis=1)
-        keep = (coarse < m) | ~self._sorted_has[at] | ~has[owner]
-        rows, owner = self._order[at[keep]], owner[keep]
-        recent_sizes = self._sizes[self._recent]
-        by, nth = np.nonzero((recent_sizes >= low[:, None]) & (recent_sizes <= high[:, None]))
-        rows = np.concatenate([rows, self._recent[nth]])
-        owner = np.concatenate([owner, by])
+        groups = _group_sums(mine)
+        found_rows, found_owner = [], []
+        for column in sorted(self._by_column):
+            who = np.array(
+                [i for i in range(k) if columns is None or column in columns[i]], dtype=np.int64
+            )
+            if len(who):
+                rows, owner = self._by_column[column].candidates(
+                    self._sizes, low[who], high[who], groups[who], has[who], m
+                )
+                found_rows.append(rows)
+                found_owner.append(who[owner])
+        if not found_rows:
+            return [np.zeros(0, dtype=np.int64) for _ in sets]
+        rows, owner = np.concatenate(found_rows), np.concatenate(found_owner)
+        if len(found_rows) > 1:  # a row broken down by two columns is found twice
+            _, first = np.unique(owner * len(self._sizes) + rows, return_index=True)
+            rows, owner = rows[first], owner[first]
         whole = has[owner] & self._has_sketch[rows]
         dist = np.abs(self._sketches[rows[whole]] - mine[owner[whole]]).sum(axis=1)
         keep = np.ones(len(rows), dtype=bool)
@@ -802,7 +866,7 @@ def guard_check(
         compare = new if rules.sliver_cells else new & {WHOLE}
         if check.m > 0 and x.size >= check.m and compare:
             checked.append((x, compare))
-    near = index.near_many([x for x, _ in checked], check.m) if checked else []
+    near = index.near_many([x for x, _ in checked], check.m, [c for _, c in checked])
     seen_families: set[tuple[str, str, str]] = set()
     joined: list[tuple[RecordSet, list[_Joined]]] = []
     refusal: RefusedError | None = None
