@@ -143,17 +143,19 @@ def definition_text(definition: Definition) -> str:
     return "[" + ",".join([_pair_text(c, v) for c, v in definition]) + "]"
 
 
-def context_texts(definition: Definition) -> list[tuple[str, str]]:
+@functools.lru_cache(maxsize=1 << 16)
+def context_texts(definition: Definition) -> tuple[tuple[str, str], ...]:
     """Per column of ``definition``: the text of the definition without that column.
 
     The contexts of the families a set belongs to (one per column it is
     defined on), joined from the conditions' texts: no JSON written twice.
+    Memoised: tables of one site share most of their definitions.
     """
     pieces = [_pair_text(c, v) for c, v in definition]
-    return [
+    return tuple(
         (c, "[" + ",".join(pieces[:i] + pieces[i + 1 :]) + "]")
         for i, (c, _) in enumerate(definition)
-    ]
+    )
 
 
 def parse_definition(text: str) -> Definition:

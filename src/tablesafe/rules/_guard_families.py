@@ -255,10 +255,21 @@ class _Extended:
         records = np.zeros((len(families), rank))
         stacked = np.zeros((len(families), most, n))
         sizes = np.zeros((len(families), most))
+        # Every family's indicators in one assignment: (family, set, code) triples.
+        where: list[npt.NDArray[np.intp]] = []
         for i, (f, v, y) in enumerate(zip(families, sets, values, strict=True)):
             basis[i, : ranks[i]], records[i, : ranks[i]] = f.basis, f.records
-            f.indicators(v, out=stacked[i])
+            where.extend(f._where(codes) for codes in v)
             sizes[i, : len(v)] = y
+        if where:
+            counts = np.array([len(w) for w in where], dtype=np.intp)
+            per_family = np.array([len(v) for v in sets], dtype=np.intp)
+            family_of = np.repeat(np.arange(len(families)), per_family)
+            first = np.cumsum(per_family) - per_family
+            set_of = np.arange(len(where)) - np.repeat(first, per_family)
+            stacked[
+                np.repeat(family_of, counts), np.repeat(set_of, counts), np.concatenate(where)
+            ] = 1.0
         along = stacked @ basis.transpose(0, 2, 1)
         residual = stacked - along @ basis
         residual -= (residual @ basis.transpose(0, 2, 1)) @ basis
