@@ -144,7 +144,6 @@ def stored(folder: Path) -> int:
 STEPS = [
     ("service", "guard_check"),
     ("SetIndex", "_flush"),
-    ("SetIndex", "_merge"),
     ("rules", "_pairs"),
     ("rules", "_families"),
     ("rules", "_joined"),
