@@ -147,7 +147,6 @@ STEPS = [
     ("rules", "_pairs"),
     ("rules", "_families"),
     ("rules", "_joined"),
-    ("rules", "_members"),
     ("SetIndex", "children_columns"),
     ("SetIndex", "near"),
     ("SetIndex", "near_many"),

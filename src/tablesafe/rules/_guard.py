@@ -453,7 +453,8 @@ class SetIndex:
     _by_column: dict[str, _BySize] = field(default_factory=dict)
     _published: dict[tuple[bytes, str], set[str]] = field(default_factory=dict)
     _published_by_key: dict[tuple[bytes, str, str], set[str]] = field(default_factory=dict)
-    _contexts: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    # Per context, the columns along which rows refine it (the rows are in _in_family).
+    _contexts: dict[str, set[str]] = field(default_factory=dict)
     _definitions: dict[str, list[int]] = field(default_factory=dict)
     # The same rows by breakdown column too: a family's members, listed as read.
     _in_family: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
@@ -495,15 +496,14 @@ class SetIndex:
             self._definitions.setdefault(text, []).append(row)
             for w in s.columns:
                 self._defined_by.setdefault((text, w), []).append(row)
-            for column, ctx in context_texts(definition):
-                self._contexts.setdefault(ctx, {}).setdefault(column, []).append(row)
-                for w in s.columns:
-                    self._in_family.setdefault((ctx, column, w), []).append(row)
-            for w in s.columns:
                 by_size = self._by_column.get(w)
                 if by_size is None:
                     by_size = self._by_column[w] = _BySize()
                 by_size.recent.append(row)
+            for column, ctx in context_texts(definition):
+                self._contexts.setdefault(ctx, set()).add(column)
+                for w in s.columns:
+                    self._in_family.setdefault((ctx, column, w), []).append(row)
         self._grow(start + len(new))
         sizes = np.array([s.size for _, _, s in new], dtype=np.int64)
         # (the sketches come from the new rows, the stored sets no longer have them)
@@ -608,20 +608,10 @@ class SetIndex:
             return True
         return bool(np.array_equal(self._sketches[row], s.sketch))
 
-    def family(self, context: str, column: str) -> list[int]:
-        """Rows whose definition is ``context`` plus a condition on ``column``."""
-        self._flush()
-        return self._contexts.get(context, {}).get(column, [])
-
     def publishes(self, context: str, column: str) -> bool:
         """Whether a row is defined as ``context``, or as it plus a condition on ``column``."""
         self._flush()
         return column in self._contexts.get(context, ()) or context in self._definitions
-
-    def defined_as(self, text: str) -> list[int]:
-        """Rows whose definition is ``text``."""
-        self._flush()
-        return self._definitions.get(text, [])
 
     def available(self, context: str, column: str, breakdown: str) -> int:
         """How many rows a family's members come from (of any key): at least its members."""
@@ -678,7 +668,7 @@ class SetIndex:
     def children_columns(self, text: str) -> set[str]:
         """Columns along which rows refine definition ``text`` (its children)."""
         self._flush()
-        return set(self._contexts.get(text, {}))
+        return set(self._contexts.get(text, ()))
 
 
 # -- counts --------------------------------------------------------------------------------
