@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -78,9 +80,6 @@ def audit_app(
     fmt: str,
 ) -> None:
     """Read the audit log of a site (newest first); `audit reconstruct` attacks what it served."""
-    from rich.console import Console
-    from rich.table import Table
-
     from tablesafe._errors import RequestError
     from tablesafe._settings import load_site_config
     from tablesafe.state import open_state
@@ -100,18 +99,43 @@ def audit_app(
         return
     if fmt != "text":
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
-    table = Table("time", "key", "client", "dataset", "endpoint", "status", "outcome", "request")
-    for r in rows:
-        table.add_row(
+    _audit_text(rows)
+
+
+_AUDIT_COLUMNS = ("time", "key", "client", "dataset", "endpoint", "status", "outcome", "request")
+
+
+def _audit_text(rows: list[dict[str, Any]]) -> None:
+    """The audit rows as text: a table on a terminal, whole tab-separated lines otherwise.
+
+    A terminal gets a table of its width (long outcomes and requests cut);
+    piped into a file, ``grep`` or ``cut``, each request is one line with every
+    field whole (tabs and newlines inside a field written as spaces), so
+    nothing is cut to rich's default 80 columns.
+    """
+    fields = [
+        [
             r["time"],
             r["key_id"],
             r["client"] or "",
             r["dataset"] or "",
             r["endpoint"],
             str(r["status"]),
-            r["outcome"][:60],
-            json.dumps(r["request"])[:80] if r["request"] else "",
-        )
+            r["outcome"],
+            json.dumps(r["request"]) if r["request"] else "",
+        ]
+        for r in rows
+    ]
+    if not sys.stdout.isatty():
+        lines = [_AUDIT_COLUMNS, *fields]
+        click.echo("\n".join("\t".join(" ".join(f.split()) for f in line) for line in lines))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*_AUDIT_COLUMNS)
+    for row in fields:
+        table.add_row(*row[:6], row[6][:60], row[7][:80])
     Console().print(table)
 
 

@@ -50,7 +50,7 @@ from tablesafe._request import Statistic
 from tablesafe._settings import SiteConfig
 from tablesafe.output._formats import WriteOptions, format_names, output_format
 from tablesafe.server._auth import Authenticator, AuthError, Principal
-from tablesafe.server._bodies import TableBody
+from tablesafe.server._bodies import TableBody, allowed_fields
 from tablesafe.server._gate import Edge, Gate, error_shape
 from tablesafe.server._jobs import add_job_routes
 from tablesafe.server._observe import Observed, Operations
@@ -68,10 +68,7 @@ def _validation_message(exc: RequestValidationError) -> str:
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
         msg = err.get("msg", "invalid")
         if err.get("type") == "extra_forbidden":
-            msg = (
-                "unknown field; allowed: dimensions, universe, statistic, magnitudes, margins, "
-                "rounding, groupings, se"
-            )
+            msg = "unknown field; allowed: " + ", ".join(allowed_fields(err.get("loc", ())))
         elif err.get("type") == "json_invalid":
             where, msg = "body", f"not valid JSON (at character {err.get('loc', ('', 0))[-1]})"
         elif err.get("type") == "string_pattern_mismatch" and where == "statistic":

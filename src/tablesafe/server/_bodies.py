@@ -8,6 +8,8 @@ turns it into a :class:`~tablesafe.TableRequest`. The application
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import (
@@ -26,7 +28,7 @@ from tablesafe._request import Margins, Percent, Statistic, TableRequest
 from tablesafe.catalog._custom import parse_groupings
 from tablesafe.catalog._units import Unit
 
-__all__ = ["GroupBody", "GroupingBody", "TableBody"]
+__all__ = ["GroupBody", "GroupingBody", "TableBody", "allowed_fields"]
 
 # Strict: JSON true or 1.0 is not category 1 (pydantic's lax mode would take them as 1).
 Code = (
@@ -185,3 +187,34 @@ class TableBody(BaseModel):
                 for g in self.groupings
             ),
         )
+
+
+def _nested_model(annotation: object) -> type[BaseModel] | None:
+    """The body model a field's annotation holds (``list[GroupBody]`` -> GroupBody), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _nested_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def allowed_fields(loc: Sequence[str | int], model: type[BaseModel] = TableBody) -> list[str]:
+    """The fields a body may hold where a validation error points (its ``loc``).
+
+    Read from the models themselves, so that the message of an unknown field
+    names every field the API takes and no other: ``("body", "colour")`` gives
+    the table body's fields, ``("body", "groupings", 0, "x")`` a grouping's.
+
+    Args:
+        loc: The error's location: ``"body"``, then field names and list
+            positions, the unknown field last.
+        model: The model the location starts from.
+    """
+    for part in loc[:-1]:
+        if isinstance(part, str) and part in model.model_fields:
+            inner = _nested_model(model.model_fields[part].annotation)
+            if inner is not None:
+                model = inner
+    return list(model.model_fields)
