@@ -130,3 +130,155 @@ def test_workers_on_two_stores_never_take_one_job_twice(backend):
 @pytest.mark.parametrize("job_id", ["", "nope", "' OR 1=1 --"])
 def test_unknown_jobs_are_none(store, job_id):
     assert JobQueue(store).get(job_id) is None
+
+
+# -- fairness, identical jobs, the per-key limit, release, heartbeats (issue 40) ----------------
+
+
+def _end(queue: JobQueue, job: dict, worker: str) -> None:
+    """Finish a claimed job (an empty result)."""
+    queue.write_part(job["id"], job["attempt"], 0, b"")
+    assert queue.finish(job["id"], worker, job["attempt"], media_type="text/csv",
+                        filename="x.csv", size=0, parts=1, keep_days=1.0)  # fmt: skip
+
+
+def test_another_keys_job_is_claimed_before_the_first_keys_remaining_jobs(store):
+    queue = JobQueue(store)
+    many = [queue.submit("A", "demo", {"n": i}) for i in range(60)]
+    first = queue.claim("w", stale_seconds=60)
+    assert first["id"] in many  # the only key's
+    other = queue.submit("B", "demo", {"n": "b"})  # queued after all 60 of A's
+    _end(queue, first, "w")
+    order = []
+    while (job := queue.claim("w", stale_seconds=60)) is not None:
+        order.append(job["id"])
+        _end(queue, job, "w")
+    # B's job is the next one built: it waited for one of A's jobs (the one running), not 59.
+    assert order[0] == other
+    assert sorted([first["id"], *order[1:]]) == sorted(many)  # then A's other 59
+
+
+def test_the_key_with_fewer_jobs_running_goes_first(store):
+    queue = JobQueue(store)
+    a = [queue.submit("A", "demo", {"n": i}) for i in range(5)]
+    assert queue.claim("w1", stale_seconds=60)["id"] in a  # A has one running
+    b = queue.submit("B", "demo", {"n": "b"})
+    # A second worker: B has none running, so B's job before A's older ones.
+    assert queue.claim("w2", stale_seconds=60)["id"] == b
+    assert queue.claim("w3", stale_seconds=60)["id"] in a
+
+
+def test_keys_take_turns(store):
+    queue = JobQueue(store)
+    jobs = {k: [queue.submit(k, "demo", {"n": i}) for i in range(3)] for k in "ABC"}
+    owner = {j: k for k, ids in jobs.items() for j in ids}
+    turns = []
+    while (job := queue.claim("w", stale_seconds=60)) is not None:
+        turns.append(owner[job["id"]])
+        _end(queue, job, "w")
+        time.sleep(0.002)  # start times are in milliseconds: the next start is later
+    assert "".join(turns) == "ABCABCABC"
+
+
+def test_a_keys_identical_job_is_the_same_job(store):
+    queue = JobQueue(store)
+    first = queue.submit("A", "demo", REQUEST, digest="d1")
+    assert queue.submit("A", "demo", REQUEST, digest="d1") == first
+    # Another key's identical job is its own (another key's job is 404 to it).
+    theirs = queue.submit("B", "demo", REQUEST, digest="d1")
+    assert theirs != first
+    assert queue.submit("A", "demo", REQUEST, digest="d2") not in (first, theirs)
+    assert queue.submit("A", "demo", REQUEST) != queue.submit("A", "demo", REQUEST)  # no digest
+    job = queue.claim("w", stale_seconds=60)
+    assert job["id"] == first
+    assert queue.submit("A", "demo", REQUEST, digest="d1") == first  # running
+    _end(queue, job, "w")
+    assert queue.submit("A", "demo", REQUEST, digest="d1") == first  # done: its result
+    # A failed job is asked for again as a new job (its failure may have passed).
+    failing = queue.submit("C", "demo", REQUEST, digest="d1")
+    while (job := queue.claim("w", stale_seconds=60))["id"] != failing:
+        _end(queue, job, "w")
+    queue.fail(failing, "w", {"status": 500, "type": "InternalError", "message": "x"},
+               keep_days=1.0)  # fmt: skip
+    assert queue.submit("C", "demo", REQUEST, digest="d1") != failing
+    # An expired job is gone for reuse too.
+    assert queue.delete_expired(datetime.now(UTC) + timedelta(days=2)) >= 1
+    assert queue.submit("A", "demo", REQUEST, digest="d1") != first
+
+
+def test_a_key_may_have_at_most_its_limit_of_jobs_queued_or_running(store):
+    from tablesafe.state._jobs import TooManyJobs
+
+    queue = JobQueue(store)
+    ids = [queue.submit("A", "demo", {"n": i}, digest=str(i), limit=3) for i in range(3)]
+    with pytest.raises(TooManyJobs, match=r"3 jobs queued or running.*max_queued_jobs_per_key = 3"):
+        queue.submit("A", "demo", {"n": 3}, digest="3", limit=3)
+    assert TooManyJobs.status_code == 429
+    assert queue.submit("A", "demo", {"n": 0}, digest="0", limit=3) == ids[0]  # the same job
+    assert queue.submit("B", "demo", {"n": 0}, limit=3)  # another key's limit is its own
+    job = queue.claim("w", stale_seconds=60)
+    with pytest.raises(TooManyJobs):  # running counts
+        queue.submit("A", "demo", {"n": 3}, limit=3)
+    _end(queue, job, "w")
+    assert queue.submit("A", "demo", {"n": 3}, limit=3)  # one done: room for one
+
+
+def test_the_limit_and_reuse_hold_for_submissions_at_the_same_moment(backend):
+    stores = [backend(), backend()]
+    queues = [JobQueue(s) for s in stores]
+    start = threading.Barrier(8)
+
+    def submit(i: int) -> list[str]:
+        from tablesafe.state._jobs import TooManyJobs
+
+        start.wait()
+        out = []
+        for n in range(4):
+            try:  # every thread asks for the same job, then for jobs of its own
+                digest = "same" if n == 0 else f"{i}:{n}"
+                out.append(queues[i % 2].submit("A", "demo", {}, digest=digest, limit=5))
+            except TooManyJobs:
+                pass
+        return out
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        got = [j for ids in pool.map(submit, range(8)) for j in ids]
+    assert len(set(got)) == 5  # the same job once, then 4 more: the limit
+    assert queues[0].counts()["queued"] == 5
+
+
+def test_a_released_job_is_queued_again_and_fails_after_its_attempts(store):
+    queue = JobQueue(store)
+    job_id = queue.submit("A", "demo", REQUEST)
+    job = queue.claim("w1", stale_seconds=60)
+    queue.write_part(job_id, 1, 0, b"half")
+    assert queue.release(job_id, "w2", 1) is None  # not w2's
+    assert queue.release(job_id, "w1", 1) == "queued"
+    row = queue.get(job_id)
+    assert (row["status"], row["stage"], row["worker"], row["attempts"]) == (
+        "queued", "queued", None, 1,
+    )  # fmt: skip
+    assert list(queue.parts(job_id, 1, 1)) == []
+    assert not queue.report(job_id, "w1", "writing", 0.5)
+    for attempt in range(2, MAX_ATTEMPTS + 1):
+        job = queue.claim(f"w{attempt}", stale_seconds=60)
+        assert (job["id"], job["attempt"]) == (job_id, attempt)
+        expected = "queued" if attempt < MAX_ATTEMPTS else "failed"
+        assert queue.release(job_id, f"w{attempt}", attempt) == expected
+    row = queue.get(job_id)
+    assert row["status"] == "failed" and f"stopped {MAX_ATTEMPTS} times" in row["error"]["message"]
+    assert queue.claim("w", stale_seconds=60) is None
+
+
+def test_workers_heartbeats_say_whether_one_runs(store):
+    queue = JobQueue(store)
+    assert queue.live_workers(60) == 0
+    queue.beat("w1"), queue.beat("w2"), queue.beat("w1")
+    assert queue.live_workers(60) == 2
+    queue.leave("w2")
+    assert queue.live_workers(60) == 1
+    time.sleep(0.002)
+    assert queue.live_workers(0) == 0  # its last beat is older than 0 s
+    # A worker silent for a day (killed) is deleted with the expired jobs.
+    queue.delete_expired(datetime.now(UTC) + timedelta(days=2))
+    assert queue.live_workers(10**6) == 0

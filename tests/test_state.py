@@ -222,7 +222,8 @@ def test_a_sqlite_audit_database_from_before_the_store_keeps_working(tmp_path):
     finally:
         store.close()
     con = sqlite3.connect(path)
-    assert con.execute("PRAGMA user_version").fetchone()[0] == 3  # the ledger 2, the jobs 3
+    # the ledger 2, the jobs 3, fair jobs 4
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 4
     con.close()
 
 
@@ -256,7 +257,8 @@ def test_postgres_replicas_starting_together_migrate_once(postgres):
     for s in stores:
         s.close()
     with psycopg.connect(url) as con:
-        assert con.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,)]
+        versions = con.execute("SELECT version FROM schema_version").fetchall()
+    assert versions == [(1,), (2,), (3,), (4,)]
 
 
 def _site(tmp_path, demo_dir, state=None, **server):

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from tablesafe._errors import ConfigError
 from tablesafe.rules._guard import BUCKETS
-from tablesafe.state._jobs import JOB_SCHEMA
+from tablesafe.state._jobs import JOB_SCHEMA, JOB_SCHEMA_4
 from tablesafe.state._store import Cursor, Sql, StateStore
 
 __all__ = ["MIGRATIONS", "PostgresState"]
@@ -99,6 +99,8 @@ CREATE INDEX ledger_tables_identity ON ledger_tables (identity, id);
 """,
     # Version 3: the job queue and its results (issue 31).
     JOB_SCHEMA.replace("BLOB", "BYTEA"),
+    # Version 4: what a job builds (identical jobs of a key are one), workers' heartbeats.
+    JOB_SCHEMA_4,
 ]
 
 #: The advisory lock of migrations (the two-key form: apart from the identities' keys).
@@ -162,6 +164,8 @@ class PostgresState(StateStore):
 
     #: The job queue's claim locks the row it picks; other workers skip it, never wait.
     claim_lock = " FOR UPDATE SKIP LOCKED"
+    #: A transaction's lock of one 64-bit key (a key's job submissions), released at its end.
+    advisory_lock = "SELECT pg_advisory_xact_lock(?)"
 
     def __init__(
         self,

@@ -108,7 +108,16 @@ def _jobs(con: sqlite3.Connection) -> None:
 #: The schema's migrations, oldest first: version i + 1 is ``MIGRATIONS[i]``. A new
 #: table is one more function here and one more script in
 #: :data:`tablesafe.state._postgres.MIGRATIONS`.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_first, _ledger, _jobs]
+def _fair_jobs(con: sqlite3.Connection) -> None:
+    """Version 4: what a job builds (identical jobs of a key are one), workers' heartbeats."""
+    from tablesafe.state._jobs import JOB_SCHEMA_4
+
+    for statement in JOB_SCHEMA_4.split(";"):
+        if statement.strip():
+            con.execute(statement)
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_first, _ledger, _jobs, _fair_jobs]
 
 
 class SQLiteState(StateStore):
