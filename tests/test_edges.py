@@ -199,3 +199,40 @@ def test_repeated_where_is_documented_and_does_what_the_docs_say(demo_dir):
     assert _table_csv(demo_dir, "--where", "REGION=1", "--where", "REGION=1") == _table_csv(
         demo_dir, "--where", "REGION=1"
     )
+
+
+# -- standard errors asked on unweighted counts: the table says why there are none ---------
+
+
+def test_se_on_unweighted_counts_says_why_on_the_command_line(demo_dir):
+    from tablesafe.output._footnotes import SE_UNWEIGHTED
+
+    args = ["table", str(demo_dir), "--rows", "SEX", "--statistic", "count,percent:column"]
+    out = CliRunner().invoke(get_app(), [*args, "--se", "--format", "csv", "--footnotes"])
+    assert out.exit_code == 0, out.stderr
+    assert out.stderr == f"note: {SE_UNWEIGHTED}\n"
+    header, *_ = out.stdout.splitlines()
+    assert not any(c.endswith(("se", "ci_low", "ci_high")) for c in header.split(","))
+    assert f"# {SE_UNWEIGHTED}" in out.stdout.splitlines()
+    # Without --se, or with weighted figures (which get them), nothing is said.
+    plain = CliRunner().invoke(get_app(), [*args, "--format", "csv", "--footnotes"])
+    assert plain.stderr == "" and SE_UNWEIGHTED not in plain.stdout
+    weighted = CliRunner().invoke(
+        get_app(), ["table", str(demo_dir), "--rows", "SEX", "--statistic", "both", "--se"]
+    )
+    assert weighted.exit_code == 0 and weighted.stderr == ""
+    assert "Standard error" in weighted.stdout
+
+
+def test_se_on_unweighted_counts_says_why_in_the_api(client):
+    from tablesafe.output._footnotes import SE_UNWEIGHTED
+
+    body = {"dimensions": ["SEX"], "statistic": "count,mean:INCOME", "se": True}
+    doc = client.post(TABLES, json=body).json()
+    assert doc["meta"]["se_unavailable"] == SE_UNWEIGHTED
+    assert SE_UNWEIGHTED in doc["meta"]["footnotes"]["statement"]
+    assert not any(k.endswith("_se") or k == "se" for k in doc["cells"][0])
+    weighted = client.post(TABLES, json={**body, "statistic": "weighted"}).json()
+    assert "se_unavailable" not in weighted["meta"]
+    assert SE_UNWEIGHTED not in weighted["meta"]["footnotes"]["statement"]
+    assert "se" in weighted["cells"][0]

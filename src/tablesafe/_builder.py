@@ -56,6 +56,7 @@ from tablesafe.mechanisms._weighted import (
     replicate_figures,
     weight_uniforms,
 )
+from tablesafe.output._footnotes import SE_UNWEIGHTED
 from tablesafe.output._table import ProtectedTable
 from tablesafe.output._tabulation import Tabulation
 
@@ -380,6 +381,9 @@ class TableBuilder:
         meta = self._metadata()
         if plan.unit is not None:
             meta["unit"] = str(self._unit_of(plan))
+        if request.replicates and request.statistic == Statistic.COUNT:
+            # Asked for, none given: the table says why rather than leave them out silently.
+            meta["se_unavailable"] = SE_UNWEIGHTED
         counts, weighted, reps, perturbed, adjusted = self._protect_counts(
             request, plan, agg, computed, is_inner, sz, want_w, meta
         )

@@ -261,6 +261,8 @@ def table(
     # aside: it depends on what the server has published).
     builder = TableBuilder(dataset, protection, engine=eng, magnitudes=magnitudes, rules=rules)
     result = builder.build(request)
+    if result.metadata.get("se_unavailable"):
+        click.echo(f"note: {result.metadata['se_unavailable']}", err=True)
     if owner_flags and fmt in ("csv", "json"):
         _echo_owner(result, fmt, footnotes)
         return

@@ -28,10 +28,18 @@ from tablesafe._rounding import Rounding
 from tablesafe._seeds import SeedScheme
 from tablesafe.mechanisms._magnitudes import MagnitudeMethod, SensitiveAction
 
-__all__ = ["FLAG_COLUMNS", "footnote_lines", "footnotes"]
+__all__ = ["FLAG_COLUMNS", "SE_UNWEIGHTED", "footnote_lines", "footnotes"]
 
 #: Flag columns of a published table and their legend entries.
 FLAG_COLUMNS = ("structural_zero", "suppressed")
+
+#: Why a table of statistic ``count`` asked with standard errors has none (``meta.se_unavailable``).
+SE_UNWEIGHTED = (
+    "Standard errors were asked for but are not given: they are of weighted estimates "
+    "(computed from the replicate weights), and this table's figures are of the sample's "
+    "records (statistic 'count'), not weighted estimates of the population; ask for "
+    "statistic 'weighted' or 'both' for their standard errors."
+)
 
 
 def _q_words(mechanism: Mapping[str, Any]) -> str:
@@ -229,6 +237,8 @@ def _change_notes(
 
 def _interval_notes(metadata: Mapping[str, Any], statement: list[str]) -> None:
     """Step 2 of footnotes: where standard errors are shown and where intervals start."""
+    if metadata.get("se_unavailable"):
+        statement.append(str(metadata["se_unavailable"]))
     if "se_min_count" in metadata:
         statement.append(
             "Standard errors and 95% confidence intervals are shown only where the protected "
