@@ -236,3 +236,43 @@ def test_se_on_unweighted_counts_says_why_in_the_api(client):
     assert "se_unavailable" not in weighted["meta"]
     assert SE_UNWEIGHTED not in weighted["meta"]["footnotes"]["statement"]
     assert "se" in weighted["cells"][0]
+
+
+# -- a table of households says so in its title, in every format that carries one ---------
+
+
+def test_household_tables_say_what_they_count_in_every_title(make_dataset):
+    import io
+
+    import openpyxl
+
+    import tablesafe as ts
+    from tablesafe.mechanisms import destatis
+    from test_units import _catalog, _persons
+
+    ds = make_dataset(_persons(600, 8), _catalog())
+    build = ts.TableBuilder(ds, ts.Protection(destatis(3, 1.0))).build
+    households = build(ts.TableRequest(("A", "D"), statistic="both", unit="household"))
+    persons = build(ts.TableRequest(("A", "D"), statistic="both"))
+    want = "Count and weighted count of households by A and D"
+    assert households.title == want
+    assert persons.title == "Count and weighted count by A and D"
+    assert households.universe_label == "All households"
+    assert persons.universe_label == "All records"
+    assert json.loads(households.render("json"))["meta"]["title"] == want
+    assert json.loads(households.render("jsonstat"))["label"] == want
+    sdmx_json = json.loads(households.render("sdmx-json"))
+    assert sdmx_json["meta"]["name"] == want
+    assert sdmx_json["data"]["structures"][0]["attributes"]["dataSet"][0]["values"] == [
+        {"value": want}
+    ]
+    from tablesafe.output._sdmx import sdmx_csv
+
+    assert f",{want}," in sdmx_csv(households, footnotes=True).splitlines()[1]
+    assert households.render("text").splitlines()[0] == want
+    book = openpyxl.load_workbook(io.BytesIO(households.to_xlsx_bytes()))
+    about = {r[0]: r[1] for r in book["about"].iter_rows(values_only=True) if r and r[0]}
+    assert about["Title"] == want
+    # Each statistic's sheet is headed by its own title, households named too.
+    assert book["Count"]["A1"].value == "Count of households by A and D"
+    assert book["Weighted count"]["A1"].value == "Weighted count of households by A and D"

@@ -135,7 +135,9 @@ def title(
     """The table's title: its statistics by its dimensions, in words.
 
     Standard errors and confidence intervals qualify their estimate and are
-    not named in the title (each has its own label).
+    not named in the title (each has its own label). A table counting a unit
+    other than the records (``metadata["unit"]``) says so: ``"Count and
+    weighted count of households by Region"``.
 
     Args:
         dimension_labels: The dimensions' labels, in table order.
@@ -151,7 +153,8 @@ def title(
     words = [statistic_label(s, catalog, metadata) for s in main]
     # "Count and weighted count": each later statistic lower-cased at its start.
     words = [w if i == 0 else w[:1].lower() + w[1:] for i, w in enumerate(words)]
-    return f"{_listed(words, 'and')} by {_listed(list(dimension_labels), 'and')}"
+    unit = f" of {metadata['unit']}s" if metadata.get("unit") else ""
+    return f"{_listed(words, 'and')}{unit} by {_listed(list(dimension_labels), 'and')}"
 
 
 def universe_conditions(
@@ -204,14 +207,16 @@ def quoted_label(label: str) -> str:
 def universe_label(request: TableRequest, catalog: Catalog | None) -> str:
     """The universe in words: ``"Region is North or North East; Sex is Female"``.
 
-    ``"All records"`` for a table without conditions. A category label that
+    ``"All records"`` for a table without conditions (``"All households"``
+    for one counting households). A category label that
     holds a comma, a semicolon, "or", "and" or a quote is written in double
     quotes (:func:`quoted_label`): ``Marital status is "Divorced, widowed" or
     Single``.
     """
     conditions = universe_conditions(request, catalog)
     if not conditions:
-        return ALL_RECORDS
+        counted = request.unit if catalog is not None and request.unit != catalog.unit else None
+        return f"All {counted}s" if counted else ALL_RECORDS
     return "; ".join(
         f"{label} is {_listed([quoted_label(c) for c in cats], 'or')}"
         for _, label, cats in conditions
