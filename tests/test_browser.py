@@ -115,6 +115,8 @@ def test_build_a_table_and_download_csv(served, browser, tmp_path):
     page.wait_for_selector("table.cross")
     text = page.inner_text("#result")
     assert "Unweighted counts" in text and "Female" in text and "Total" in text
+    # The site's protection is "none": the page says so above the table (issue 38).
+    assert page.inner_text("#table-title").startswith("UNPROTECTED: ")
     with page.expect_download() as info:
         page.click("#download-csv")
     path = tmp_path / "table.csv"
@@ -236,6 +238,9 @@ def test_custom_groups_footnotes_chart_downloads_and_shared_url(served, browser,
     # The chart: a population pyramid of the protected counts, exported as SVG and PNG.
     svg = page.inner_html("#chart")
     assert "Population pyramid" in svg and svg.count("<rect") == 1 + 3 * 2
+    # Of an unprotected site's table: never called protected (issue 38).
+    assert "UNPROTECTED weighted counts" in svg or "UNPROTECTED unweighted counts" in svg
+    assert "Drawn from the UNPROTECTED (true) values" in page.inner_text("#chart-caption")
     page.locator("#chart-box").screenshot(path=str(images / "builder-chart.png"))
     for fmt, button in (
         ("svg", "#download-svg"),

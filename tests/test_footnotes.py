@@ -309,6 +309,14 @@ def _check_weighted(case, m):
         assert case.adds_up(w)
 
 
+def _check_exact_weighted(case, m):
+    # An unprotected table's weighted figures: the true sums of weights, rounded as stated.
+    _check_weighted(case, m)
+    rounding = Rounding.parse(case.table.rounding)
+    truth = rounding.apply(case.inner(case.truth.weight_sum))
+    np.testing.assert_array_equal(case.inner(case.table.weighted), truth)
+
+
 def _check_se(case, m):
     k = int(m.group(1))
     se = case.table.se
@@ -394,6 +402,7 @@ CHECKS = [
     (r"Each count, totals included, was protected on its own, .*", _check_independent),
     (r"Totals may not add up across tables, and figures derived from them .*", _check_derived),
     (r"Weighted figures are estimates derived from the protected counts.*", _check_weighted),
+    (r"Weighted figures are the exact sums of the survey weights, .*", _check_exact_weighted),
     (r"Standard errors and 95% confidence intervals are shown only where the protected count is at least (\d+)\.", _check_se),
     (r"Standard errors add the variance the protection adds .* to the sampling variance from the replicate weights\.", _check_se_perturbation),
     (r"A weighted count cannot be negative, so an interval .* starts at 0\.", _check_ci),

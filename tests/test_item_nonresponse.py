@@ -183,6 +183,7 @@ def test_the_command_line_builds_it_unprotected(make_dataset) -> None:
     args = ["table", str(ds.path.parent), "--rows", "A", "--statistic", "count,mean:X"]
     out = CliRunner().invoke(get_app(), [*args, "--method", "none", "--format", "csv"])
     assert out.exit_code == 0, out.output
-    header, first = out.output.splitlines()[:2]
+    unprotected, header, first = out.output.splitlines()[:3]
+    assert unprotected.startswith("# UNPROTECTED")
     assert header.startswith("A,n,n_X,mean_X")
     assert int(first.split(",")[2]) == int((_present(frame) & (frame["A"] == 1)).sum())

@@ -81,7 +81,8 @@ def test_xlsx_first_sheets_are_the_crosstab_as_shown(demo_dir, dims):
     for stat, sheet in zip(shown, book.worksheets, strict=False):
         rows = [list(r) for r in sheet.iter_rows(values_only=True)]
         by = table.title.split(" by ", 1)[1]
-        assert rows[0][0] == f"{table.statistic_labels()[stat]} by {by}"
+        # The table is unprotected (Protection(None)): each sheet's heading says so first.
+        assert rows[0][0] == f"UNPROTECTED: {table.statistic_labels()[stat]} by {by}"
         assert rows[1][0] == f"Universe: {table.universe_label}"
         # Brute force: find each block and compare every figure with the table's array.
         labels = [(*d.labels, "Total") for d in table.dimensions]

@@ -134,6 +134,10 @@ def test_labels_write_id_and_name(answers, demo_dir):
         "STATISTIC: Statistic",
     ]
     assert rows[0]["STRUCTURE_ID"] == f"TABLESAFE:none(1.0): {doc['meta']['title']}"
+    # An unprotected table keeps its dataset-level row without footnotes: its title says so.
+    assert rows[0]["TITLE: Title"].startswith("UNPROTECTED: ")
+    assert rows[0]["AGEB: Age band"] == ""
+    rows = rows[1:]
     assert {r["AGEB: Age band"] for r in rows} == {
         "young: Under 35",
         "middle: 35 to 64",
@@ -143,8 +147,10 @@ def test_labels_write_id_and_name(answers, demo_dir):
     assert {r["OBS_STATUS: Observation status"] for r in rows} <= {
         f"{k}: {v}" for k, v in OBS_STATUS.items()
     }
-    # Without footnotes there is no dataset-level row and no TITLE column.
-    assert "TITLE: Title" not in rows[0] and len(rows) == len(_rows(answers["none", 3][0])) - 1
+    assert len(rows) == len(_rows(answers["none", 3][0])) - 1
+    # A protected table without footnotes has no dataset-level row and no TITLE column.
+    protected = _rows(answers["blank", 3][1])
+    assert "TITLE: Title" not in protected[0] and len(protected) == len(rows)
 
 
 def test_codes_are_sdmx_ids_and_read_back():

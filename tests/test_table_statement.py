@@ -119,7 +119,8 @@ def test_text_is_headed_in_words(dated_dir):
     table = ts.TableBuilder(dataset, ts.Protection(None)).build(request)
     lines = table.render_text(footnotes=True).splitlines()
     assert lines[:3] == [
-        "Count and weighted count by Age group and Sex",
+        # An unprotected table (Protection(None)) says so first (issue 38).
+        "UNPROTECTED: Count and weighted count by Age group and Sex",
         "Universe: Region is North or North East",
         f"Dataset: {dataset.catalog.title} ({dataset.name})",
     ]

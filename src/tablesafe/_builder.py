@@ -426,7 +426,18 @@ class TableBuilder:
             sensitive=sensitive,
             base_counts=np.where(computed, counts, 0),
             catalog=self.dataset.catalog,
+            protected=self.protects(request),
         )
+
+    def protects(self, request: TableRequest) -> bool:
+        """Whether every figure the table of ``request`` publishes is protected.
+
+        From the protection objects: the counts' mechanism, and the magnitudes'
+        protection where the request asks for sums, means or quantiles (a table
+        with exact sums beside protected counts is not protected).
+        """
+        figures = bool(request.magnitudes or request.quantiles)
+        return self.protection.protects and (not figures or self.magnitude_protection.protects)
 
     def _metadata(self) -> dict[str, Any]:
         """Step 1 of protect: the table's metadata as the dataset and protection open it."""

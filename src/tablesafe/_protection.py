@@ -148,6 +148,16 @@ class Protection:
             )
 
     @property
+    def protects(self) -> bool:
+        """Whether the counts are protected: ``False`` for no mechanism (exact, the owner's use).
+
+        A table says whether it is protected from this (and from its magnitudes'
+        :attr:`~tablesafe.mechanisms._magnitudes.MagnitudeProtection.protects`), never
+        from a constant.
+        """
+        return self.mechanism is not None
+
+    @property
     def record_level(self) -> bool:
         """Whether the mechanism works on records (drop/add-up-to-q) rather than cells."""
         return bool(getattr(self.mechanism, "record_level", False))

@@ -330,6 +330,9 @@ def _echo_owner(result: ProtectedTable, fmt: str, footnotes: bool) -> None:
     from tablesafe.output._render import to_csv, to_json
 
     frame = result.to_frame(owner=True)
-    text = to_csv(frame) if fmt == "csv" else to_json(frame, result.public_metadata()) + "\n"
+    if fmt == "csv":
+        text = result.unprotected_line() + to_csv(frame)
+    else:
+        text = to_json(frame, result.public_metadata()) + "\n"
     notes = "\n" + result.footnote_comments() if footnotes and fmt == "csv" else ""
     click.echo(text + notes, nl=False)

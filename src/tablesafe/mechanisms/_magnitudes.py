@@ -232,6 +232,11 @@ class MagnitudeProtection:
                 f"{2 * h + 1}, not {least!r}"
             )
 
+    @property
+    def protects(self) -> bool:
+        """Whether sums, means and quantiles are protected (``False`` for ``"none"``: exact)."""
+        return self.method != MagnitudeMethod.NONE
+
     def top_needed(self) -> int:
         """How many largest contributions per cell the protection and the rules use.
 

@@ -176,8 +176,11 @@ def footnotes(
             else "they may not add up exactly to their totals"
         )
         statement.append(
-            "Weighted figures are estimates derived from the protected counts"
-            + (" with added noise" if changes else "")
+            (
+                "Weighted figures are estimates derived from the protected counts with added noise"
+                if changes
+                else "Weighted figures are the exact sums of the survey weights"
+            )
             + f", {words}; {adds}."
         )
     _percent_notes(metadata, statement)

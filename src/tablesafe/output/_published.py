@@ -58,6 +58,9 @@ class Published(Protocol):
     def mechanism(self) -> Mapping[str, Any]: ...
 
     @property
+    def protected(self) -> bool: ...
+
+    @property
     def metadata(self) -> Mapping[str, Any]: ...
 
     @property

@@ -32,6 +32,8 @@ CellValue: TypeAlias = "int | float | str | np.integer | np.floating | None"
 __all__ = [
     "TOTAL_CODE",
     "TOTAL_LABEL",
+    "UNPROTECTED",
+    "UNPROTECTED_TITLE",
     "Columns",
     "iter_csv",
     "iter_json",
@@ -48,6 +50,11 @@ __all__ = [
 TOTAL_CODE = "_T"
 #: Label of a total in text output.
 TOTAL_LABEL = "Total"
+
+#: What an unprotected table or tabulation says first, in every format.
+UNPROTECTED = "UNPROTECTED tabulation (true values, for the data owner only)"
+#: The start of an unprotected table's title (JSON, JSON-stat, SDMX, XLSX, text, the page).
+UNPROTECTED_TITLE = "UNPROTECTED"
 
 
 def long_columns(

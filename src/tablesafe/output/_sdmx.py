@@ -245,7 +245,8 @@ def sdmx_csv(table: Published, *, footnotes: bool = True, labels: bool = False) 
 
     Args:
         table: The protected table.
-        footnotes: Add the dataset-level ``TITLE`` and ``COMMENT_DSET`` (a first row).
+        footnotes: Add the dataset-level ``TITLE`` and ``COMMENT_DSET`` (a first row);
+            always there for an unprotected table (its title says ``UNPROTECTED``).
         labels: Write ``ID: name`` for every column header and code.
     """
     meta = table.public_metadata()
@@ -260,6 +261,8 @@ def sdmx_csv(table: Published, *, footnotes: bool = True, labels: bool = False) 
     if labels:
         structure = f"{structure}: {meta['title']}"
     head: dict[str, Any] = {}
+    # An unprotected table always says so in its title, footnotes asked or not.
+    footnotes = footnotes or not table.protected
     if footnotes:
         # Dataset-level attributes: a first row attached to no key (every dimension empty).
         statement = [f"Universe: {meta['universe_label']}.", *meta["footnotes"]["statement"]]

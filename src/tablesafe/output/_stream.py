@@ -33,9 +33,10 @@ def csv_pieces(
 ) -> Iterator[tuple[bytes, int]]:
     """``table.to_csv(footnotes=..., labels=...)`` as UTF-8 pieces, with the rows written so far.
 
-    Yields the header line, then the rows of each run of ``piece_cells``
-    cells of the extended shape that holds computed cells, then the
-    footnotes; joined, the bytes of :meth:`ProtectedTable.to_csv`.
+    Yields the header line (after ``# UNPROTECTED ...`` for an unprotected
+    table), then the rows of each run of ``piece_cells`` cells of the extended
+    shape that holds computed cells, then the footnotes; joined, the bytes of
+    :meth:`ProtectedTable.to_csv`.
 
     Args:
         table: The protected table.
@@ -46,7 +47,8 @@ def csv_pieces(
     statistics = table.statistics()
     none = np.empty(0, dtype=np.intp)
     header = table.long_rows(none, labels=labels, statistics=statistics)
-    yield "".join(_csv_pieces(_columns(header), None)).encode(), 0
+    first = table.unprotected_line() + "".join(_csv_pieces(_columns(header), None))
+    yield first.encode(), 0
     flat = table.computed.reshape(-1)
     written = 0
     for start in range(0, flat.size, piece_cells):

@@ -23,6 +23,8 @@ from tablesafe._rounding import Rounding
 from tablesafe.catalog._magnitudes import read_base_column
 from tablesafe.output._published import estimate_companions
 from tablesafe.output._render import (
+    UNPROTECTED,
+    UNPROTECTED_TITLE,
     iter_json,
     long_rows,
     render_text,
@@ -88,6 +90,10 @@ class ProtectedTable:
             ``unreliable_STATISTIC`` flag column).
         catalog: The catalog the table was built from (public: labels, hierarchies,
             magnitudes' units), for the outputs' words; ``None`` describes by codes.
+        protected: Whether every figure is protected, as the builder's protection
+            says (:meth:`~tablesafe.TableBuilder.protects`); an unprotected table
+            says so in every format (``"protected": false``, an ``UNPROTECTED``
+            title, and a first ``#`` line in CSV).
     """
 
     request: TableRequest
@@ -114,6 +120,7 @@ class ProtectedTable:
     unreliable_display: str | None = None
     base_counts: npt.NDArray[np.int64] | None = field(default=None, repr=False)
     catalog: Catalog | None = field(default=None, repr=False)
+    protected: bool = field(kw_only=True)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -275,9 +282,10 @@ class ProtectedTable:
         """The table's statistics by its dimensions, in words (the catalog's labels)."""
         from tablesafe.output._describe import title
 
-        return title(
+        words = title(
             [d.label for d in self.dimensions], list(self.statistics()), self.catalog, self.metadata
         )
+        return words if self.protected else f"{UNPROTECTED_TITLE}: {words}"
 
     @property
     def universe_label(self) -> str:
@@ -307,7 +315,7 @@ class ProtectedTable:
         the name of the table's downloads, without extension.
         """
         return {
-            "protected": True,
+            "protected": self.protected,
             "title": self.title,
             "file_stem": self.file_stem(),
             "dimensions": [d.name for d in self.dimensions],
@@ -346,8 +354,12 @@ class ProtectedTable:
             labels: Add a ``<name>_label`` column after each dimension's codes
                 (custom groups' labels included; ``Total`` for a total).
         """
-        text = to_csv(self.long_columns(labels=labels))
+        text = self.unprotected_line() + to_csv(self.long_columns(labels=labels))
         return text + "\n" + self.footnote_comments() if footnotes else text
+
+    def unprotected_line(self) -> str:
+        """CSV's first line for an unprotected table (``# UNPROTECTED ...``); empty otherwise."""
+        return "" if self.protected else f"# {UNPROTECTED}\n"
 
     def to_json(self) -> str:
         """JSON text: ``{"meta": ..., "cells": [...]}``."""

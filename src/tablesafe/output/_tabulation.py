@@ -17,7 +17,14 @@ from tablesafe._request import Statistic, TableRequest, TabulationPlan
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._magnitudes import magnitude_column
 from tablesafe.cells._aggregates import CellAggregates
-from tablesafe.output._render import long_columns, long_frame, render_text, to_csv, to_json
+from tablesafe.output._render import (
+    UNPROTECTED,
+    long_columns,
+    long_frame,
+    render_text,
+    to_csv,
+    to_json,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,8 +32,6 @@ if TYPE_CHECKING:
     from tablesafe.engines._base import Engine
 
 __all__ = ["Tabulation", "refuse_item_nonresponse", "tabulate"]
-
-UNPROTECTED = "UNPROTECTED tabulation (true values, for the data owner only)"
 
 
 @dataclass(frozen=True)

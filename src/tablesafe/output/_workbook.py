@@ -24,7 +24,7 @@ import numpy as np
 
 from tablesafe.catalog._magnitudes import read_magnitude_column, read_quantile_column
 from tablesafe.output._describe import title
-from tablesafe.output._render import TOTAL_LABEL
+from tablesafe.output._render import TOTAL_LABEL, UNPROTECTED_TITLE
 from tablesafe.output._xlsx import BOLD, NUMBER, Grid, workbook_bytes
 
 if TYPE_CHECKING:
@@ -133,6 +133,8 @@ def _statistic_sheet(
     dims = table.dimensions
     style = NUMBER[_decimals(table, statistic, values)]
     heading = title([d.label for d in dims], [statistic], table.catalog, table.metadata)
+    if not table.protected:
+        heading = f"{UNPROTECTED_TITLE}: {heading}"
     out: list[list[object]] = [
         [(heading, BOLD)],
         [f"Universe: {table.universe_label}"],

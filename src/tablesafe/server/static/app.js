@@ -783,7 +783,9 @@ function chartData(doc) {
   const what = stat === "n" ? "unweighted counts" : "weighted counts";
   const where = layerDim ? `, ${varInfo(layerDim).label}: ${labelOf(layerDim, layer)}` : "";
   const name = `${varInfo(rowsDim).label}${colsDim ? " by " + varInfo(colsDim).label : ""}${where}`;
-  const title = pyramid ? `Population pyramid: ${name} (protected ${what})` : `${name} (protected ${what})`;
+  // The table's own flag says whether its values are protected (never assumed).
+  const kind = doc.meta.protected === true ? "protected" : "UNPROTECTED";
+  const title = pyramid ? `Population pyramid: ${name} (${kind} ${what})` : `${name} (${kind} ${what})`;
   return { rowsDim, colsDim, stat, rows, series, find, value, pyramid, title, axis: stat === "n" ? "Count" : "Weighted count" };
 }
 
@@ -838,7 +840,8 @@ function drawChart(doc) {
   notes.forEach((line, i) => svg.appendChild(el("text", { x: 8, y: legendY + 24 + i * 14, "font-size": 10, class: "note" }, line)));
   $("chart").replaceChildren(svg);
   svg.setAttribute("aria-label", data.title);
-  $("chart-caption").textContent = `${data.title}. Drawn from the protected values in the table above; suppressed cells are drawn as zero.`;
+  const values = doc.meta.protected === true ? "protected values" : "UNPROTECTED (true) values";
+  $("chart-caption").textContent = `${data.title}. Drawn from the ${values} in the table above; suppressed cells are drawn as zero.`;
   $("chart-box").hidden = false;
 }
 
