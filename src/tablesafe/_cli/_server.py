@@ -151,23 +151,27 @@ def _audit_text(rows: list[dict[str, Any]]) -> None:
 def api_key_new(key_id: str, role: str, expires: str | None) -> None:
     """Make a new API key: prints the key (give it to its user) and its [[keys]] entry."""
     from tablesafe._errors import RequestError
+    from tablesafe.catalog._catalog import dump_toml
     from tablesafe.server import new_key
 
     if role not in ("user", "admin"):
         raise RequestError(f"unknown role {role!r}; allowed: user, admin")
     key, digest = new_key()
-    when = _expiry(key_id, digest, role, expires) if expires is not None else None
+    entry = _key_entry(key_id, digest, role, expires)
     click.echo(f"key (shown once; give it to the user): {key}")
-    click.echo("\n[[keys]]")
-    click.echo(f'id = "{key_id}"')
-    click.echo(f'role = "{role}"')
-    click.echo(f'hash = "{digest}"')
-    if when is not None:
-        click.echo(f"expires = {when}")
+    # The values written by tomli-w, so the entry reads back as checked; the header by
+    # hand (tomli-w writes a short array of tables inline, which appended to a site
+    # file would land in the table before it).
+    click.echo("\n[[keys]]\n" + dump_toml(entry), nl=False)
 
 
-def _expiry(key_id: str, digest: str, role: str, expires: str) -> str:
-    """``expires`` checked as the site configuration will read it (TOML), as written."""
+def _key_entry(key_id: str, digest: str, role: str, expires: str | None) -> dict[str, Any]:
+    """The ``[[keys]]`` entry, checked as the site configuration will read it.
+
+    Raises:
+        RequestError: for an id the configuration does not allow, or an
+            ``expires`` that is not a TOML date or date-time.
+    """
     import tomllib
 
     from pydantic import ValidationError
@@ -175,15 +179,24 @@ def _expiry(key_id: str, digest: str, role: str, expires: str) -> str:
     from tablesafe._errors import RequestError
     from tablesafe._settings import ApiKeySettings
 
+    entry: dict[str, Any] = {"id": key_id, "role": role, "hash": digest}
+    bad_date = RequestError(
+        f"--expires {expires!r} is not a date or date-time; give 2027-01-01 or 2027-01-01T12:00:00Z"
+    )
+    if expires is not None:
+        try:
+            entry["expires"] = tomllib.loads(f"expires = {expires.strip()}")["expires"]
+        except tomllib.TOMLDecodeError:
+            raise bad_date from None
     try:
-        value = tomllib.loads(f"expires = {expires.strip()}")["expires"]
-        ApiKeySettings(id=key_id, hash=digest, role=role, expires=value)  # type: ignore[arg-type]
-    except (tomllib.TOMLDecodeError, ValidationError):
-        raise RequestError(
-            f"--expires {expires!r} is not a date or date-time; give 2027-01-01 or "
-            "2027-01-01T12:00:00Z"
-        ) from None
-    return expires.strip()
+        ApiKeySettings(**entry)
+    except ValidationError as error:
+        if any(e["loc"][:1] == ("id",) for e in error.errors()):
+            raise RequestError(
+                f"key id {key_id!r} is not allowed: 1 to 40 letters, digits, '_', '.' or '-'"
+            ) from None
+        raise bad_date from None
+    return entry
 
 
 @api_key_app.command("revoke")

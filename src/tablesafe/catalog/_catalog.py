@@ -72,6 +72,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
 from tablesafe._errors import CatalogError, FormatError, RequestError, choice
 from tablesafe.catalog._hierarchy import Hierarchy, parse_hierarchies, resolve_grouping_levels
 from tablesafe.catalog._magnitudes import WEIGHTED_SUFFIX, Magnitude, parse_magnitudes
@@ -90,6 +92,7 @@ __all__ = [
     "StructuralZero",
     "Variable",
     "check_name",
+    "dump_toml",
     "reserved_name",
     "toml_value",
 ]
@@ -446,7 +449,7 @@ class Catalog:
 
     def to_toml(self) -> str:
         """Return the catalog as TOML text."""
-        return _dump_toml(self.to_dict())
+        return dump_toml(self.to_dict())
 
 
 def _dataset_section(raw: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -725,50 +728,20 @@ def _parse_zeros(raw: object, variables: Mapping[str, Variable]) -> tuple[Struct
 
 
 def toml_value(v: object) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    """``v`` as a TOML value, written by tomli-w (any text escaped: newlines, quotes, backslashes).
+
+    For a value on a line the caller writes (``f"title = {toml_value(t)}"``);
+    whole documents are :func:`dump_toml`'s.
+
+    Raises:
+        TypeError: for a table (a mapping: TOML writes it under a header, not as a
+            value) or a value TOML cannot hold (``None``).
+    """
     if isinstance(v, Mapping):
-        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+        raise TypeError("a table is written by dump_toml, not as a value")
+    return tomli_w.dumps({"v": v}).removeprefix("v = ").removesuffix("\n")
 
 
-def _dump_toml(doc: Mapping[str, Any]) -> str:
-    # The catalog's structure is fixed and shallow, so a small writer is enough
-    # (tomllib reads TOML but the standard library has no writer).
-    lines = ["[dataset]"]
-    lines += [f"{k} = {toml_value(v)}" for k, v in doc["dataset"].items()]
-    for var in doc["variables"]:
-        lines += ["", "[[variables]]"]
-        for k, v in var.items():
-            if k == "categories":
-                lines.append("categories = [")
-                lines += [f"  {toml_value(c)}," for c in v]
-                lines.append("]")
-            elif k != "groupings":
-                lines.append(f"{k} = {toml_value(v)}")
-        for g in var.get("groupings", []):
-            lines += ["", "[[variables.groupings]]"]
-            lines.append(f"name = {toml_value(g['name'])}")
-            lines.append(f"label = {toml_value(g['label'])}")
-            lines.append("groups = [")
-            lines += [f"  {toml_value(x)}," for x in g["groups"]]
-            lines.append("]")
-    for z in doc.get("structural_zeros", []):
-        lines += ["", "[[structural_zeros]]"]
-        lines += [f"{k} = {toml_value(v)}" for k, v in z.items()]
-    for m in doc.get("magnitudes", []):
-        lines += ["", "[[magnitudes]]"]
-        lines += [f"{k} = {toml_value(v)}" for k, v in m.items()]
-    for h in doc.get("hierarchies", []):
-        lines += ["", "[[hierarchies]]"]
-        lines += [f"{k} = {toml_value(v)}" for k, v in h.items()]
-    for u in doc.get("units", []):
-        lines += ["", "[[units]]"]
-        lines += [f"{k} = {toml_value(v)}" for k, v in u.items()]
-    return "\n".join(lines) + "\n"
+def dump_toml(doc: Mapping[str, Any]) -> str:
+    """A whole TOML document, written by tomli-w (the standard library only reads TOML)."""
+    return tomli_w.dumps(doc)

@@ -457,7 +457,7 @@ def _catalog_text(
     keys_added: bool,
 ) -> str:
     lines = [
-        f"# Draft catalog written by `tablesafe catalog init` from {source.name}.",
+        f"# Draft catalog written by `tablesafe catalog init` from {_comment(source.name)}.",
         "# Review it before serving: labels, the order of categories, which columns are",
         "# variables, groupings and structural zeros are the data owner's decisions.",
         "",
@@ -480,23 +480,28 @@ def _catalog_text(
             "# Columns kept in microdata.parquet but not made variables (undecided);",
             "# add a [[variables]] entry by hand for any that should be one:",
         ]
-        width = max(len(n) for n, _ in undecided)
-        lines += [f"#   {n.ljust(width)}  {reason}" for n, reason in undecided]
+        width = max(len(_comment(n)) for n, _ in undecided)
+        lines += [f"#   {_comment(n).ljust(width)}  {_comment(r)}" for n, r in undecided]
     for var in variables:
         lines += ["", "[[variables]]", f"name = {toml_value(var.name)}"]
         lines.append(f"label = {toml_value(var.label)}")
         if var.note:
-            lines.append(f"# {var.note}")
+            lines.append(f"# {_comment(var.note)}")
         lines.append("categories = [")
         for code, label, comment in var.categories:
             entry = f"  {{ code = {toml_value(code)}, label = {toml_value(label)} }},"
-            lines.append(entry + (f"  # {comment}" if comment else ""))
+            lines.append(entry + (f"  # {_comment(comment)}" if comment else ""))
         lines.append("]")
     return "\n".join(lines) + "\n"
 
 
 def _comment(text: str) -> str:
-    return text.replace("\n", " ").replace("\r", " ")
+    """Text for a ``#`` comment: on one line (values are :func:`toml_value`'s, by tomli-w).
+
+    TOML ends a comment at a newline and allows no other control character in
+    it but tab, so each is written as a space.
+    """
+    return "".join(" " if (ord(c) < 32 and c != "\t") or ord(c) == 127 else c for c in text)
 
 
 def init_catalog(
