@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tablesafe._settings import load_site_config
-from test_browser import browser, running  # noqa: F401  (the Chromium fixture)
+from test_browser import browser, running, show_statistic  # noqa: F401  (the Chromium fixture)
 from test_browser_page import _axe, _build, _open
 
 pytestmark = pytest.mark.system
@@ -50,9 +50,13 @@ def url(demo_dir, tmp_path_factory):
 
 
 def _cell_texts(page, caption: str) -> list[str]:
-    """The data cells of the table with this caption, row by row."""
-    table = page.locator("table.cross", has=page.locator("caption", has_text=caption)).first
-    return [t.strip() for t in table.locator("td").all_inner_texts()]
+    """The estimates of the table of this statistic (picked in the list), row by row.
+
+    Each cell's first line: the estimate and its flags (its interval and RSE follow).
+    """
+    show_statistic(page, caption)
+    table = page.locator("table.cross")
+    return [t.strip().splitlines()[0] for t in table.locator("td").all_inner_texts()]
 
 
 def test_row_percentages_with_standard_errors_and_np(url, browser):  # noqa: F811
@@ -64,7 +68,7 @@ def test_row_percentages_with_standard_errors_and_np(url, browser):  # noqa: F81
     page.check("input[name='percent'][value='row']")
     page.check("#se")
     text = _build(page)
-    assert "Row percentage" in text and "Standard error of the row percentage" in text
+    assert "Row percentage, with its 95% confidence interval and relative standard error" in text
     body = {
         "dimensions": ["REGION", "SEX"],
         "universe": {},

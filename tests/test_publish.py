@@ -39,7 +39,8 @@ def test_title_universe_and_file_name_in_words(site):
     )
     r = site.post("/api/datasets/lt/tables?format=sdmx-csv", json=two)
     assert (
-        'filename="AGEGRP-by-SEX-North-North-East-Female.csv"' in r.headers["content-disposition"]
+        'filename="AGEGRP-by-SEX-North-North-East-Female.sdmx.csv"'
+        in r.headers["content-disposition"]
     )
     many = {"dimensions": ["SEX"], "universe": {"REGION": [1, 2, 3, 4, 5]}}
     r = site.post("/api/datasets/lt/tables?format=csv", json=many)

@@ -65,7 +65,9 @@ class OutputFormat:
     Attributes:
         name: The format's name in ``--format`` and the API's ``format``.
         media_type: Its HTTP media type.
-        extension: Its file extension (without the dot).
+        extension: Its file extension (without the first dot): ``sdmx.csv`` for
+            SDMX-CSV, so that a table's CSV and SDMX-CSV (or JSON, JSON-stat
+            and SDMX-JSON) downloaded side by side keep different names.
         write: ``write(table, options)``: the whole document, text or bytes.
         stream: Optionally, the document in pieces (the server streams them).
         binary: Whether the document is bytes (not printable on a terminal).
@@ -180,15 +182,17 @@ register_format(
     )
 )
 # JSON-stat has no media type of its own: json-stat.org serves it as JSON.
-register_format(OutputFormat("jsonstat", "application/json", "json", _jsonstat))
+register_format(OutputFormat("jsonstat", "application/json", "jsonstat.json", _jsonstat))
 register_format(
     OutputFormat(
         "sdmx-csv",
         "application/vnd.sdmx.data+csv; version=2.0.0; charset=utf-8",
-        "csv",
+        "sdmx.csv",
         _sdmx_csv,
     )
 )
 register_format(
-    OutputFormat("sdmx-json", "application/vnd.sdmx.data+json; version=2.0.0", "json", _sdmx_json)
+    OutputFormat(
+        "sdmx-json", "application/vnd.sdmx.data+json; version=2.0.0", "sdmx.json", _sdmx_json
+    )
 )

@@ -3,7 +3,7 @@
 
 const state = {
   datasets: [], meta: null, conditions: {}, groups: [],
-  last: null, doc: null, index: null, layer: null, controller: null, job: null,
+  last: null, doc: null, index: null, layer: null, stat: null, controller: null, job: null,
 };
 const $ = (id) => document.getElementById(id);
 const FLAG_SYMBOL = { structural_zero: "z", suppressed: "x", np: "np" };
@@ -456,6 +456,32 @@ function statsOf(doc) {
   return (named.length ? named : ["n", "weighted"]).filter((s) => doc.cells.length && s in doc.cells[0]);
 }
 
+// An estimate's standard error and interval: "se", "ci_low", "ci_high" of the weighted count,
+// "<stat>_se", "<stat>_ci_low", "<stat>_ci_high" of any other estimate (a percentage, a mean).
+const COMPANIONS = ["se", "ci_low", "ci_high"];
+function companionsOf(doc, stat) {
+  const all = statsOf(doc);
+  const out = {};
+  for (const k of COMPANIONS) {
+    const name = stat === "weighted" ? k : `${stat}_${k}`;
+    if (all.includes(name)) out[k] = name;
+  }
+  return out;
+}
+
+// The table's estimates: every statistic that is not another's standard error or interval.
+function estimatesOf(doc) {
+  const all = statsOf(doc);
+  const companions = new Set(all.flatMap((s) => Object.values(companionsOf(doc, s))));
+  return all.filter((s) => !companions.has(s));
+}
+
+// The estimate shown first: a percentage, sum, mean or quantile asked for (the figures a
+// request adds to its counts), else the first count (unweighted before weighted).
+function defaultEstimate(estimates) {
+  return estimates.find((s) => s !== "n" && s !== "weighted") || estimates[0];
+}
+
 const tableTitle = (dims) => dims.map((d) => varInfo(d).label).join(" by ");
 const categoryOrder = (dim) => [...varInfo(dim).categories.map((c) => String(c.code)), "_T"];
 const cellKey = (codes) => codes.map(String).join("\u0001");
@@ -476,8 +502,30 @@ function renderResult(doc) {
   universe.id = "universe-line"; universe.textContent = tableUniverse(doc.meta);
   const tables = document.createElement("div");
   tables.id = "tables";
-  $("result").replaceChildren(title, universe, ...(dims[2] ? [layerPicker(doc)] : []), tables, renderFootnotes(doc.meta));
+  const estimates = estimatesOf(doc);
+  if (!estimates.includes(state.stat)) state.stat = defaultEstimate(estimates);
+  const pickers = [...(estimates.length > 1 ? [statPicker(doc, estimates)] : []), ...(dims[2] ? [layerPicker(doc)] : [])];
+  $("result").replaceChildren(title, universe, ...pickers, tables, renderFootnotes(doc.meta));
   renderTables(doc);
+}
+
+// One table at a time, as ABS TableBuilder shows one: a list of the table's estimates
+// (count, weighted count, percentages, sums, means, quantiles) picks which.
+function statPicker(doc, estimates) {
+  const box = document.createElement("div");
+  box.className = "row stat-pick";
+  const label = document.createElement("label");
+  label.htmlFor = "stat-pick"; label.textContent = "Statistic shown";
+  const select = document.createElement("select");
+  select.id = "stat-pick";
+  for (const s of estimates) select.appendChild(option(s, statTitle(doc, s)));
+  select.value = state.stat;
+  select.addEventListener("change", () => {
+    state.stat = select.value;
+    renderTables(state.doc); saveToUrl($("dataset").value, state.last);
+  });
+  box.append(label, select);
+  return box;
 }
 
 function layerCodes(doc) {
@@ -514,8 +562,10 @@ function renderTables(doc) {
   const rowCodes = present(rowsDim);
   const colCodes = colsDim ? present(colsDim) : [null];
   const find = (rc, cc) => state.index.get(cellKey([rc, ...(colsDim ? [cc] : []), ...(layerDim ? [layer] : [])]));
-  const caption = (stat) => statTitle(doc, stat) + (layerDim ? ` — ${varInfo(layerDim).label}: ${labelOf(layerDim, layer)}` : "");
-  $("tables").replaceChildren(...statsOf(doc).map((stat) => crossTable(doc, stat, caption(stat), rowCodes, colCodes, find)));
+  const stat = state.stat;
+  const precision = Object.keys(companionsOf(doc, stat)).length ? ", with its 95% confidence interval and relative standard error (RSE)" : "";
+  const caption = statTitle(doc, stat) + precision + (layerDim ? ` — ${varInfo(layerDim).label}: ${labelOf(layerDim, layer)}` : "");
+  $("tables").replaceChildren(crossTable(doc, stat, caption, rowCodes, colCodes, find));
 }
 
 // One statistic as a cross-tab, in a box that scrolls sideways when the table is wider
@@ -570,7 +620,30 @@ function dataCell(doc, stat, cell, total) {
       td.appendChild(document.createTextNode(" ")); td.appendChild(sup);
     }
   }
+  if (cell) td.append(...precisionLines(doc, stat, cell));
   return td;
+}
+
+// Under an estimate, where the table has its standard error: its 95% interval and its
+// relative standard error (the published standard error over the published estimate, in
+// percent), each on a line of its own. Nothing where either is not published.
+function precisionLines(doc, stat, cell) {
+  const comp = companionsOf(doc, stat);
+  const value = cell[stat], se = comp.se && cell[comp.se];
+  const low = comp.ci_low && cell[comp.ci_low], high = comp.ci_high && cell[comp.ci_high];
+  const lines = [];
+  const line = (cls, text, title) => {
+    const span = document.createElement("span");
+    span.className = `precision ${cls}`; span.textContent = text; span.title = title;
+    lines.push(span);
+  };
+  if (typeof low === "number" && typeof high === "number") {
+    line("ci", `${fmt(low, stat)}–${fmt(high, stat)}`, "95% confidence interval");
+  }
+  if (typeof value === "number" && typeof se === "number" && value !== 0) {
+    line("rse", `RSE ${(100 * se / Math.abs(value)).toFixed(1)}%`, `relative standard error: the standard error ${fmt(se, stat)} over the estimate`);
+  }
+  return lines;
 }
 
 // The table's footnotes: the statement of its protection, the flag legend, the citation.
@@ -671,6 +744,8 @@ function clearResult() {
 
 async function build(event) {
   if (event) event.preventDefault();
+  // A table asked for from the form opens on its default estimate; a link, on the one it names.
+  if (event) state.stat = null;
   $("message").textContent = "";
   const body = requestBody();
   if (state.controller) state.controller.abort();
@@ -725,6 +800,7 @@ function saveToUrl(name, body) {
   params.set("dataset", name);
   params.set("table", JSON.stringify({ ...body, groups: state.groups }));
   if (state.layer !== null) params.set("layer", state.layer);
+  if (state.stat) params.set("show", state.stat);
   history.replaceState(null, "", `${location.pathname}?${params}`);
   $("share").href = `${location.origin}${location.pathname}?${params}`;
 }
@@ -754,6 +830,7 @@ async function restoreFromUrl() {
     c.checked = mags.some((m) => m[0] === (c.value === "quartiles" ? "quantile" : c.value));
   }
   state.layer = params.get("layer");
+  state.stat = params.get("show");
   await build();
 }
 
@@ -1039,6 +1116,9 @@ function wire() {
   $("download-png").addEventListener("click", () => exportChart("png"));
   $("download-csv").addEventListener("click", () => download("csv"));
   $("download-xlsx").addEventListener("click", () => download("xlsx"));
+  $("download-jsonstat").addEventListener("click", () => download("jsonstat"));
+  $("download-sdmx-csv").addEventListener("click", () => download("sdmx-csv"));
+  $("download-sdmx-json").addEventListener("click", () => download("sdmx-json"));
   $("job-build").addEventListener("click", buildJob);
   $("job-download").addEventListener("click", downloadJob);
 }
