@@ -27,7 +27,8 @@ def make_site(demo_dir, tmp_path, *, state=None, rules=None, server=None):
     (tmp_path / "secret").write_text("jobs share this secret with tables " * 2)
     data = {
         "base": str(tmp_path),
-        "server": {"audit_db": "audit.sqlite", **(server or {})},
+        # The tests build jobs with workers of their own (the embedded one has its tests).
+        "server": {"audit_db": "audit.sqlite", "embedded_worker": "off", **(server or {})},
         "datasets": [
             {
                 "name": "demo",

@@ -37,6 +37,7 @@ from tablesafe._request import Margins, Percent, Statistic, TableRequest
 from tablesafe._seeds import SeedScheme
 from tablesafe._settings import (
     AuditFailure,
+    EmbeddedWorker,
     EngineKind,
     EngineSettings,
     MagnitudeSettings,
@@ -79,6 +80,7 @@ OPTIONS: dict[type[enum.StrEnum], tuple[str, ...]] = {
     UnreliableAction: ("np", "flag"),
     SliverScope: ("dataset", "key"),
     AuditFailure: ("refuse", "answer"),
+    EmbeddedWorker: ("auto", "on", "off"),
     DataFormat: ("parquet", "csv"),
     ReplicateMethod: ("JK1", "JK2", "BRR", "bootstrap"),
     Resampling: ("bootstrap", "binomial"),
@@ -121,6 +123,7 @@ def test_settings_and_value_objects_share_one_class_per_option():
     assert _field_type(RuleSettings, "sliver_scope") is SliverScope
     assert _field_type(RuleSettings, "unreliable_action") is UnreliableAction
     assert _field_type(ServerSettings, "audit_failure") is AuditFailure
+    assert _field_type(ServerSettings, "embedded_worker") is EmbeddedWorker
     assert _hint(TableRequest, "percentages") == tuple[Percent, ...]
     assert _hint(PTable, "selector") is Selector
     assert _hint(Dataset, "format") is DataFormat

@@ -48,6 +48,7 @@ __all__ = [
     "ApiKeySettings",
     "AuditFailure",
     "DatasetSettings",
+    "EmbeddedWorker",
     "EngineKind",
     "EngineSettings",
     "ProtectionSettings",
@@ -97,6 +98,18 @@ class AuditFailure(StrEnum):
 
     REFUSE = "refuse"
     ANSWER = "answer"
+
+
+class EmbeddedWorker(StrEnum):
+    """Whether ``tablesafe serve`` builds jobs itself, in a thread of the server (issue 40).
+
+    ``auto``: with the SQLite state store (one machine), not with PostgreSQL
+    (replicas, whose workers run apart: docs/decisions.md); ``on``, ``off``.
+    """
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
 
 
 class SliverScope(StrEnum):
@@ -221,6 +234,20 @@ class ServerSettings(BaseModel):
         le=86_400,
         description="A running job whose worker has not reported for this long (it was "
         "stopped) is taken by another worker; after 3 tries it fails.",
+    )
+    embedded_worker: EmbeddedWorker = Field(
+        EmbeddedWorker.AUTO,
+        description="auto, on or off: the server builds jobs in a thread of its own, one at a "
+        "time (auto: with the SQLite state store, not with PostgreSQL, whose sites run "
+        "tablesafe worker processes).",
+    )
+    max_queued_jobs_per_key: int = Field(
+        20,
+        ge=0,
+        le=100_000,
+        description="Most jobs one key (or client address) may have queued or running at "
+        "once; one more is answered 429 TooManyJobs (0: no limit). Asking again for a job "
+        "the key has queued, running or done gives that job and counts nothing.",
     )
 
     @field_validator("trusted_proxies")

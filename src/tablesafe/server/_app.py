@@ -39,6 +39,7 @@ from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Annotated, Any
 
+import anyio.to_thread
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -52,7 +53,7 @@ from tablesafe.output._formats import WriteOptions, format_names, output_format
 from tablesafe.server._auth import Authenticator, AuthError, Principal
 from tablesafe.server._bodies import TableBody, allowed_fields
 from tablesafe.server._gate import Edge, Gate, error_shape
-from tablesafe.server._jobs import add_job_routes
+from tablesafe.server._jobs import ServerWorker, add_job_routes, embedded_worker
 from tablesafe.server._observe import Observed, Operations
 from tablesafe.server._service import TableService
 from tablesafe.state import StateStore
@@ -112,12 +113,25 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
 def _application(
     site: SiteConfig, service: TableService, auth: Authenticator, audit: StateStore
 ) -> _Application:
-    """The bare application: its lifespan (closing the service), metadata, gate and service."""
+    """The bare application: its lifespan, metadata, gate and service.
+
+    The lifespan starts the embedded worker (``[server] embedded_worker``) and,
+    at the end, stops it, then closes the service.
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
-        service.close()
+        worker = ServerWorker(site, service.state) if embedded_worker(site) else None
+        app.state.embedded_worker = worker
+        if worker is not None:
+            worker.start()
+        try:
+            yield
+        finally:
+            if worker is not None:
+                # Off the event loop: the job being built gets the shutdown's timeout.
+                await anyio.to_thread.run_sync(worker.stop, site.server.shutdown_timeout_seconds)
+            service.close()
 
     app = _Application(
         lifespan=lifespan,

@@ -166,11 +166,15 @@ class TableService:
 
     def close(self) -> None:
         """Close the engines' connections and the state store."""
+        self.close_engines()
+        self.state.close()
+
+    def close_engines(self) -> None:
+        """Close the engines' connections (a state store shared with another service stays)."""
         for s in self._served.values():
             close = getattr(s.builder.engine, "close", None)
             if close is not None:
                 close()
-        self.state.close()
 
     def _engine(self, ds: DatasetSettings) -> Engine:
         es = self.site.engine
@@ -268,6 +272,13 @@ class TableService:
             },
             "protection": s.builder.protection.describe(),
         }
+
+    def identity(self, name: str) -> str:
+        """The microdata identity of dataset ``name`` (one small query, the first time)."""
+        s = self._served[name]
+        if s.identity is None:
+            s.identity = dataset_identity(s.builder.engine, s.dataset)
+        return s.identity
 
     # -- tables --------------------------------------------------------------------------
 
@@ -392,11 +403,10 @@ class TableService:
             BudgetExhausted: for a table whose new figures take a record past a budget.
             RefusedError: for a table that makes a sliver with published ones.
         """
-        if s.identity is None:
-            s.identity = dataset_identity(s.builder.engine, s.dataset)
+        identity = self.identity(s.settings.name)
         rules = s.settings.rules
         budgets = Budgets(rules.privacy_budget_epsilon, rules.privacy_budget_epsilon_per_key)
-        with self.guard.transaction(s.identity) as tx:
+        with self.guard.transaction(identity) as tx:
             if tx.ledger.check(who.id, figures, budgets):
                 tx.spend(who.id, figures, s.settings.name)
             if rules.sliver_min_difference <= 0:

@@ -1047,7 +1047,8 @@ async function buildJob() {
     const path = `/api/datasets/${encodeURIComponent(job.name)}/jobs?format=csv&labels=true`;
     const answer = await (await api(path, { method: "POST", body: JSON.stringify(job.body) })).json();
     job.id = answer.id;
-    showJob({ status: "queued", stage: "queued", progress: 0 });
+    // A job the key already asked for is answered as it is (queued, running or done).
+    showJob({ stage: answer.status, progress: 0, ...answer });
     await followJob(job);
   } catch (e) {
     $("message").textContent = e.message;
@@ -1060,7 +1061,9 @@ function showJob(status) {
   $("job-progress").value = status.progress || 0;
   const words = { queued: "Queued: waiting for a worker", building: "Building the table", writing: "Writing the file", done: "Done: the file is ready", failed: "Failed" };
   const share = status.stage === "writing" ? ` (${Math.round(100 * status.progress)}%)` : "";
-  $("job-status").textContent = `${words[status.stage] || status.status}${share}`;
+  // No worker runs for the site: the server says so, and what to do.
+  const head = status.message && status.stage === "queued" ? "Queued" : words[status.stage] || status.status;
+  $("job-status").textContent = status.message ? `${head}: ${status.message}` : `${head}${share}`;
 }
 
 // Polls the job until it is done or failed (or another request replaces it).
