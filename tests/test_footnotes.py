@@ -310,11 +310,14 @@ def _check_weighted(case, m):
 
 
 def _check_exact_weighted(case, m):
-    # An unprotected table's weighted figures: the true sums of weights, rounded as stated.
+    # An unprotected table's weighted figures: the true sums of weights, rounded as
+    # stated, each once (totals too: "each total is the exact total, rounded once").
     _check_weighted(case, m)
     rounding = Rounding.parse(case.table.rounding)
-    truth = rounding.apply(case.inner(case.truth.weight_sum))
-    np.testing.assert_array_equal(case.inner(case.table.weighted), truth)
+    computed = case.table.computed
+    truth = rounding.apply(case.truth.weight_sum[computed])
+    np.testing.assert_array_equal(case.table.weighted[computed], truth)
+    assert "each total is the exact total, rounded once" in m.group(0)
 
 
 def _check_se(case, m):
@@ -373,13 +376,22 @@ def _check_sums(case, m):
 def _check_means(case, m):
     stats = case.table.statistics()
     mean = stats[case.column("mean", "HOURS")]
-    sums = case.builder.build(
+    # The same sums and weighted counts published at full precision (a rounding of 1e-9):
+    # the protected figures before rounding.
+    full = TableBuilder(
+        case.builder.dataset,
+        replace(case.builder.protection, rounding="1e-9"),
+        magnitudes=replace(case.builder.magnitude_protection, rounding="1e-9"),
+    ).build(
         TableRequest(DIMS, universe=UNIVERSE, statistic=case.statistic, magnitudes=("sum:HOURS",))
-    ).statistics()[case.column("sum", "HOURS")]
-    den = (case.table.weighted if "weighted" in m.group(1) else case.table.counts).astype(float)
+    )
+    sums = full.statistics()[case.column("sum", "HOURS")]
+    weighted = "weighted" in m.group(1)
+    den = (full.weighted if weighted else full.counts).astype(float)
     ok = case.table.computed & (den > 0)
-    # The protected sum (published rounded to whole units) over the denominator, to 0.01.
-    assert np.all(np.abs(mean[ok] - sums[ok] / den[ok]) <= 0.005 + 0.5 / den[ok] + 1e-9)
+    # The protected sum over the protected denominator, rounded once to 0.01.
+    assert np.all(np.abs(mean[ok] - sums[ok] / den[ok]) <= 0.005 + 1e-9)
+    assert weighted == (m.group(1) == "protected weighted counts before rounding")
 
 
 def _check_exact_magnitudes(case, m):
@@ -411,7 +423,7 @@ CHECKS = [
     (r"Sums and means of continuous variables are exact \(no protection\)\.", _check_exact_magnitudes),
     (r"Sums \(INCOME\) are rounded to whole units; each cell and each total is protected on its own.*", _check_sums),
     (r"Sums \(INCOME\) are rounded to whole units\.", _check_exact_magnitudes),
-    (r"Means \(HOURS\) are the protected sums over the (protected (?:weighted )?counts), rounded to a multiple of 0\.01\.", _check_means),
+    (r"Means \(HOURS\) are the protected sums over the (protected (?:weighted counts before rounding|counts)), rounded to a multiple of 0\.01\.", _check_means),
     (r"Source: (.+)", _check_source),
 ]  # fmt: skip
 

@@ -145,7 +145,7 @@ def test_counts_and_weighted_figures_unchanged(demo: Dataset) -> None:
     b = TableBuilder(demo, prot).build(with_mags)
     assert np.array_equal(a.counts, b.counts)  # type: ignore[arg-type]
     assert np.array_equal(a.weighted, b.weighted)  # type: ignore[arg-type]
-    # A weighted mean is the protected weighted sum over the published weighted count.
+    # A weighted mean is the protected weighted sum over the protected weighted count.
     mean = b.statistics()["mean_INCOME_weighted"]
     assert np.all(np.isfinite(mean[b.computed]))
 

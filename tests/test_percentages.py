@@ -1,9 +1,11 @@
-"""Percentages (issue 29): of the table's own published figures, adding up where margins do.
+"""Percentages (issue 29, issue 38): ratios of the table's protected figures, rounded once.
 
-The attack: whoever holds a table with percentages recomputes every one of
-them from the weighted counts (or counts) the same request publishes, and
-finds them equal; a percentage therefore tells nothing the published cells
-do not.
+A percentage divides two protected figures of the same table before they are
+rounded (docs/decisions.md, "Ratios of protected figures"). The check: every
+percentage equals the ratio recomputed from the same table published at full
+precision (rounding ``1e-9``), whatever the rounding of the weighted figures
+beside it; of counts, from the published counts. Under additive protections
+the percentages of a row, column or layer add to 100 within rounding.
 """
 
 from __future__ import annotations
@@ -24,12 +26,18 @@ from tsdata import random_frame, write_dataset
 SECRET = b"0123456789abcdef0123456789abcdef"
 
 PROTECTIONS = {
-    "ckm-aggregate": lambda: Protection(destatis(3, 1.0)),
-    "ckm-ipf": lambda: Protection(destatis(3, 1.0), additivity="ipf"),
-    "ckm-independent": lambda: Protection(destatis(3, 1.0), additivity="independent"),
-    "q-records": lambda: Protection(drop_add_records(0.05), seeds="keyed", secret=SECRET),
-    "none": lambda: Protection(None),
+    "ckm-aggregate": lambda r="1": Protection(destatis(3, 1.0), rounding=r),
+    "ckm-ipf": lambda r="1": Protection(destatis(3, 1.0), additivity="ipf", rounding=r),
+    "ckm-independent": lambda r="1": Protection(
+        destatis(3, 1.0), additivity="independent", rounding=r
+    ),
+    "q-records": lambda r="1": Protection(
+        drop_add_records(0.05), seeds="keyed", secret=SECRET, rounding=r
+    ),
+    "none": lambda r="1": Protection(None, rounding=r),
 }
+#: A rounding fine enough that the published weighted figures are the unrounded ones.
+FULL_PRECISION = "1e-9"
 ADDITIVE = ("ckm-aggregate", "ckm-ipf", "q-records", "none")
 
 
@@ -61,17 +69,24 @@ def _recomputed(values, kind):
 
 @pytest.mark.parametrize("name", list(PROTECTIONS))
 @pytest.mark.parametrize("base", ["weighted", "count"])
-def test_every_percentage_is_recomputed_from_the_published_cells(data, name, base):
-    builder = TableBuilder(data, PROTECTIONS[name]())
+def test_every_percentage_is_the_ratio_of_the_unrounded_protected_figures(data, name, base):
+    statistic = f"{base},percent:row,percent:column,percent:total"
     for dims in (("A", "B"), ("A", "B", "D")):
-        request = TableRequest(dims, statistic=f"{base},percent:row,percent:column,percent:total")
-        table = builder.build(request)
-        figures = _published(table, "weighted" if base == "weighted" else "n")
-        for kind in Percent:
-            shown = _published(table, kind.column_name)
-            again = _recomputed(figures, kind)
-            np.testing.assert_array_equal(shown, again, err_msg=f"{dims} {kind}")
-            assert not np.isnan(shown[table.computed & (figures > 0)]).all()
+        request = TableRequest(dims, statistic=statistic)
+        full = TableBuilder(data, PROTECTIONS[name](FULL_PRECISION)).build(request)
+        figures = _published(full, "weighted" if base == "weighted" else "n")
+        for rounding in ("1", "1000", "3sf"):
+            table = TableBuilder(data, PROTECTIONS[name](rounding)).build(request)
+            for kind in Percent:
+                shown = _published(table, kind.column_name)
+                again = _recomputed(figures, kind)
+                np.testing.assert_array_equal(shown, again, err_msg=f"{dims} {kind} {rounding}")
+                assert not np.isnan(shown[table.computed & (figures > 0)]).all()
+    if base == "weighted":
+        # The ratio of the rounded figures is another figure: at rounding 1000 some differ.
+        table = TableBuilder(data, PROTECTIONS[name]("1000")).build(request)
+        rounded = _recomputed(_published(table, "weighted"), Percent.ROW)
+        assert not np.array_equal(_published(table, "percent_row"), rounded, equal_nan=True)
 
 
 def _layer_sums(pct, kind):

@@ -400,7 +400,7 @@ class TableBuilder:
                 request, computed, counts, (weighted, raw_weighted, reps, noise), meta
             )
         figures = _Figures(plan, agg, counts, weighted, raw_weighted, reps, noise)
-        mag_columns, sensitive = self._magnitude_figures(
+        mag_columns, sensitive, counts_of = self._magnitude_figures(
             request, figures, computed, (is_inner, sz), want_w, meta
         )
         return ProtectedTable(
@@ -425,6 +425,7 @@ class TableBuilder:
             magnitudes=mag_columns,
             sensitive=sensitive,
             base_counts=np.where(computed, counts, 0),
+            estimate_counts={c: np.where(computed, v, 0) for c, v in counts_of.items()} or None,
             catalog=self.dataset.catalog,
             protected=self.protects(request),
         )
@@ -504,13 +505,17 @@ class TableBuilder:
         prot = self.protection
         se = ci_low = ci_high = None
         meta["weighted"] = self._weighted_statement()
+        published = np.where(
+            computed, self._round(weighted, request, computed, additive=self._adds_up()), 0.0
+        )
         design = self.dataset.catalog.replicates
         if reps is not None and design is not None:
             from tablesafe.mechanisms._variance import confidence_interval, replicate_se
 
             raw_se = np.sqrt(replicate_se(weighted, reps, design) ** 2 + noise)
-            # A weighted count is never negative: so is no end of its interval.
-            raw_low, raw_high = confidence_interval(weighted, raw_se, lower_bound=0.0)
+            # Centred on the published figure, so that it lies inside its own interval
+            # at any rounding; a weighted count is never negative: so is no end of it.
+            raw_low, raw_high = confidence_interval(published, raw_se, lower_bound=0.0)
             # Standard errors only where enough records stand behind the
             # protected count: never for a cell that may hold no record.
             shown = computed & (counts >= prot.se_threshold())
@@ -523,11 +528,17 @@ class TableBuilder:
             meta["se_min_count"] = prot.se_threshold()
             meta["ci_lower_bound"] = 0.0
             meta["se_perturbation"] = prot.mechanism is not None
-        additive = prot.record_level or prot.additivity != Additivity.INDEPENDENT
-        weighted = np.where(
-            computed, self._round(weighted, request, computed, additive=additive), 0.0
-        )
-        return weighted, se, ci_low, ci_high
+        return published, se, ci_low, ci_high
+
+    def _adds_up(self) -> bool:
+        """Whether published margins are sums of the published (rounded) inner cells.
+
+        A protected additive table's margins are sums of its inner cells, and
+        stay so once rounded. Without protection every figure is the true
+        one, rounded once: a margin summed from rounded cells would carry
+        their rounding errors (docs/weighted.md).
+        """
+        return self.protection.mechanism is not None and self._additive()
 
     def _additive(self) -> bool:
         """Whether the protected tables' margins are sums of their inner cells."""
@@ -556,13 +567,16 @@ class TableBuilder:
         weighted: tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None],
         meta: dict[str, Any],
     ) -> dict[str, np.ndarray]:
-        """Step 4 of protect: percentages of the published figures, with their standard errors.
+        """Step 4 of protect: percentages of the protected figures, with their standard errors.
 
-        Each percentage divides two figures the table publishes (as rounded),
-        so it reveals nothing they do not. Its standard error (where the
-        table has replicates) recomputes the ratio on the replicate figures
-        and adds the perturbation's variance; both counts behind it must
-        reach the site's threshold for standard errors.
+        Each percentage divides two protected figures of the table before
+        they are rounded (the protected counts, or the unrounded protected
+        weighted figures) and is rounded once, as itself (docs/decisions.md,
+        "Ratios of protected figures"). Its standard error (where the table
+        has replicates) recomputes the ratio on the replicate figures and
+        adds the perturbation's variance; its interval is centred on the
+        published percentage; both counts behind it must reach the site's
+        threshold for standard errors.
 
         Args:
             request: The request.
@@ -577,7 +591,7 @@ class TableBuilder:
 
         published, raw, reps, noise = weighted
         of_weighted = published is not None
-        values = published if published is not None else counts.astype(np.float64)
+        values = raw if raw is not None else counts.astype(np.float64)
         design = self.dataset.catalog.replicates
         out: dict[str, np.ndarray] = {}
         for kind in request.percentages:
@@ -585,7 +599,9 @@ class TableBuilder:
             out[name] = np.where(computed, PERCENT_ROUNDING.apply(percent_of(values, kind)), np.nan)
             if reps is None or design is None or raw is None or noise is None:
                 continue
-            se, low, high = self._percent_se(kind, computed, counts, raw, reps, noise)
+            se, low, high = self._percent_se(
+                kind, computed, counts, (raw, reps, noise), np.nan_to_num(out[name])
+            )
             out[f"{name}_se"], out[f"{name}_ci_low"], out[f"{name}_ci_high"] = se, low, high
         meta["percentages"] = {
             "of": "weighted" if of_weighted else "count",
@@ -600,26 +616,34 @@ class TableBuilder:
         kind: Any,
         computed: npt.NDArray[np.bool_],
         counts: np.ndarray,
-        raw: np.ndarray,
-        reps: np.ndarray,
-        noise: np.ndarray,
+        figures: tuple[np.ndarray, np.ndarray, np.ndarray],
+        published: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """A percentage's standard error and 95% interval (within 0 to 100), rounded."""
+        """A percentage's standard error and 95% interval (within 0 to 100), rounded.
+
+        Args:
+            kind: The percentage.
+            computed: Cells of the table.
+            counts: Protected counts.
+            figures: The unrounded protected weighted figures, their replicate
+                figures and their perturbation variance.
+            published: The published percentages (the intervals' centres).
+        """
         from tablesafe.mechanisms._precision import (
             PERCENT_ROUNDING,
             denominator_index,
-            percent_of,
             percent_precision,
         )
         from tablesafe.mechanisms._variance import confidence_interval
 
+        raw, reps, noise = figures
         design = self.dataset.catalog.replicates
         assert design is not None
         sampling, perturbation = percent_precision(
             kind, raw, reps, noise, design, additive=self._additive()
         )
         se = np.sqrt(sampling + perturbation)
-        low, high = confidence_interval(percent_of(raw, kind), se, lower_bound=0.0)
+        low, high = confidence_interval(published, se, lower_bound=0.0)
         threshold = self.protection.se_threshold()
         shown = (
             computed
@@ -644,7 +668,7 @@ class TableBuilder:
         masks: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]],
         want_w: bool,
         meta: dict[str, Any],
-    ) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray] | None]:
+    ) -> tuple[dict[str, np.ndarray] | None, dict[str, np.ndarray] | None, dict[str, np.ndarray]]:
         """Step 5 of protect: sums, means and quantiles, each over the records with a value.
 
         Variables without item non-response rest on the table's own figures;
@@ -652,17 +676,21 @@ class TableBuilder:
         base: :meth:`_base`, published as ``n_VAR`` and ``weighted_VAR``).
 
         Returns:
-            The columns (``None`` without magnitudes) and the rules' flags by variable.
+            The columns (``None`` without magnitudes), the rules' flags by
+            variable, and by column the protected counts each estimate rests
+            on (its base's: the precision rule reads them).
         """
         if not (request.magnitudes or request.quantiles):
-            return None, None
+            return None, None, {}
         missing = self._item_nonresponse(request)
         columns: dict[str, np.ndarray] = {}
         sensitive: dict[str, np.ndarray] = {}
+        counts_of: dict[str, np.ndarray] = {}
         for name in [None, *missing]:
             figures = main
             if name is not None:
                 figures = self._base(request, main.plan, name, computed, masks, want_w, columns)
+            before = set(columns)
             items = [m for m in request.magnitudes if _in_group(m, name, missing)]
             if items:
                 mags = self._protect_magnitudes(items, figures, computed, want_w)
@@ -684,7 +712,8 @@ class TableBuilder:
                 protected = self._protect_quantiles(quantiles, figures, computed, want_w)
                 meta["quantiles"] = protected.meta
                 columns.update(protected.columns)
-        return columns, sensitive
+            counts_of.update({c: figures.counts for c in columns if c not in before})
+        return columns, sensitive, counts_of
 
     def _item_nonresponse(self, request: TableRequest) -> list[str]:
         """The request's variables with item non-response (``missing`` in the catalog), in order."""
@@ -761,7 +790,13 @@ class TableBuilder:
         computed: npt.NDArray[np.bool_],
         want_w: bool,
     ) -> ProtectedMagnitudes:
-        """Sums and means of ``items``, against the protected counts of ``figures``."""
+        """Sums and means of ``items``, against the protected counts of ``figures``.
+
+        A weighted mean divides the protected sum by the unrounded protected
+        weighted count and is rounded once, as itself (docs/decisions.md,
+        "Ratios of protected figures"): dividing by the rounded count would
+        move it with the rounding of its denominator.
+        """
         from tablesafe.mechanisms._magnitudes import protect_magnitudes
 
         prot = self.protection
@@ -770,7 +805,7 @@ class TableBuilder:
             items,
             figures.agg,
             figures.counts,
-            figures.weighted if want_w else None,
+            figures.raw if want_w else None,
             computed,
             self.dataset.catalog.magnitudes,
             self.magnitude_protection,
@@ -874,14 +909,16 @@ class TableBuilder:
             x_noise = magnitude_noise_variance(prot, sums.total, sums.top, variable.bound)
             if kind == "sum":
                 variance = replicate_se(protected, x_reps, design) ** 2 + x_noise
-                estimate, rounding = protected, Rounding.parse(prot.rounding)
+                rounding = Rounding.parse(prot.rounding)
             else:
                 variance = ratio_precision(protected, x_reps, x_noise, raw_w, reps, noise_w, design)
-                estimate = np.divide(protected, raw_w, out=np.zeros(raw_w.shape), where=raw_w > 0)
                 rounding = Rounding.parse(prot.mean_rounding)
             se = np.sqrt(variance)
+            # Centred on the published figure: inside its own interval at any rounding.
             low, high = confidence_interval(
-                estimate, np.nan_to_num(se), lower_bound=None if variable.negative else 0.0
+                np.nan_to_num(values),
+                np.nan_to_num(se),
+                lower_bound=None if variable.negative else 0.0,
             )
             shown = base & ~mags.sensitive[name] & ~np.isnan(se) & ~np.isnan(values)
             for suffix, arr in (("se", se), ("ci_low", low), ("ci_high", high)):

@@ -530,8 +530,9 @@ def protect_magnitudes(
         magnitudes: The request's items (``"sum:VAR"``, ``"mean:VAR"``).
         agg: The table's :class:`~tablesafe.CellAggregates` (every grouping set).
         counts: Protected counts (the means' denominators when unweighted).
-        weighted: Protected weighted counts (the denominators when weighted),
-            or ``None`` for an unweighted table.
+        weighted: Protected weighted counts before rounding (the denominators
+            when weighted: a mean is rounded once, as itself), or ``None`` for
+            an unweighted table.
         computed: Cells of the table.
         variables: The catalog's magnitudes (bounds, whether negative values occur).
         prot: The site's protection of magnitudes.

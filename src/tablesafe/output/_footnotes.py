@@ -169,20 +169,7 @@ def footnotes(
     if changes:
         _change_notes(mechanism, additivity, statistic, statement)
     if statistic != Statistic.COUNT and "weighted" in metadata:
-        words, exact = _rounding_words(roundings)
-        adds = (
-            "totals of weighted figures are the sums of their cells within this table"
-            if (additive or not changes) and exact
-            else "they may not add up exactly to their totals"
-        )
-        statement.append(
-            (
-                "Weighted figures are estimates derived from the protected counts with added noise"
-                if changes
-                else "Weighted figures are the exact sums of the survey weights"
-            )
-            + f", {words}; {adds}."
-        )
+        statement.append(_weighted_note(roundings, additive=additive, changes=changes))
     _percent_notes(metadata, statement)
     _interval_notes(metadata, statement)
     flags = {"structural_zero": "this combination cannot occur (a structural zero)"}
@@ -209,6 +196,29 @@ def footnotes(
         "flags": flags,
         "citation": citation if citation else None,
     }
+
+
+def _weighted_note(roundings: Sequence[Rounding], *, additive: bool, changes: bool) -> str:
+    """The sentence on weighted figures: how they are made, rounded, and whether totals add up."""
+    words, exact = _rounding_words(roundings)
+    if not changes:
+        # Unprotected, a total is the true total rounded once, not a sum of rounded cells.
+        adds = (
+            "each total is the exact total, rounded once, so totals may differ from the "
+            "sums of their rounded cells"
+        )
+    elif additive and exact:
+        adds = "totals of weighted figures are the sums of their cells within this table"
+    else:
+        adds = "they may not add up exactly to their totals"
+    return (
+        (
+            "Weighted figures are estimates derived from the protected counts with added noise"
+            if changes
+            else "Weighted figures are the exact sums of the survey weights"
+        )
+        + f", {words}; {adds}."
+    )
 
 
 def _change_notes(
@@ -270,12 +280,17 @@ def _percent_notes(metadata: Mapping[str, Any], statement: list[str]) -> None:
     pct = metadata.get("percentages")
     if not isinstance(pct, Mapping):
         return
-    of = "weighted counts" if pct.get("of") == "weighted" else "counts"
     words = Rounding.parse(str(pct.get("rounding", "0.01"))).describe()
-    statement.append(
-        f"Percentages divide this table's published {of} by their totals in this table, "
-        f"{words}: they can be recomputed from the published cells and reveal nothing more."
-    )
+    if pct.get("of") == "weighted":
+        statement.append(
+            "Percentages divide this table's weighted counts, before they are rounded, by "
+            f"their totals in this table and are {words}, so they may differ slightly from "
+            "the shares of the rounded figures."
+        )
+    else:
+        statement.append(
+            f"Percentages divide this table's counts by their totals in this table, {words}."
+        )
 
 
 def _precision_notes(
@@ -351,7 +366,11 @@ def _magnitude_notes(
         )
     if means:
         words = Rounding.parse(str(rounding.get("mean", "0.01"))).describe()
-        over = "protected weighted counts" if mags.get("weighted") else "protected counts"
+        over = (
+            "protected weighted counts before rounding"
+            if mags.get("weighted")
+            else "protected counts"
+        )
         statement.append(
             f"Means ({', '.join(means)}) are the protected sums over the {over}, {words}."
         )

@@ -85,6 +85,10 @@ class ProtectedTable:
             column (``weighted``, ``percent_row``, ``mean_VAR``...), or ``None``.
         base_counts: The protected counts behind each cell's estimates (for the
             precision rule; not exported: a request may not ask for counts), or ``None``.
+        estimate_counts: By magnitude or quantile column, the protected counts
+            its estimates rest on where they differ from ``base_counts``: a
+            variable with item non-response rests on its base, the records
+            holding a value (for the precision rule; not exported), or ``None``.
         unreliable_display: What an unreliable estimate, its standard error and
             interval show: ``"np"``, or ``None`` (published, with an
             ``unreliable_STATISTIC`` flag column).
@@ -119,6 +123,7 @@ class ProtectedTable:
     unreliable: Mapping[str, npt.NDArray[np.bool_]] | None = None
     unreliable_display: str | None = None
     base_counts: npt.NDArray[np.int64] | None = field(default=None, repr=False)
+    estimate_counts: Mapping[str, npt.NDArray[np.int64]] | None = field(default=None, repr=False)
     catalog: Catalog | None = field(default=None, repr=False)
     protected: bool = field(kw_only=True)
 

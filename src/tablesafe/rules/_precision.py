@@ -9,7 +9,9 @@ percentage of weighted counts, a weighted mean or sum) is *unreliable* when
 * it has no standard error (the cell holds fewer protected records than the
   site's ``se_min_count``); or
 * it rests on fewer protected records than ``min_effective_count`` (a
-  percentage: its numerator's or its denominator's).
+  percentage: its numerator's or its denominator's; a sum, mean or quantile
+  of a variable with item non-response: its base's, the records that hold
+  a value).
 
 An estimate of 0 is never unreliable (there is nothing to be unsure of).
 Unreliable estimates show ``"np"`` (with their standard errors and
@@ -78,7 +80,9 @@ def _estimates(table: ProtectedTable) -> list[tuple[str, np.ndarray, np.ndarray,
     for name, values in (table.magnitudes or {}).items():
         se = (table.magnitudes or {}).get(f"{name}_se")
         if se is not None:
-            out.append((name, values, se, counts))
+            # A mean of a variable with item non-response rests on its base: the
+            # records that hold a value, not the cell's.
+            out.append((name, values, se, (table.estimate_counts or {}).get(name, counts)))
     return out
 
 
