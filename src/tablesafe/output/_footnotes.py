@@ -212,13 +212,10 @@ def _weighted_note(roundings: Sequence[Rounding], *, additive: bool, changes: bo
     else:
         adds = "they may not add up exactly to their totals"
     return (
-        (
-            "Weighted figures are estimates derived from the protected counts with added noise"
-            if changes
-            else "Weighted figures are the exact sums of the survey weights"
-        )
-        + f", {words}; {adds}."
-    )
+        "Weighted figures are estimates derived from the protected counts with added noise"
+        if changes
+        else "Weighted figures are the exact sums of the survey weights"
+    ) + f", {words}; {adds}."
 
 
 def _change_notes(
