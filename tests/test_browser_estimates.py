@@ -131,7 +131,7 @@ def test_jsonstat_and_sdmx_downloads_are_the_apis(url, browser, tmp_path):  # no
     page, failures = _open(browser, url, accept_downloads=True)
     _row_percentages_with_se(page)
     names = {}
-    for fmt in ("jsonstat", "sdmx-csv", "sdmx-json"):
+    for fmt in ("jsonstat", "sdmx-csv", "sdmx-json", "sdmx-structure"):
         with page.expect_download() as info:
             page.click(f"#download-{fmt}")
         path = tmp_path / info.value.suggested_filename
@@ -146,6 +146,7 @@ def test_jsonstat_and_sdmx_downloads_are_the_apis(url, browser, tmp_path):  # no
         "jsonstat": "REGION-by-SEX.jsonstat.json",
         "sdmx-csv": "REGION-by-SEX.sdmx.csv",
         "sdmx-json": "REGION-by-SEX.sdmx.json",
+        "sdmx-structure": "REGION-by-SEX.structure.xml",
     }
     doc = json.loads((tmp_path / names["jsonstat"]).read_text())
     assert doc["class"] == "dataset" and doc["id"] == ["REGION", "SEX", "STATISTIC"]
@@ -153,5 +154,9 @@ def test_jsonstat_and_sdmx_downloads_are_the_apis(url, browser, tmp_path):  # no
     assert sdmx["data"]["dataSets"][0]["observations"]
     header = (tmp_path / names["sdmx-csv"]).read_text().splitlines()[0]
     assert header.startswith("STRUCTURE,STRUCTURE_ID,ACTION,REGION: Region,SEX: Sex,")
+    # The SDMX data name the dataflow the structure downloaded beside them defines.
+    flow = (tmp_path / names["sdmx-csv"]).read_text().splitlines()[1].split(",")[1]
+    dataflow_id = flow.split(":")[1].split("(")[0]
+    assert f'<str:Dataflow id="{dataflow_id}"' in (tmp_path / names["sdmx-structure"]).read_text()
     assert not failures, failures
     page.close()

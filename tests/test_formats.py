@@ -26,17 +26,19 @@ def tsv(monkeypatch):
 
 
 def test_builtin_formats():
-    sdmx = ("sdmx-csv", "sdmx-json")
+    sdmx = ("sdmx-csv", "sdmx-json", "sdmx-structure")
     assert format_names() == ("text", "csv", "json", "xlsx", "jsonstat", *sdmx)
     assert format_names(served=True) == ("csv", "json", "xlsx", "jsonstat", *sdmx)
     assert format_names(binary=False) == ("text", "csv", "json", "jsonstat", *sdmx)
     with pytest.raises(
         RequestError,
-        match=r"unknown format 'yaml'; allowed: text, csv, json, xlsx, jsonstat, sdmx-csv, sdmx-json",
+        match=r"unknown format 'yaml'; allowed: text, csv, json, xlsx, jsonstat, sdmx-csv, "
+        r"sdmx-json, sdmx-structure$",
     ):
         output_format("yaml")
     with pytest.raises(
-        RequestError, match="allowed: text, csv, json, jsonstat, sdmx-csv, sdmx-json$"
+        RequestError,
+        match="allowed: text, csv, json, jsonstat, sdmx-csv, sdmx-json, sdmx-structure$",
     ):
         output_format("xlsx", binary=False)
 
@@ -67,7 +69,8 @@ def test_a_registered_format_reaches_every_interface(tsv, demo_dir, tmp_path):
         bad = client.post("/api/datasets/demo/tables?format=text", json={"dimensions": ["SEX"]})
         assert bad.status_code == 400
         assert bad.json()["error"]["message"] == (
-            "unknown format 'text'; allowed: csv, json, xlsx, jsonstat, sdmx-csv, sdmx-json, tsv"
+            "unknown format 'text'; allowed: csv, json, xlsx, jsonstat, sdmx-csv, sdmx-json, "
+            "sdmx-structure, tsv"
         )
 
 

@@ -87,9 +87,11 @@ def test_one_row_per_cell_and_statistic_with_its_statuses(answers, profile):
         assert all(head[d] == "" for d in [*dims, "STATISTIC", "OBS_VALUE"])
         stats = [s for s in doc["cells"][0] if s not in dims and not _is_flag(s)]
         assert len(rows) == len(doc["cells"]) * len(stats)
+        # The table's own dataflow (its structure is format=sdmx-structure's).
+        assert re.fullmatch(rf"TABLESAFE:DF_{profile}_[0-9A-F]{{10}}\(1\.0\)", head["STRUCTURE_ID"])
         for row in rows:
             assert row["STRUCTURE"] == "dataflow" and row["ACTION"] == "I"
-            assert row["STRUCTURE_ID"] == f"TABLESAFE:{profile}(1.0)"
+            assert row["STRUCTURE_ID"] == head["STRUCTURE_ID"]
             assert row["OBS_STATUS"] in OBS_STATUS and row["CONF_STATUS"] in CONF_STATUS
         for k, cell in enumerate(doc["cells"]):
             for j, s in enumerate(stats):
@@ -133,7 +135,9 @@ def test_labels_write_id_and_name(answers, demo_dir):
         "EDUC: Highest education",
         "STATISTIC: Statistic",
     ]
-    assert rows[0]["STRUCTURE_ID"] == f"TABLESAFE:none(1.0): {doc['meta']['title']}"
+    flow, title = rows[0]["STRUCTURE_ID"].split(": ", 1)
+    assert re.fullmatch(r"TABLESAFE:DF_none_[0-9A-F]{10}\(1\.0\)", flow)
+    assert title == doc["meta"]["title"]
     # An unprotected table keeps its dataset-level row without footnotes: its title says so.
     assert rows[0]["TITLE: Title"].startswith("UNPROTECTED: ")
     assert rows[0]["AGEB: Age band"] == ""

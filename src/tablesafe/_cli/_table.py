@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from tablesafe._protection import Protection
     from tablesafe._request import TableRequest
     from tablesafe.catalog._dataset import Dataset
+    from tablesafe.output._formats import OutputFormat, WriteOptions
     from tablesafe.output._table import ProtectedTable
 
 
@@ -135,7 +136,8 @@ def _engine(name: str, spark_master: str) -> Any:
     "--format",
     "fmt",
     default="text",
-    help="text, csv, json, jsonstat (JSON-stat 2.0), sdmx-csv or sdmx-json.",
+    help="text, csv, json, jsonstat (JSON-stat 2.0), sdmx-csv, sdmx-json or sdmx-structure "
+    "(the SDMX-ML 2.1 structure the SDMX messages name).",
 )
 @click.option(
     "--labels",
@@ -260,13 +262,19 @@ def table(
     # With --config, the site's rules as its server applies them (the sliver guard
     # aside: it depends on what the server has published).
     builder = TableBuilder(dataset, protection, engine=eng, magnitudes=magnitudes, rules=rules)
-    result = builder.build(request)
+    _echo_built(builder.build(request), output, WriteOptions(footnotes, labels), owner_flags)
+
+
+def _echo_built(
+    result: ProtectedTable, output: OutputFormat, options: WriteOptions, owner_flags: bool
+) -> None:
+    """The table built, in its format (the owner's flags where asked), and why SEs are absent."""
     if result.metadata.get("se_unavailable"):
         click.echo(f"note: {result.metadata['se_unavailable']}", err=True)
-    if owner_flags and fmt in ("csv", "json"):
-        _echo_owner(result, fmt, footnotes)
+    if owner_flags and output.name in ("csv", "json"):
+        _echo_owner(result, output.name, options.footnotes)
         return
-    click.echo(output.write(result, WriteOptions(footnotes, labels)), nl=False)
+    click.echo(output.write(result, options), nl=False)
 
 
 def _item_nonresponse(dataset: Dataset, request: TableRequest) -> bool:

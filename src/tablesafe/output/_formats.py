@@ -11,7 +11,8 @@ The built-in formats: ``text`` (a readable table, the command line's
 default), ``csv`` (one row per cell), ``json`` (``{"meta", "cells"}``,
 streamed by the server), ``xlsx`` (a workbook, binary), ``jsonstat``
 (a JSON-stat 2.0 dataset), ``sdmx-csv`` (an SDMX-CSV 2.0 data message)
-and ``sdmx-json`` (an SDMX-JSON 2.0 data message).
+and ``sdmx-json`` (an SDMX-JSON 2.0 data message), and ``sdmx-structure``
+(an SDMX-ML 2.1 structure message: what an SDMX client reads those two with).
 A format writes a table with :class:`WriteOptions`: whether to add the
 footnotes, and whether to add the category labels beside the codes.
 """
@@ -163,6 +164,13 @@ def _sdmx_json(table: Any, options: WriteOptions) -> str:
     return sdmx_json_bytes(table).decode()
 
 
+def _sdmx_structure(table: Any, options: WriteOptions) -> str:
+    # The code lists, concepts, DSD and dataflow the SDMX data messages name.
+    from tablesafe.output._sdmx_structure import sdmx_structure
+
+    return sdmx_structure(table).decode()
+
+
 def _sdmx_csv(table: Any, options: WriteOptions) -> str:
     from tablesafe.output._sdmx import sdmx_csv
 
@@ -194,5 +202,14 @@ register_format(
 register_format(
     OutputFormat(
         "sdmx-json", "application/vnd.sdmx.data+json; version=2.0.0", "sdmx.json", _sdmx_json
+    )
+)
+# The structure of the two SDMX data messages above: what an SDMX client reads them with.
+register_format(
+    OutputFormat(
+        "sdmx-structure",
+        "application/vnd.sdmx.structure+xml; version=2.1",
+        "structure.xml",
+        _sdmx_structure,
     )
 )

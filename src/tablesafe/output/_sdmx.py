@@ -43,12 +43,19 @@ header, code and coded attribute is written ``ID: name`` (the field guide's
 The dataflow (``STRUCTURE_ID``) is the one the catalog declares in
 ``[dataset.sdmx]`` (:mod:`tablesafe.catalog._sdmx`), whose ``dimensions``
 also rename the dimension columns to the data structure's ids; without it,
-``TABLESAFE:<dataset>(1.0)``, the dataset's name as served with characters
-SDMX ids cannot hold replaced by ``_`` (a structure no registry holds).
+the table's own, ``TABLESAFE:DF_<dataset>_<digest>(1.0)``: the dataset's
+name as served with characters SDMX ids cannot hold replaced by ``_``, and
+the first 10 hex digits of a hash of the table's structure (its title, its
+dimensions' ids, codes and labels, its statistics, the status codes), so
+that tables of one structure name one dataflow and tables of two never do.
+Its structure (code lists, concepts, data structure definition, dataflow)
+is served as ``format=sdmx-structure`` (:mod:`tablesafe.output._sdmx_structure`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -74,6 +81,8 @@ __all__ = [
     "sdmx_codes",
     "sdmx_csv",
     "structure_id",
+    "table_codelists",
+    "table_dataflow",
 ]
 
 #: The maintenance agency and version of the dataflow every table names.
@@ -104,11 +113,42 @@ def declared(table: Published) -> SdmxStructure | None:
 
 
 def structure_id(table: Published) -> str:
-    """The dataflow a table's SDMX messages name: the catalog's, or ``TABLESAFE:demo(1.0)``."""
+    """The dataflow a table's SDMX messages name: the catalog's, or the table's own.
+
+    The table's own is :func:`table_dataflow` (``TABLESAFE:DF_demo_3FA9...(1.0)``).
+    """
     structure = declared(table)
     if structure is not None:
         return structure.reference
-    return dataflow(str(table.metadata.get("dataset", "")))
+    return table_dataflow(table)
+
+
+def table_codelists(table: Published) -> list[tuple[str, str, list[tuple[str, str]]]]:
+    """The table's coded dimensions: ``(SDMX id, name, [(code, label), ...])``, the statistic last.
+
+    A dimension's codes are its categories in the table and the total
+    ``_T``, as SDMX ids (:func:`sdmx_code`); the statistic's are the
+    table's statistic columns with their names in words.
+    """
+    ids, stat_id = dimension_ids(table)
+    out = []
+    for d, ident in zip(table.dimensions, ids, strict=True):
+        codes = [sdmx_code(c) for c in [*map(str, d.codes), TOTAL_CODE]]
+        out.append((ident, d.label, list(zip(codes, [*d.labels, TOTAL_LABEL], strict=True))))
+    out.append((stat_id, "Statistic", list(table.statistic_labels().items())))
+    return out
+
+
+def table_dataflow(table: Published) -> str:
+    """The dataflow of the table's own structure: ``TABLESAFE:DF_<dataset>_<digest>(1.0)``.
+
+    The digest hashes what the structure says (title, code lists, status
+    codes): one structure, one dataflow, whatever the universe or the figures.
+    """
+    content = [table.title, table_codelists(table), OBS_STATUS, CONF_STATUS]
+    digest = hashlib.sha256(json.dumps(content, ensure_ascii=False).encode()).hexdigest()
+    ident = dataflow(str(table.metadata.get("dataset", ""))).split(":", 1)[1].split("(")[0]
+    return f"{AGENCY}:DF_{ident}_{digest[:10].upper()}({VERSION})"
 
 
 def dimension_ids(table: Published) -> tuple[list[str], str]:

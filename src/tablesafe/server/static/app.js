@@ -1122,6 +1122,7 @@ function wire() {
   $("download-jsonstat").addEventListener("click", () => download("jsonstat"));
   $("download-sdmx-csv").addEventListener("click", () => download("sdmx-csv"));
   $("download-sdmx-json").addEventListener("click", () => download("sdmx-json"));
+  $("download-sdmx-structure").addEventListener("click", () => download("sdmx-structure"));
   $("job-build").addEventListener("click", buildJob);
   $("job-download").addEventListener("click", downloadJob);
 }
