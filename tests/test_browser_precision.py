@@ -88,6 +88,9 @@ def test_row_percentages_with_standard_errors_and_np(url, browser):  # noqa: F81
     assert marked, "max_rse = 3 marks some weighted counts of this table"
     weighted = _cell_texts(page, "Weighted counts")
     assert weighted.count("np") == len(marked)
+    # An estimate not published shows "np" alone: no interval, no RSE under it.
+    whole = [t.strip() for t in page.locator("table.cross td").all_inner_texts()]
+    assert [t for t in whole if t.startswith("np")] == ["np"] * len(marked)
     assert "not published" in page.inner_text("#footnotes")
     _axe(page)
     # The site that flags: the values stay, each unreliable one marked u.
