@@ -154,11 +154,14 @@ def test_a_worker_builds_another_keys_job_before_the_first_keys_remaining_ones(s
     assert order.index(other) == 1  # after the one job of the first key built before it
 
 
-def test_a_job_in_progress_when_the_server_stops_goes_back_to_the_queue(site):
-    with closing(open_state(site)) as store:
-        server_worker = ServerWorker(site, store, poll_seconds=0.05)
+def test_a_job_in_progress_when_the_server_stops_goes_back_to_the_queue(demo_dir, tmp_path):
+    server = {"embedded_worker": "on", "shutdown_timeout_seconds": 0.1}
+    site = make_site(demo_dir, tmp_path, server=server)
+    app = create_app(site)
+    building, go_on = threading.Event(), threading.Event()
+    with TestClient(app) as c:
+        server_worker = app.state.embedded_worker
         service = server_worker.worker.service
-        building, go_on = threading.Event(), threading.Event()
         build = service.table
 
         def held(*args, **kwargs):  # the real build, held until the test lets it go
@@ -167,19 +170,19 @@ def test_a_job_in_progress_when_the_server_stops_goes_back_to_the_queue(site):
             return build(*args, **kwargs)
 
         service.table = held
-        queue = JobQueue(store)
-        job = queue.submit("user1", "demo", {"body": BIG, "format": "csv", "footnotes": True,
-                                             "labels": False})  # fmt: skip
-        server_worker.start()
+        job = submit(c, BIG)
         assert building.wait(120)
-        assert queue.get(job)["status"] == "running"
-        assert server_worker.stop(timeout=0.1) == "queued"  # not done in time: released
+        assert c.get(f"/api/jobs/{job}", headers={"x-api-key": USER_KEY}).json()["status"] == (
+            "running"
+        )
+    # The server stopped: the job was not done within shutdown_timeout_seconds.
+    with closing(open_state(site)) as store:
+        queue = JobQueue(store)
         row = queue.get(job)
         assert (row["status"], row["attempts"], row["worker"]) == ("queued", 1, None)
         go_on.set()  # the old build ends, and writes nothing of the job
         server_worker._thread.join(120)
         assert not server_worker._thread.is_alive()
-        server_worker.worker.close()
         assert queue.get(job)["status"] == "queued" and list(queue.parts(job, 1, 1)) == []
         assert queue.live_workers(3600) == 0
         assert work(site) == 1  # the next worker (a restarted server's) builds it
@@ -187,6 +190,23 @@ def test_a_job_in_progress_when_the_server_stops_goes_back_to_the_queue(site):
         assert (row["status"], row["attempts"]) == ("done", 2)
         built = [r for r in store.query(limit=100) if r["endpoint"].startswith("JOB ")]
     assert len(built) == 1
+
+
+def test_the_docs_give_the_workers_heartbeat_and_the_limit_as_they_are():
+    from pathlib import Path
+
+    from tablesafe._settings import ServerSettings
+    from tablesafe.server._jobs import WORKER_BEAT_SECONDS, WORKER_LIVE_SECONDS
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    deploying = " ".join((docs / "deploying.md").read_text().split())
+    assert f"heartbeat into the state store every {WORKER_BEAT_SECONDS:g} seconds" in deploying
+    assert f"a worker silent for {WORKER_LIVE_SECONDS:g} seconds counts as stopped" in deploying
+    limit = ServerSettings().max_queued_jobs_per_key
+    assert f"`[server] max_queued_jobs_per_key` ({limit})" in deploying
+    api = " ".join((docs / "http-api.md").read_text().split())
+    assert f"`[server] max_queued_jobs_per_key` ({limit}) jobs queued or running" in api
+    assert " ".join(NO_WORKER.split()) in api.replace("\\", "")
 
 
 def test_an_idle_embedded_worker_stops_at_once_and_opens_no_service(site):

@@ -440,7 +440,7 @@ class Worker:
         when it stops. ``wake``, when set, ends a wait at an empty queue early.
         """
         done, cleaned = 0, float("-inf")
-        with _Heartbeat(self.queue, self.name):
+        with _Heartbeat(self.queue, self.name, self.gone):
             while not stop.is_set():
                 if time.monotonic() - cleaned > 600:
                     self.queue.delete_expired()
@@ -465,9 +465,11 @@ class Worker:
         """
         self.gone.set()
         current = self.current
-        if current is None:
-            return None
-        return self.queue.release(current[0], self.name, current[1])
+        status = None
+        if current is not None:
+            status = self.queue.release(current[0], self.name, current[1])
+        self.queue.leave(self.name)  # it builds nothing more: not a running worker
+        return status
 
     def process(self, job: dict[str, Any]) -> str:
         """Build one claimed job; its final status (``lost`` if another worker took it)."""
@@ -546,10 +548,13 @@ class Worker:
 
 
 class _Heartbeat:
-    """A worker's heartbeat in the state store, from a thread, while the worker runs."""
+    """A worker's heartbeat in the state store, from a thread, while the worker runs.
 
-    def __init__(self, queue: JobQueue, worker: str) -> None:
-        self.queue, self.worker = queue, worker
+    Once ``gone`` is set (the worker released its job and left), it writes nothing more.
+    """
+
+    def __init__(self, queue: JobQueue, worker: str, gone: threading.Event) -> None:
+        self.queue, self.worker, self.gone = queue, worker, gone
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="worker-heartbeat", daemon=True)
 
@@ -561,13 +566,15 @@ class _Heartbeat:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        if self.gone.is_set():
+            return
         try:
             self.queue.leave(self.worker)
         except Exception:  # a store already closed (the server stopped first): the row ages out
             log.debug("worker %s: heartbeat not deleted", self.worker, exc_info=True)
 
     def _beat(self) -> None:
-        while not self._stop.wait(WORKER_BEAT_SECONDS):
+        while not self._stop.wait(WORKER_BEAT_SECONDS) and not self.gone.is_set():
             try:
                 self.queue.beat(self.worker)
             except Exception:  # the store is down for a moment: the next beat tries again
