@@ -34,6 +34,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "demo-data": ("_data",),
     "evaluate": ("_evaluate",),
     "keys": ("_data",),
+    "mcp": ("_server",),
     "postprocess": ("_postprocess",),
     "ptable": ("_ptable",),
     "replicates": ("_replicates",),
@@ -58,6 +59,7 @@ COMMAND_HELP: dict[str, str] = {
     "demo-data": "Write a realistic synthetic survey and its catalog.",
     "evaluate": "Risk and utility of each mechanism and parameter on a dataset's tables.",
     "keys": "Record keys: permanent random uint32 keys, one per record.",
+    "mcp": "Serve the agent interface (Model Context Protocol) over standard input and output.",
     "postprocess": "Post-process protected tables into releasable inner cells (Langsrud 2019).",
     "ptable": "Perturbation tables: write those of DP, PRAM, drop/add-up-to-q and the Destatis "
     "cell-key method in the Destatis (probability) or ABS/ONS (sampled) layout; show one.",

@@ -1,7 +1,8 @@
-"""Command line: `tablesafe serve`, `tablesafe audit`, `tablesafe api-key new|revoke|list`."""
+"""Command line: `tablesafe serve`, `tablesafe mcp`, `tablesafe audit`, `tablesafe api-key ...`."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -38,13 +39,36 @@ def serve(config: Path, host: str, port: int) -> None:
         application = create_app(site)
         connections = open_files_for(site.server.max_connections)
         server = uvicorn.Server(server_config(application, max_connections=connections))
-        click.echo(
-            f"tablesafe: serving {', '.join(d.name for d in site.datasets)} at "
-            f"http://{host}:{sock.getsockname()[1]}/"
-        )
+        url = f"http://{host}:{sock.getsockname()[1]}/"
+        click.echo(f"tablesafe: serving {', '.join(d.name for d in site.datasets)} at {url}")
+        if importlib.util.find_spec("mcp") is not None:
+            click.echo(f"tablesafe: agents (MCP, docs/agents.md) at {url}mcp")
         server.run(sockets=[sock])
     finally:
         sock.close()
+
+
+@app.command("mcp")
+@click.option("--config", type=PATH, required=True, help="Site configuration (TOML).")
+@click.option(
+    "--api-key",
+    envvar="TABLESAFE_API_KEY",
+    default=None,
+    show_default=False,
+    help="The caller's API key, where the site configures keys (default: the "
+    "TABLESAFE_API_KEY environment variable, which keeps it out of process listings).",
+)
+def mcp(config: Path, api_key: str | None) -> None:
+    """Serve the agent interface (Model Context Protocol) over standard input and output.
+
+    An assistant starts this command and talks to it over its standard input
+    and output (docs/agents.md); its tables take the site's one path, as
+    `tablesafe serve`'s do.
+    """
+    from tablesafe._settings import load_site_config
+    from tablesafe.server import serve_agents
+
+    serve_agents(load_site_config(config), api_key=api_key)
 
 
 def _log_access() -> None:

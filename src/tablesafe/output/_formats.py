@@ -83,6 +83,13 @@ class OutputFormat:
     binary: bool = False
     served: bool = True
 
+    def served_bytes(self, table: Any, options: WriteOptions) -> bytes:
+        """The bytes the HTTP API answers for ``table``: the stream joined, where it streams."""
+        if self.stream is not None:
+            return b"".join(self.stream(table))
+        data = self.write(table, options)
+        return data.encode() if isinstance(data, str) else data
+
 
 _REGISTRY: dict[str, OutputFormat] = {}
 

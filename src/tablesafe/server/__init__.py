@@ -1,7 +1,11 @@
-"""The online table builder: HTTP API, web page, API keys, audit log and rules."""
+"""The online table builder: HTTP API, web page, agent interface, API keys, audit log and rules."""
 
 from __future__ import annotations
 
+import importlib.util
+
+from tablesafe._errors import ConfigError
+from tablesafe._settings import SiteConfig
 from tablesafe.server._app import create_app
 from tablesafe.server._auth import Authenticator, Principal, hash_key, new_key
 from tablesafe.server._bodies import TableBody
@@ -17,8 +21,32 @@ __all__ = [
     "create_app",
     "hash_key",
     "new_key",
+    "serve_agents",
     "site_protection",
 ]
+
+
+def serve_agents(site: SiteConfig, *, api_key: str | None) -> None:
+    """Serve the agent interface (MCP) over standard input and output until the client leaves.
+
+    What ``tablesafe mcp`` runs: the tools, resources and prompt of
+    :mod:`tablesafe.server._mcp` on the site's one path (its keys, rules,
+    ledger and audit log, shared with ``tablesafe serve`` through the state store).
+
+    Args:
+        site: The site configuration.
+        api_key: The caller's API key (needed where the site configures keys).
+
+    Raises:
+        ConfigError: where the MCP SDK is not installed.
+        AuthError: for a missing, unknown, expired or revoked key (nothing is answered).
+    """
+    if importlib.util.find_spec("mcp") is None:
+        raise ConfigError("the agent interface needs the MCP SDK: pip install 'tablesafe[mcp]'")
+    # The SDK is an optional dependency: imported only where it is installed.
+    from tablesafe.server._mcp import serve_stdio
+
+    serve_stdio(site, api_key=api_key)
 
 
 def __getattr__(name: str) -> object:

@@ -16,6 +16,8 @@ Endpoints::
     GET  /openapi.json                    the OpenAPI schema
     GET  /healthz, /readyz, /metrics      liveness, readiness, Prometheus metrics (no key, not
                                           audited: :mod:`tablesafe.server._observe`)
+    POST /mcp                             the agent interface (Model Context Protocol over
+                                          streamable HTTP, :mod:`tablesafe.server._mcp`)
     GET  /docs, /redoc                    its interactive pages ([server] api_docs only)
 
 Every error, ours or the framework's, is answered in one JSON shape::
@@ -33,9 +35,10 @@ reaches the application in the same shape.
 from __future__ import annotations
 
 import html
+import importlib.util
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from importlib import resources
 from typing import Annotated, Any
 
@@ -44,44 +47,23 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from tablesafe._errors import TablesafeError, UserError
-from tablesafe._request import Statistic
+from tablesafe._errors import TablesafeError
 from tablesafe._settings import SiteConfig
 from tablesafe.output._formats import WriteOptions, format_names, output_format
-from tablesafe.server._auth import Authenticator, AuthError, Principal
-from tablesafe.server._bodies import TableBody, allowed_fields
-from tablesafe.server._gate import Edge, Gate, error_shape
+from tablesafe.server._auth import Authenticator, AuthError, Principal, site_authenticator
+from tablesafe.server._bodies import TableBody, invalid_body
+from tablesafe.server._gate import Edge, Gate, error_object, error_shape
 from tablesafe.server._jobs import ServerWorker, add_job_routes, embedded_worker
 from tablesafe.server._observe import Observed, Operations
-from tablesafe.server._service import TableService
+from tablesafe.server._service import NotFound, TableService
 from tablesafe.state import StateStore
 
 __all__ = ["create_app"]
 
 log = logging.getLogger("tablesafe.server")
-
-
-def _validation_message(exc: RequestValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:5]:
-        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        msg = err.get("msg", "invalid")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown field; allowed: " + ", ".join(allowed_fields(err.get("loc", ())))
-        elif err.get("type") == "json_invalid":
-            where, msg = "body", f"not valid JSON (at character {err.get('loc', ('', 0))[-1]})"
-        elif err.get("type") == "string_pattern_mismatch" and where == "statistic":
-            *others, last = Statistic
-            msg = (
-                f"unknown statistic {err.get('input')!r}; allowed: {', '.join(others)} or {last}, "
-                "optionally followed by sum:VAR, mean:VAR or percent:row, percent:column, "
-                "percent:total items, comma-separated (e.g. 'count,sum:INCOME', "
-                "'weighted,percent:row')"
-            )
-        parts.append(f"{where}: {msg}")
-    return "invalid request: " + "; ".join(parts)
 
 
 def create_app(site: SiteConfig, *, service: TableService | None = None) -> FastAPI:
@@ -93,19 +75,14 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
     """
     service = service or TableService(site)
     audit = service.state
-    auth = Authenticator(
-        site.keys,
-        site.server.rate_limit_per_minute,
-        failures_per_minute=site.server.auth_failures_per_minute,
-        revoked=audit.revoked,
-        rates=audit,
-    )
+    auth = site_authenticator(site, audit)
     app = _application(site, service, auth, audit)
     _add_error_handlers(app)
     _add_dataset_routes(app, service)
     _add_admin_routes(app, site, service, auth, audit)
     _add_ledger_route(app, site, service, auth, audit)
     add_job_routes(app, service, auth, principal=_principal, served=_served)
+    _add_agents(app, service, app.edge)
     _add_pages(app, site)
     return app
 
@@ -123,10 +100,14 @@ def _application(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker = ServerWorker(site, service.state) if embedded_worker(site) else None
         app.state.embedded_worker = worker
+        agents = getattr(app.state, "agents", None)
         if worker is not None:
             worker.start()
         try:
-            yield
+            async with AsyncExitStack() as running:
+                if agents is not None:  # the agent interface's sessions live as long as the app
+                    await running.enter_async_context(agents.run())
+                yield
         finally:
             if worker is not None:
                 # Off the event loop: the job being built gets the shutdown's timeout.
@@ -162,19 +143,14 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(TablesafeError)
     async def _tablesafe_error(request: Request, exc: TablesafeError) -> JSONResponse:
-        status = (
-            exc.status_code
-            if isinstance(exc, UserError)
-            else (422 if exc.status_code == 422 else 500)
-        )
-        message = str(exc) if status < 500 or isinstance(exc, UserError) else "internal error"
-        if status >= 500:
+        error = error_object(exc)
+        if error["status"] >= 500:
             log.error("%s while serving %s", type(exc).__name__, request.url.path)
-        return _error_response(request, status, type(exc).__name__, message)
+        return _error_response(request, error["status"], error["type"], error["message"])
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error_response(request, 422, "ValidationError", _validation_message(exc))
+        return _error_response(request, 422, "ValidationError", invalid_body(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -210,8 +186,7 @@ def _served(service: TableService, request: Request, name: str) -> str:
         NotFound: for a dataset not served.
     """
     request.state.dataset = name
-    if name not in service.dataset_names():
-        raise NotFound(f"unknown dataset {name!r}; available: {', '.join(service.dataset_names())}")
+    service.require(name)
     return name
 
 
@@ -266,7 +241,7 @@ def _add_dataset_routes(app: FastAPI, service: TableService) -> None:
         request.state.body = {**body.model_dump(), "format": format}
         fmt = output_format(format, served=True)
         _served(service, request, name)
-        result = service.table(who, name, body.to_request())
+        result = service.answer(who, name, body)
         if fmt.stream is not None:
             # Streamed in pieces: a 100k-cell table starts arriving at once.
             return StreamingResponse(fmt.stream(result), media_type=fmt.media_type)
@@ -345,6 +320,27 @@ def _add_ledger_route(
         return ledger_report(site, audit, name, data=served.dataset, engine=served.builder.engine)
 
 
+def _add_agents(app: FastAPI, service: TableService, edge: Edge) -> None:
+    """The agent interface at ``/mcp``, where the MCP SDK is installed (the ``mcp`` extra).
+
+    Without it, ``/mcp`` says what to install (404, as ``/metrics`` without
+    prometheus-client).
+    """
+    if importlib.util.find_spec("mcp") is None:
+
+        @app.api_route("/mcp", methods=["GET", "POST", "DELETE"], include_in_schema=False)
+        def no_agents() -> None:
+            raise NotFound("the agent interface needs the MCP SDK: pip install 'tablesafe[mcp]'")
+
+        return
+    # The SDK is an optional dependency: imported only where it is installed.
+    from tablesafe.server._mcp import HttpAgents
+
+    app.state.agents = agents = HttpAgents(service, edge)
+    # An ASGI application as the endpoint: every method reaches the SDK's transport.
+    app.router.routes.append(Route("/mcp", agents.app))
+
+
 def _add_pages(app: FastAPI, site: SiteConfig) -> None:
     """The web page, its static files and its icon.
 
@@ -390,12 +386,6 @@ class _Application(FastAPI):
     def build_middleware_stack(self) -> ASGIApp:
         self.ops.routes = list(self.routes)
         return Observed(Gate(super().build_middleware_stack(), self.edge), self.ops)
-
-
-class NotFound(UserError):
-    """No such dataset or static file (HTTP 404, error type ``NotFound``)."""
-
-    status_code = 404
 
 
 def _static(name: str) -> str:

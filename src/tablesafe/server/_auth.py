@@ -17,10 +17,18 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from tablesafe._errors import UserError
-from tablesafe._settings import ApiKeySettings
-from tablesafe.state import MemoryRates, RateCounter
+from tablesafe._settings import ApiKeySettings, SiteConfig
+from tablesafe.state import MemoryRates, RateCounter, StateStore
 
-__all__ = ["AuthError", "Authenticator", "Principal", "RateLimited", "hash_key", "new_key"]
+__all__ = [
+    "AuthError",
+    "Authenticator",
+    "Principal",
+    "RateLimited",
+    "hash_key",
+    "new_key",
+    "site_authenticator",
+]
 
 
 class AuthError(UserError):
@@ -155,3 +163,19 @@ class Authenticator:
             raise RateLimited(
                 f"rate limit of {limit} requests per minute reached; try again in a minute"
             )
+
+
+def site_authenticator(site: SiteConfig, state: StateStore) -> Authenticator:
+    """The keys and rate limits of a site, counted and revoked in its state store.
+
+    Every door that identifies callers (the HTTP API and the agent interface,
+    over HTTP or standard input and output) uses one of these, so a key's
+    requests are counted together wherever they come from.
+    """
+    return Authenticator(
+        site.keys,
+        site.server.rate_limit_per_minute,
+        failures_per_minute=site.server.auth_failures_per_minute,
+        revoked=state.revoked,
+        rates=state,
+    )

@@ -2,16 +2,19 @@
 
 :class:`TableBody` is a table request as JSON; :meth:`TableBody.to_request`
 turns it into a :class:`~tablesafe.TableRequest`. The application
-(:mod:`tablesafe.server._app`) and the cumulative audit
-(:mod:`tablesafe.server._cumulative`) both read bodies with it.
+(:mod:`tablesafe.server._app`), jobs, the agent interface
+(:mod:`tablesafe.server._mcp`) and the cumulative audit
+(:mod:`tablesafe.server._cumulative`) all read bodies with it, and
+:func:`invalid_body` words what is wrong with one for all of them.
 """
 
 from __future__ import annotations
 
 import typing
-from collections.abc import Sequence
-from typing import Annotated
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Annotated, Any
 
+import pydantic
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -23,12 +26,20 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from tablesafe._errors import RequestError
+from tablesafe._errors import RequestError, UserError
 from tablesafe._request import Margins, Percent, Statistic, TableRequest
 from tablesafe.catalog._custom import parse_groupings
 from tablesafe.catalog._units import Unit
 
-__all__ = ["GroupBody", "GroupingBody", "TableBody", "allowed_fields"]
+__all__ = [
+    "GroupBody",
+    "GroupingBody",
+    "TableBody",
+    "ValidationError",
+    "allowed_fields",
+    "invalid_body",
+    "parse_body",
+]
 
 # Strict: JSON true or 1.0 is not category 1 (pydantic's lax mode would take them as 1).
 Code = (
@@ -218,3 +229,65 @@ def allowed_fields(loc: Sequence[str | int], model: type[BaseModel] = TableBody)
             if inner is not None:
                 model = inner
     return list(model.model_fields)
+
+
+def invalid_body(errors: Iterable[Mapping[str, Any]], *, also_allowed: tuple[str, ...] = ()) -> str:
+    """What is wrong with a table request's JSON, from pydantic's errors (at most 5 named).
+
+    The one wording of a 422 ``ValidationError``, whichever door the body came
+    through: the HTTP API (FastAPI's errors, located under ``body``) or the
+    agent interface (the tool's arguments).
+
+    Args:
+        errors: pydantic's error dicts (``ValidationError.errors()``).
+        also_allowed: Fields the door accepts beside the body's (the agent
+            interface's ``dataset``), named where an unknown field is.
+    """
+    parts = []
+    for err in list(errors)[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            loc = tuple(err.get("loc", ()))
+            top = len([p for p in loc if p != "body"]) == 1
+            names = [*also_allowed, *allowed_fields(loc)] if top else allowed_fields(loc)
+            msg = "unknown field; allowed: " + ", ".join(names)
+        elif err.get("type") == "json_invalid":
+            where, msg = "body", f"not valid JSON (at character {err.get('loc', ('', 0))[-1]})"
+        elif err.get("type") == "string_pattern_mismatch" and where == "statistic":
+            *others, last = Statistic
+            msg = (
+                f"unknown statistic {err.get('input')!r}; allowed: {', '.join(others)} or {last}, "
+                "optionally followed by sum:VAR, mean:VAR or percent:row, percent:column, "
+                "percent:total items, comma-separated (e.g. 'count,sum:INCOME', "
+                "'weighted,percent:row')"
+            )
+        parts.append(f"{where}: {msg}")
+    return "invalid request: " + "; ".join(parts)
+
+
+class ValidationError(UserError):
+    """A table request's JSON that does not fit :class:`TableBody` (HTTP 422, ``ValidationError``).
+
+    The HTTP API's framework raises its own for a body; a door that reads
+    JSON itself (the agent interface's tool arguments) raises this one, with
+    the same message (:func:`invalid_body`).
+    """
+
+    status_code = 422
+
+
+def parse_body(data: object, *, also_allowed: tuple[str, ...] = ()) -> TableBody:
+    """A table request's JSON (already parsed) as a :class:`TableBody`.
+
+    Args:
+        data: The JSON value.
+        also_allowed: Fields the door accepts beside the body's (named in the message).
+
+    Raises:
+        ValidationError: for a value that does not fit, saying where and what is allowed.
+    """
+    try:
+        return TableBody.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ValidationError(invalid_body(exc.errors(), also_allowed=also_allowed)) from None

@@ -5,16 +5,20 @@ middleware or exception handler, and its answer passes back through it. The
 gate
 
 * finds the caller's address (``X-Forwarded-For`` only from the site's
-  ``trusted_proxies``) and, on ``/api`` paths other than ``/api/health``, the
-  caller's API key: a request whose body fails to parse is logged under the
-  key that sent it, and failed authentications are rate-limited per address;
+  ``trusted_proxies``) and, on ``/api`` paths other than ``/api/health`` and on
+  the agent interface's ``/mcp``, the caller's API key: a request whose body
+  fails to parse is logged under the key that sent it, and failed
+  authentications are rate-limited per address;
 * reads the whole body first, refusing one larger than ``max_body_bytes``
   (413), slower than ``body_timeout_seconds`` (408), or declared JSON that
   does not parse (422), so that the routes see only complete, well-formed
   bodies;
 * writes exactly one audit row per request, whoever answered it (a route,
   an error handler, the framework, or the gate itself), when the answer
-  starts; and adds the security headers to every answer. When the row cannot
+  starts, unless the agent interface wrote the request's row itself (a tool
+  call, :mod:`tablesafe.server._mcp`); and adds the security headers to every
+  answer. Its refusals on ``/mcp`` are JSON-RPC errors (the one error shape
+  as their ``data``), which MCP clients read. When the row cannot
   be written, ``[server] audit_failure = "refuse"`` (the default) withholds
   the answer and sends 503 ``Unavailable`` instead: every answer given is in
   the audit log (docs/decisions.md).
@@ -37,16 +41,29 @@ from typing import Any
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tablesafe._errors import TablesafeError, UserError
 from tablesafe._settings import AuditFailure, ServerSettings
 from tablesafe.server._auth import Authenticator, AuthError, RateLimited
 from tablesafe.state import StateStore
 
-__all__ = ["CSP", "SECURITY_HEADERS", "Edge", "Gate", "error_shape", "not_json"]
+__all__ = [
+    "CSP",
+    "MCP_PATH",
+    "SECURITY_HEADERS",
+    "Edge",
+    "Gate",
+    "error_object",
+    "error_shape",
+    "not_json",
+    "rpc_error_shape",
+]
 
 log = logging.getLogger("tablesafe.server")
 
 # Paths open without a key (the API's other paths all need one when keys are configured).
 PUBLIC_API = frozenset({"/api/health"})
+#: The agent interface over HTTP (streamable HTTP, :mod:`tablesafe.server._mcp`): keyed too.
+MCP_PATH = "/mcp"
 
 # The web page's own script, style and API calls; data: and blob: for the chart's
 # PNG export and the downloads; no frame may hold any page of the site.
@@ -68,6 +85,31 @@ DOCS_PATHS = frozenset({"/docs", "/redoc", "/docs/oauth2-redirect"})
 def error_shape(status: int, kind: str, message: str) -> dict[str, Any]:
     """The one error shape of every answer that is not a success."""
     return {"error": {"status": status, "type": kind, "message": message}}
+
+
+def rpc_error_shape(status: int, kind: str, message: str) -> dict[str, Any]:
+    """A refusal on ``/mcp``: a JSON-RPC error whose ``data`` is the one error shape's object.
+
+    The code is JSON-RPC's parse error for a body that is not JSON, its
+    invalid request otherwise; the HTTP status stays the API's (401, 413, 429...).
+    """
+    code = -32700 if kind == "ValidationError" and "not valid JSON" in message else -32600
+    data = error_shape(status, kind, message)["error"]
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message, "data": data}}
+
+
+def error_object(exc: BaseException) -> dict[str, Any]:
+    """The inner object of the one error shape for ``exc``, as every door answers it.
+
+    A user error keeps its type, status and message; any other error is a
+    500 ``internal error`` (its details go to the server's log, never to the caller).
+    """
+    if isinstance(exc, TablesafeError):
+        user = isinstance(exc, UserError)
+        status = exc.status_code if user else (422 if exc.status_code == 422 else 500)
+        message = str(exc) if status < 500 or user else "internal error"
+        return {"status": status, "type": type(exc).__name__, "message": message}
+    return {"status": 500, "type": "InternalError", "message": "internal error"}
 
 
 def not_json(exc: Exception) -> str:
@@ -220,7 +262,8 @@ class Gate:
 
     def _identify(self, scope: Scope, state: dict[str, Any], client: str) -> None:
         path = str(scope.get("path", ""))
-        if not path.startswith("/api/") or path in PUBLIC_API:
+        keyed = path == MCP_PATH or (path.startswith("/api/") and path not in PUBLIC_API)
+        if not keyed:
             return
         headers = _headers(scope)
         key = headers.get("x-api-key")
@@ -290,9 +333,12 @@ class _Answer:
         self.withheld = False
         path = str(scope.get("path", ""))
         self.csp = (DOCS_CSP if path in DOCS_PATHS else CSP).encode()
+        self.shape = rpc_error_shape if path == MCP_PATH else error_shape
 
     async def write_row(self, status: int, default: str) -> bool:
         state = self.scope["state"]
+        if state.get("audited"):  # the agent interface wrote this request's row itself
+            return True
         return await anyio.to_thread.run_sync(
             partial(
                 self.edge.log,
@@ -328,7 +374,7 @@ class _Answer:
         self.withheld = True
         message = "the audit log cannot be written, so nothing is answered; try again shortly"
         self.scope["state"]["outcome"] = f"Unavailable: {message}"
-        data = json.dumps(error_shape(503, "Unavailable", message)).encode()
+        data = json.dumps(self.shape(503, "Unavailable", message)).encode()
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(data)).encode()),
@@ -340,7 +386,7 @@ class _Answer:
         await self._send({"type": "http.response.body", "body": data})
 
     async def json(self, status: int, kind: str, message: str, close: bool = False) -> None:
-        data = json.dumps(error_shape(status, kind, message)).encode()
+        data = json.dumps(self.shape(status, kind, message)).encode()
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(data)).encode()),

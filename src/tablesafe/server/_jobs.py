@@ -64,6 +64,7 @@ from tablesafe.output._table import ProtectedTable
 from tablesafe.rules._rules import check_request_limits
 from tablesafe.server._auth import Authenticator, Principal
 from tablesafe.server._bodies import TableBody
+from tablesafe.server._gate import error_object
 from tablesafe.server._service import TableService
 from tablesafe.state import StateStore
 from tablesafe.state._jobs import JobQueue, JobStatus
@@ -121,16 +122,6 @@ def job_site(site: SiteConfig) -> SiteConfig:
     datasets = [ds.model_copy(update={"rules": job_rules(ds.rules)}) for ds in site.datasets]
     server = site.server.model_copy(update={"cache_tables": 0})
     return site.model_copy(update={"datasets": datasets, "server": server})
-
-
-def error_object(exc: BaseException) -> dict[str, Any]:
-    """The inner object of the one error shape for ``exc``, as the server answers it."""
-    if isinstance(exc, TablesafeError):
-        user = isinstance(exc, UserError)
-        status = exc.status_code if user else (422 if exc.status_code == 422 else 500)
-        message = str(exc) if status < 500 or user else "internal error"
-        return {"status": status, "type": type(exc).__name__, "message": message}
-    return {"status": 500, "type": "InternalError", "message": "internal error"}
 
 
 def check_job(service: TableService, name: str, request: TableRequest) -> TableRequest:
@@ -497,7 +488,7 @@ class Worker:
         fmt = output_format(request["format"], served=True)
         options = WriteOptions(footnotes=request["footnotes"], labels=request["labels"])
         who = Principal(job["key_id"], "user", 0)
-        table = self.service.table(who, job["dataset"], body.to_request())
+        table = self.service.answer(who, job["dataset"], body)
         progress.set("writing", 0.0)
         size = parts = 0
         buffer = bytearray()

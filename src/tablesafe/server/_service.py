@@ -19,7 +19,7 @@ from typing import Any
 from threadpoolctl import threadpool_limits
 
 from tablesafe._builder import TableBuilder
-from tablesafe._errors import ConfigError, RefusedError, TablesafeError
+from tablesafe._errors import ConfigError, RefusedError, TablesafeError, UserError
 from tablesafe._protection import Protection
 from tablesafe._protection import protection_from_settings as core_protection
 from tablesafe._request import TableRequest, TabulationPlan
@@ -42,11 +42,18 @@ from tablesafe.rules._guard import (
 from tablesafe.rules._ledger import Budgets, TableFigures, table_figures
 from tablesafe.rules._rules import check_universe_size, table_universe_size
 from tablesafe.server._auth import Principal
+from tablesafe.server._bodies import TableBody
 from tablesafe.server._risk_gate import RiskGate
 from tablesafe.server._tally import Tally
 from tablesafe.state import StateStore, open_state
 
-__all__ = ["TableService", "site_protection"]
+__all__ = ["NotFound", "TableService", "site_protection"]
+
+
+class NotFound(UserError):
+    """No such dataset, job, path or static file (HTTP 404, error type ``NotFound``)."""
+
+    status_code = 404
 
 
 def site_protection(dataset: DatasetSettings, site: SiteConfig) -> Protection:
@@ -222,6 +229,17 @@ class TableService:
         """
         return self._served[name]
 
+    def require(self, name: str) -> _Served:
+        """The served dataset ``name``, for a caller who named it.
+
+        Raises:
+            NotFound: for a dataset the site does not serve, naming those it does.
+        """
+        served = self._served.get(name)
+        if served is None:
+            raise NotFound(f"unknown dataset {name!r}; available: {', '.join(self._served)}")
+        return served
+
     def describe(self, name: str) -> dict[str, Any]:
         """A dataset's public description: variables, categories, labels, rules, protection."""
         s = self._served[name]
@@ -281,6 +299,20 @@ class TableService:
         return s.identity
 
     # -- tables --------------------------------------------------------------------------
+
+    def answer(self, who: Principal, name: str, body: TableBody) -> ProtectedTable:
+        """A table request as every door receives it (HTTP, jobs, agents): the one path.
+
+        The body was validated by the door (its wire format); from here on the
+        dataset, the request and every rule are checked in the same place for
+        every door.
+
+        Raises:
+            NotFound: for a dataset not served.
+            RequestError, RefusedError, ComputationError: as :meth:`table`.
+        """
+        self.require(name)
+        return self.table(who, name, body.to_request())
 
     def table(self, who: Principal, name: str, request: TableRequest) -> ProtectedTable:
         """Build the protected table for ``request``, enforcing every rule.

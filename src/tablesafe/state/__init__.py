@@ -43,9 +43,10 @@ from tablesafe.state._open import open_state
 from tablesafe.state._postgres import PostgresState
 from tablesafe.state._rates import MemoryRates, RateCounter
 from tablesafe.state._sqlite import SQLiteState
-from tablesafe.state._store import GuardTransaction, StateStore
+from tablesafe.state._store import MCP_TABLE_ENDPOINTS, GuardTransaction, StateStore
 
 __all__ = [
+    "MCP_TABLE_ENDPOINTS",
     "GuardTransaction",
     "MemoryRates",
     "PostgresState",

@@ -41,7 +41,7 @@ from tablesafe.rules._guard import BUCKETS, RecordSet, SetIndex, parse_definitio
 from tablesafe.rules._ledger import LedgerIndex, TableFigures
 from tablesafe.state._rates import MINUTE_MS, minute_and_rest
 
-__all__ = ["GuardTransaction", "Sql", "StateStore"]
+__all__ = ["MCP_TABLE_ENDPOINTS", "GuardTransaction", "Sql", "StateStore"]
 
 #: Sets and families added to the guard's indexes after which the collector is told they stay.
 _FREEZE_AFTER = 1_000
@@ -67,6 +67,9 @@ _ROWS_PER_INSERT = 500
 _TABLES_ENDPOINT = "POST /api/datasets/%/tables"
 #: The audit row a worker writes for a table built as a job.
 _JOBS_ENDPOINT = "JOB /api/datasets/%/jobs/%"
+#: The audit rows of the agent interface (MCP) that build a table: its two table tools
+#: and a full table read as a resource (tablesafe.server._mcp writes them).
+MCP_TABLE_ENDPOINTS = ("mcp build_table", "mcp explain_table", "mcp read table")
 
 _REQUEST_COLUMNS = ["id", "time", "key_id", "dataset", "endpoint", "request", "status", "outcome",
                     "client"]  # fmt: skip
@@ -249,12 +252,17 @@ class StateStore(ABC):
         return {str(k): str(t) for k, t in rows}
 
     def served_tables(self, dataset: str) -> list[tuple[str, dict[str, Any]]]:
-        """Every table answered for ``dataset`` (any key, jobs too), oldest first: (time, body)."""
+        """Every table answered for ``dataset`` (any key, jobs and agents too), oldest first.
+
+        Returns:
+            (time, body) pairs, the body as a table request's JSON.
+        """
         with self._connection() as sql:
             rows = sql.execute(
                 "SELECT time, request FROM requests WHERE dataset = ? AND status = 200 AND "
-                "(endpoint LIKE ? OR endpoint LIKE ?) AND request IS NOT NULL ORDER BY id",
-                (dataset, _TABLES_ENDPOINT, _JOBS_ENDPOINT),
+                "(endpoint LIKE ? OR endpoint LIKE ? OR endpoint IN (?, ?, ?)) "
+                "AND request IS NOT NULL ORDER BY id",
+                (dataset, _TABLES_ENDPOINT, _JOBS_ENDPOINT, *MCP_TABLE_ENDPOINTS),
             ).fetchall()
         out = []
         for when, body in rows:
