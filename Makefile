@@ -16,19 +16,20 @@ $(BIN)/activate:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tablesafe needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
 
-# Two stamps: the demo needs tablesafe alone; lint, types and tests need the dev,
-# Spark and PostgreSQL extras too (about 1.5 GB more), which only `make test` installs. The
-# full install stamps both, so a demo after the tests installs nothing.
+# Two stamps: the demo needs tablesafe and its agent interface (the mcp extra, about 25 MB);
+# lint, types and tests need the dev, Spark and PostgreSQL extras too (about 1.5 GB more),
+# which only `make test` installs. The full install stamps both, so a demo after the tests
+# installs nothing.
 $(VENV)/.installed-demo: $(BIN)/activate pyproject.toml
-	@echo "installing tablesafe into $(VENV) (no extras; a minute or two the first time)"
+	@echo "installing tablesafe into $(VENV) (with its agent interface; a minute or two the first time)"
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[mcp]'
 	touch $@
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
-	@echo "installing tablesafe with the dev, Spark, PostgreSQL and server extras into $(VENV) (for the tests; a few minutes the first time)"
+	@echo "installing tablesafe with the dev, Spark, PostgreSQL, server and MCP extras into $(VENV) (for the tests; a few minutes the first time)"
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark,postgres,server]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,postgres,server,mcp]'
 	touch $(VENV)/.installed-demo $@
 
 install: $(VENV)/.installed
@@ -42,7 +43,12 @@ data/demo-secret:
 
 # `tablesafe serve` binds its port before it loads data or says "serving":
 # a busy port fails at once (make demo PORT=8001 picks another).
+# Before serving: how to connect an AI assistant (docs/agents.md), over HTTP or stdio.
 demo: $(VENV)/.installed-demo $(DEMO)/catalog.toml data/demo-secret
+	@echo "To ask the demo from an AI assistant (docs/agents.md), give it the MCP server"
+	@echo "  over HTTP:  http://$(HOST):$(PORT)/mcp"
+	@echo '  or over stdio, in its JSON configuration (Claude Desktop: claude_desktop_config.json):'
+	@echo '  {"mcpServers": {"tablesafe-demo": {"command": "$(CURDIR)/$(BIN)/tablesafe", "args": ["mcp", "--config", "$(CURDIR)/demo/site.toml"]}}}'
 	$(BIN)/tablesafe serve --config demo/site.toml --host $(HOST) --port $(PORT)
 
 # Browser tests drive Debian's Chromium, Spark tests need Java 17, the state store's tests

@@ -111,18 +111,22 @@ def test_audit_piped_prints_whole_tab_separated_lines(demo_dir, tmp_path):
     assert max(map(len, lines)) > 80
 
 
-# -- docs examples run on the base install (what `make demo` installs) ---------------------
+# -- docs examples run on what `make demo` installs (tablesafe and its mcp extra) ---------
 
 
 def _base_install() -> set[str]:
-    """The distributions ``pip install tablesafe`` brings: its dependencies, transitively."""
+    """What ``make demo`` installs, ``pip install 'tablesafe[mcp]'``: its dependencies, transitively.
+
+    The ``mcp`` extra (the agent interface's SDK, docs/agents.md) is the only one.
+    """
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
     seen: set[str] = set()
-    todo = ["tablesafe"]
+    todo = [("tablesafe", "mcp")]
     while todo:
-        name = canonicalize_name(todo.pop())
+        raw, extra = todo.pop()
+        name = canonicalize_name(raw)
         if name in seen:
             continue
         seen.add(name)
@@ -132,8 +136,8 @@ def _base_install() -> set[str]:
             continue
         for line in requires:
             req = Requirement(line)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(req.name)
+            if req.marker is None or req.marker.evaluate({"extra": extra}):
+                todo.append((req.name, ""))
     return seen
 
 

@@ -18,6 +18,11 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+
+pytest.importorskip(
+    "mcp", reason="the agent interface needs the mcp extra: pip install -e '.[mcp]'"
+)
+
 from mcp.shared.exceptions import MCPError
 
 from mcp_client import api, connect, innermost, running
@@ -216,6 +221,9 @@ def test_a_large_table_is_summarised_with_links_to_the_same_files(app):
     import base64
 
     assert base64.b64decode(read["xlsx"].contents[0].blob) == files["xlsx"]
+    reads = [r for r in audit_rows(app, key_id="user1") if r["endpoint"] == "mcp read table"]
+    assert sorted(r["request"]["format"] for r in reads) == ["csv", "json", "xlsx"]
+    assert all(r["status"] == 200 and r["request"]["dimensions"] == ["AGE5", "OCC"] for r in reads)
     # The summary's cells are the full table's cells.
     full = {tuple(sorted(without_labels(c).items())) for c in json.loads(files["json"])["cells"]}
     assert {tuple(sorted(without_labels(c).items())) for c in out["cells"]} <= full
@@ -633,3 +641,181 @@ def test_a_thousand_random_calls_give_no_server_error(app):
     assert [s for s in statuses if s >= 500] == []
     # Both answers and refusals of every kind were exercised.
     assert statuses.count(200) > 100 and {400, 422} <= set(statuses)
+
+
+# -- the other transports: a spawned `tablesafe mcp`, a live server ---------------------------------
+
+YOUNG_WIDE = {"dimensions": ["SEX"], "universe": {"AGE": list(range(20, 31))}}
+YOUNG_SLIVER = {
+    "dimensions": ["SEX"],
+    "universe": {"AGE": list(range(20, 31)), "MARSTAT": [1, 2, 4]},
+}
+
+
+@pytest.mark.system
+def test_tablesafe_mcp_over_stdio_is_the_same_door_as_the_http_api(config, app):
+    """A spawned `tablesafe mcp` and the API in process share one state store: one account."""
+    from mcp import Client
+
+    from mcp_client import stdio_parameters
+
+    huge = {"dimensions": ["SEX"], "universe": {"REGION": ["x" * 10_000_000]}}
+
+    async def scenario():
+        async with running(app), api(app, USER_KEY) as http:
+            out: dict[str, Any] = {"direct": (await http.post(TABLES, json=NORTH)).json()}
+            assert (await http.post(TABLES, json=WIDE)).status_code == 200
+            async with Client(stdio_parameters(config, USER_KEY)) as client:
+                out["tools"] = [t.name for t in (await client.list_tools()).tools]
+                out["table"] = await client.call_tool("build_table", NORTH)
+                out["sliver"] = await client.call_tool("build_table", SLIVER)
+                out["huge"] = await client.call_tool("build_table", huge)
+                out["young"] = await client.call_tool("build_table", YOUNG_WIDE)
+                out["http_sliver"] = await http.post(TABLES, json=YOUNG_SLIVER)
+                # Revoked while the session runs: refused from its next request.
+                store = open_state(load_site_config(config))
+                store.revoke_key("user1", hash_key(USER_KEY))
+                store.close()
+                try:
+                    await client.call_tool("list_datasets", {})
+                except MCPError as exc:
+                    out["revoked"] = exc.error
+            return out
+
+    out = run(scenario)
+    assert out["tools"] == ["list_datasets", "find_variables", "build_table", "explain_table"]
+    table = out["table"].structured_content
+    assert [without_labels(c) for c in table["cells"]] == out["direct"]["cells"]
+    assert table["meta"] == out["direct"]["meta"]
+    assert out["sliver"].is_error
+    assert "differs by fewer than 50" in out["sliver"].structured_content["error"]["message"]
+    assert out["huge"].structured_content["error"] == {
+        "status": 413,
+        "type": "PayloadTooLarge",
+        "message": "tool arguments larger than 65536 bytes",
+    }
+    assert not out["young"].is_error and out["http_sliver"].status_code == 403
+    rows = [r for r in audit_rows(app, key_id="user1") if r["client"] == "stdio"]
+    assert [(r["endpoint"], r["status"]) for r in reversed(rows)] == [
+        ("mcp tools/list", 200),
+        ("mcp build_table", 200),
+        ("mcp build_table", 403),
+        ("mcp build_table", 413),
+        ("mcp build_table", 200),
+        ("mcp list_datasets", 401),
+    ]
+    assert out["revoked"].data == {
+        "status": 401,
+        "type": "AuthError",
+        "message": "this API key was revoked; ask the site for a new one",
+    }
+
+
+@pytest.mark.system
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        (None, "an API key is required: give it with --api-key or the TABLESAFE_API_KEY"),
+        ("ts_wrong_key", "unknown API key"),
+    ],
+)
+def test_tablesafe_mcp_without_a_valid_key_answers_nothing(config, key, message):
+    import subprocess
+
+    from mcp_client import stdio_parameters
+
+    params = stdio_parameters(config, key)
+    start = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    done = subprocess.run(
+        [params.command, *params.args],
+        input=json.dumps(start) + "\n",
+        env=params.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"error: {message}")
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.system
+def test_mcp_on_a_live_server_with_and_without_a_key(config):
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from test_server_live import serving
+
+    async def scenario(port: int):
+        url = f"http://127.0.0.1:{port}"
+        async with httpx2.AsyncClient(headers={"x-api-key": USER_KEY}, timeout=60) as http:
+            direct = (await http.post(f"{url}{TABLES}", json=NORTH)).json()
+            async with Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+                table = await client.call_tool("build_table", NORTH)
+        try:
+            async with Client(f"{url}/mcp") as client:
+                await client.list_tools()
+        except BaseException as exc:
+            return direct, table, innermost(exc)
+        return direct, table, None
+
+    with serving(load_site_config(config)) as live:
+        direct, table, refused = anyio.run(scenario, live.port)
+    assert [without_labels(c) for c in table.structured_content["cells"]] == direct["cells"]
+    assert isinstance(refused, MCPError) and refused.error.data["status"] == 401
+
+
+def test_make_demo_prints_how_to_connect_an_assistant():
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKELEVEL", "MAKEFLAGS", "MFLAGS"}}
+    lines = subprocess.run(
+        ["make", "--no-print-directory", "-n", "-B", "demo"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.splitlines()
+    said = [line for line in lines if line.startswith("echo")]
+    assert any("http://127.0.0.1:8000/mcp" in line for line in said)
+    config = json.loads(next(line for line in said if "mcpServers" in line)[6:-1].strip())
+    server = config["mcpServers"]["tablesafe-demo"]
+    assert server["command"] == str(root / ".venv" / "bin" / "tablesafe")
+    assert server["args"] == ["mcp", "--config", str(root / "demo" / "site.toml")]
+    assert "tablesafe serve" in lines[-1]
+
+
+@pytest.mark.system
+def test_the_session_of_docs_agents_md_is_real_and_matches_the_http_api(tmp_path):
+    """docs/agents.md's transcript is what a session against the demo answers today.
+
+    Its AGEGRP x SEX in REGION 1 publishes the counts POST /api/datasets/demo/tables
+    publishes for the same request (make demo's site: no keys).
+    """
+    import mcp_transcript
+
+    config = mcp_transcript.demo_folder(tmp_path)
+    text, results = mcp_transcript.session(config)
+    assert text == mcp_transcript.page_transcript(mcp_transcript.PAGE.read_text()), (
+        "docs/agents.md's transcript is stale: python tests/mcp_transcript.py rewrites it"
+    )
+    step = next(
+        i for i, s in enumerate(mcp_transcript.STEPS) if s[2].get("dimensions") == ["AGEGRP", "SEX"]
+    )
+    arguments = mcp_transcript.STEPS[step][2]
+    app = create_app(load_site_config(config))
+
+    async def scenario():
+        async with running(app), api(app, None) as http:
+            return (await http.post(TABLES, json=arguments)).json()
+
+    direct = run(scenario)
+    agent = results[step].structured_content
+    assert [without_labels(c) for c in agent["cells"]] == direct["cells"]
+    assert [c["n"] for c in direct["cells"]] and agent["meta"] == direct["meta"]

@@ -512,16 +512,18 @@ def _make_dry_run(target):
     return out.stdout.splitlines()
 
 
-def test_make_demo_installs_no_extras_and_make_test_installs_all():
+def test_make_demo_installs_the_agent_interface_only_and_make_test_installs_all():
     demo = _make_dry_run("demo")
     installs = [line for line in demo if "pip install" in line and "--upgrade pip" not in line]
-    assert installs and all("[" not in line for line in installs), installs
-    assert any(line.endswith("pip install --quiet -e .") for line in installs)
+    assert installs and all("'.[mcp]'" in line for line in installs), installs
+    assert any(line.endswith("pip install --quiet -e '.[mcp]'") for line in installs)
     # Something is said before the silent install; the server is the last step.
     assert any(line.startswith("echo") and "installing" in line for line in demo)
     assert "tablesafe serve" in demo[-1] and not any("serving" in line for line in demo)
     test = _make_dry_run("test")
-    assert any("pip install" in line and "'.[dev,spark,postgres,server]'" in line for line in test)
+    assert any(
+        "pip install" in line and "'.[dev,spark,postgres,server,mcp]'" in line for line in test
+    )
     # The state store's tests start Debian's PostgreSQL: installed when missing.
     assert any("apt-get install" in line and "postgresql" in line for line in test)
 
