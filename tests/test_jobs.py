@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from tablesafe._settings import load_site_config
 from tablesafe.server import create_app, hash_key
 from tablesafe.server._jobs import Worker
+from tablesafe.state._jobs import JobQueue
 from test_guard import _full_frame, _sliver_pairs
 from test_operations import metric
 from test_server import ADMIN_KEY, USER_KEY, error_of
@@ -249,9 +250,15 @@ def test_the_queue_depth_is_in_the_metrics(site):
         before = c.get("/metrics").text
         work(site)
         after = c.get("/metrics").text
+        with site_store(site) as store:
+            JobQueue(store).beat("w")  # a worker's heartbeat: one runs
+            beating = c.get("/metrics").text
     assert metric(before, "tablesafe_jobs", status="queued") == 2
     assert metric(after, "tablesafe_jobs", status="queued") == 0
     assert metric(after, "tablesafe_jobs", status="done") == 2
+    # No worker runs while none beats (the test's worker stopped; embedded_worker is off).
+    assert metric(after, "tablesafe_job_workers") == 0
+    assert metric(beating, "tablesafe_job_workers") == 1
 
 
 def test_workers_on_postgresql_build_each_job_once(demo_dir, tmp_path, postgres):

@@ -315,10 +315,13 @@ class _Collector:
         yield from self._jobs(GaugeMetricFamily)
 
     def _jobs(self, gauge: Any) -> Iterator[Any]:
+        from tablesafe.server._jobs import WORKER_LIVE_SECONDS
         from tablesafe.state._jobs import JobQueue
 
         try:
-            by_status = JobQueue(self.service.state).counts()
+            queue = JobQueue(self.service.state)
+            by_status = queue.counts()
+            workers = queue.live_workers(WORKER_LIVE_SECONDS)
         except Exception:  # the store is down: /readyz says so; the other figures still count
             log.exception("metrics: the job queue cannot be read")
             return
@@ -330,3 +333,9 @@ class _Collector:
         for status, n in sorted(by_status.items()):
             family.add_metric([status], n)
         yield family
+        running = gauge(
+            "tablesafe_job_workers",
+            "Workers of the site whose heartbeat is recent (embedded ones included), all replicas.",
+        )
+        running.add_metric([], workers)
+        yield running
