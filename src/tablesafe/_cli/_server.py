@@ -23,7 +23,13 @@ def api_key_app() -> None:
 @click.option("--host", default="127.0.0.1", help="Address to listen on.")
 @click.option("--port", type=int, default=8000, help="Port to listen on.")
 def serve(config: Path, host: str, port: int) -> None:
-    """Serve the table builder: HTTP API and web page."""
+    """Serve the table builder: HTTP API and web page.
+
+    With the SQLite state store it also builds the tables asked for as jobs,
+    one at a time ([server] embedded_worker; PostgreSQL sites run `tablesafe
+    worker`). SIGTERM or Ctrl-C: requests in flight and the job being built
+    get [server] shutdown_timeout_seconds; a job not done goes back to the queue.
+    """
     import uvicorn
 
     from tablesafe._settings import load_site_config
