@@ -142,7 +142,7 @@ def test_datasets_and_variables_are_found_by_words(app):
         async with running(app), connect(app, USER_KEY) as client:
             listed = await client.call_tool("list_datasets", {})
             found = {}
-            for words in ("rent", "married", "North", "age groups", "zzzz"):
+            for words in ("rent", "married", "North", "age groups", "income", "zzzz"):
                 found[words] = await client.call_tool("find_variables", {"words": words})
             return listed, found
 
@@ -165,6 +165,8 @@ def test_datasets_and_variables_are_found_by_words(app):
     ]
     age = found["age groups"].structured_content["variables"][0]
     assert age["name"] == "AGEGRP" and age["grouping_of"] == "AGE"
+    income = found["income"].structured_content
+    assert [m["name"] for m in income["magnitudes"]] == ["INCOME"] and income["matched"] is True
     none = found["zzzz"].structured_content
     assert none["matched"] is False and len(none["variables"]) == 12
     for result in (listed, *found.values()):
@@ -392,6 +394,20 @@ def test_a_raw_request_without_a_key_is_a_401_in_json_rpc(app):
         "type": "AuthError",
         "message": "an API key is required: send it in the X-API-Key header",
     }
+
+
+def test_a_body_that_is_not_json_is_a_json_rpc_parse_error(app):
+    async def scenario():
+        async with running(app), api(app, USER_KEY) as http:
+            return await http.post(
+                "/mcp", content=b'{"jsonrpc": "2.0",', headers={"content-type": "application/json"}
+            )
+
+    response = run(scenario)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == -32700 and error["data"]["type"] == "ValidationError"
+    assert error["message"] == error["data"]["message"] and "not valid JSON" in error["message"]
 
 
 def test_the_rate_limit_of_a_key_counts_both_doors(demo_dir, tmp_path):

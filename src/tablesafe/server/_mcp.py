@@ -65,7 +65,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tablesafe._errors import RefusedError, RequestError, UserError
 from tablesafe._request import Statistic
-from tablesafe._settings import AuditFailure, SiteConfig
+from tablesafe._settings import AuditFailure, SiteConfig, SmallCellAction
 from tablesafe._version import __version__
 from tablesafe.output._footnotes import footnotes
 from tablesafe.output._formats import WriteOptions, format_names, output_format
@@ -409,7 +409,7 @@ class Agent:
             state["audited"] = True  # the gate writes no second row for this request
         if not written and self.edge.settings.audit_failure == AuditFailure.REFUSE:
             message = "the audit log cannot be written, so nothing is answered; try again shortly"
-            raise _Failed(error_object(Unavailable(message)), caller=failure is None)
+            raise _Failed(error_object(Unavailable(message)), caller=who is None)
         if failure is not None:
             raise failure
         return result
@@ -803,12 +803,12 @@ def protection_statement(service: TableService) -> str:
             "citation": catalog.citation,
         }
         display = None
-        if rules.min_cell_size > 1 and protection.mechanism is not None:
+        if rules.min_cell_size > 0:  # as rules.apply_small_cell_rule states it on every table
             meta["small_cell_rule"] = {
                 "min_cell_size": rules.min_cell_size,
                 "action": str(rules.small_cell_action),
             }
-            if str(rules.small_cell_action) == "show_less_than":
+            if rules.small_cell_action != SmallCellAction.SUPPRESS:
                 display = f"<{rules.min_cell_size}"
         notes = footnotes(
             protection.describe(),
