@@ -126,7 +126,13 @@ def test_tools_are_listed_with_schemas_a_model_can_use(app):
             return (await client.list_tools()).tools
 
     tools = {t.name: t for t in run(scenario)}
-    assert set(tools) == {"list_datasets", "find_variables", "build_table", "explain_table"}
+    assert set(tools) == {
+        "list_datasets",
+        "find_variables",
+        "build_table",
+        "explain_table",
+        "queue_table",
+    }
     for tool in tools.values():
         assert tool.description and len(tool.description) > 60
         assert tool.input_schema["type"] == "object" and tool.output_schema["type"] == "object"
@@ -229,6 +235,54 @@ def test_a_large_table_is_summarised_with_links_to_the_same_files(app):
     # The summary's cells are the full table's cells.
     full = {tuple(sorted(without_labels(c).items())) for c in json.loads(files["json"])["cells"]}
     assert {tuple(sorted(without_labels(c).items())) for c in out["cells"]} <= full
+
+
+def test_a_table_too_large_to_build_at_once_is_the_apis_job(demo_dir, tmp_path):
+    """queue_table: the API's job for the same request and key, its status and file as resources."""
+    config = write_site(demo_dir, tmp_path)
+    text = config.read_text().replace(
+        "sliver_min_difference = 50", "sliver_min_difference = 50\nmax_cells = 100"
+    )
+    config.write_text(text)
+    app = create_app(load_site_config(config))
+    body = {"dimensions": ["AGE5", "OCC"]}
+
+    async def scenario():
+        out: dict[str, Any] = {}
+        async with running(app), connect(app, USER_KEY) as client, api(app, USER_KEY) as http:
+            out["direct"] = await client.call_tool("build_table", body)
+            out["queued"] = await client.call_tool("queue_table", {**body, "format": "csv"})
+            job = out["queued"].structured_content["job"]
+            out["early"] = await http.get(f"/api/jobs/{job['id']}")
+            again = await http.post("/api/datasets/demo/jobs?format=csv", json=body)
+            out["same_job"] = again.json()["id"] == job["id"]
+            for _ in range(600):  # bounded: the embedded worker builds it in a second or two
+                status = json.loads(
+                    (await client.read_resource(job["resources"]["status"])).contents[0].text
+                )
+                if status["status"] in ("done", "failed"):
+                    break
+                await anyio.sleep(0.1)
+            out["status"] = status
+            out["file"] = (await client.read_resource(job["resources"]["result"])).contents[0].text
+            out["api_file"] = (await http.get(f"/api/jobs/{job['id']}/result")).content
+            async with connect(app, OTHER_KEY) as other:
+                try:
+                    await other.read_resource(job["resources"]["status"])
+                except MCPError as exc:
+                    out["other"] = exc.error.data
+        return out
+
+    out = run(scenario)
+    assert out["direct"].structured_content["error"]["type"] == "TooManyCells"
+    assert not out["queued"].is_error
+    assert out["early"].status_code == 200 and out["same_job"]
+    assert out["status"]["status"] == "done" and out["status"]["format"] == "csv"
+    assert out["file"].encode() == out["api_file"]
+    assert out["file"].startswith("AGE5,OCC,n,weighted")
+    assert out["other"]["type"] == "NotFound"
+    rows = [r for r in audit_rows(app, key_id="user1") if r["endpoint"] == "mcp queue_table"]
+    assert [(r["status"], r["request"]["format"]) for r in rows] == [(202, "csv")]
 
 
 def test_a_refusal_is_the_builders_typed_message_and_explained(app):
@@ -699,7 +753,13 @@ def test_tablesafe_mcp_over_stdio_is_the_same_door_as_the_http_api(config, app):
             return out
 
     out = run(scenario)
-    assert out["tools"] == ["list_datasets", "find_variables", "build_table", "explain_table"]
+    assert out["tools"] == [
+        "list_datasets",
+        "find_variables",
+        "build_table",
+        "explain_table",
+        "queue_table",
+    ]
     table = out["table"].structured_content
     assert [without_labels(c) for c in table["cells"]] == out["direct"]["cells"]
     assert table["meta"] == out["direct"]["meta"]

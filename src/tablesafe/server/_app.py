@@ -336,7 +336,12 @@ def _add_agents(app: FastAPI, service: TableService, edge: Edge) -> None:
     # The SDK is an optional dependency: imported only where it is installed.
     from tablesafe.server._mcp import HttpAgents
 
-    app.state.agents = agents = HttpAgents(service, edge)
+    def wake() -> None:  # the embedded worker starts with the app's lifespan, if it runs one
+        worker = getattr(app.state, "embedded_worker", None)
+        if worker is not None:
+            worker.wake()
+
+    app.state.agents = agents = HttpAgents(service, edge, wake=wake)
     # An ASGI application as the endpoint: every method reaches the SDK's transport.
     app.router.routes.append(Route("/mcp", agents.app))
 

@@ -79,8 +79,11 @@ __all__ = [
     "embedded_worker",
     "error_object",
     "job_digest",
+    "job_progress",
     "job_rules",
     "job_site",
+    "submit_job",
+    "visible_job",
 ]
 
 log = logging.getLogger("tablesafe.worker")
@@ -202,18 +205,17 @@ def add_job_routes(
         request.state.body = {**body.model_dump(), "format": format}
         output_format(format, served=True)
         served(service, request, name)
-        job = {"body": body.model_dump(), "format": format, "footnotes": footnotes,
-               "labels": labels}  # fmt: skip
-        out = _queue(service, queue, who, name, body.to_request(), job)
+        out = submit_job(
+            service, queue, who, name, body, format=format, footnotes=footnotes, labels=labels
+        )
         embedded = getattr(request.app.state, "embedded_worker", None)
         if embedded is not None:
             embedded.wake()
         return JSONResponse(out, status_code=202, headers={"location": out["href"]})
 
     def visible(request: Request, job_id: str, who: Principal) -> dict[str, Any]:
-        job = queue.get(job_id) if len(job_id) <= 64 else None
-        if job is None or (job["key_id"] != who.id and who.role != "admin"):
-            # Another key's job is not told apart from no job.
+        job = visible_job(queue, job_id, who)
+        if job is None:
             raise StarletteHTTPException(404, f"no job {job_id[:64]!r} (or not yours)")
         request.state.dataset = job["dataset"]
         return job
@@ -225,8 +227,7 @@ def add_job_routes(
         A job not done says how many workers run for the site, and when none
         does, that it waits for one (``message``).
         """
-        job = visible(request, job_id, who)
-        return {**job_status(job), **_waiting(queue, job)}
+        return job_progress(queue, visible(request, job_id, who))
 
     @app.get("/api/jobs/{job_id}/result", tags=["jobs"])
     def result(request: Request, job_id: str, who: Principal = Depends(principal)) -> Response:
@@ -245,6 +246,48 @@ def add_job_routes(
                 "content-length": str(job["size"]),
             },
         )
+
+
+def submit_job(
+    service: TableService,
+    queue: JobQueue,
+    who: Principal,
+    name: str,
+    body: TableBody,
+    *,
+    format: str = "json",
+    footnotes: bool = True,
+    labels: bool = False,
+) -> dict[str, Any]:
+    """Queue a table request as a job for every door (the API's POST, the agent interface).
+
+    Returns:
+        What ``POST /api/datasets/{name}/jobs`` answers: the job's id, status and href.
+
+    Raises:
+        NotFound: for a dataset not served.
+        RequestError, TooManyCells, TooManyJobs: as the job's checks say.
+    """
+    output_format(format, served=True)
+    service.require(name)
+    job = {"body": body.model_dump(), "format": format, "footnotes": footnotes, "labels": labels}
+    return _queue(service, queue, who, name, body.to_request(), job)
+
+
+def visible_job(queue: JobQueue, job_id: str, who: Principal) -> dict[str, Any] | None:
+    """The job ``job_id`` if ``who`` may see it (its own key, or an admin), else None.
+
+    Another key's job is not told apart from no job.
+    """
+    job = queue.get(job_id) if len(job_id) <= 64 else None
+    if job is None or (job["key_id"] != who.id and who.role != "admin"):
+        return None
+    return job
+
+
+def job_progress(queue: JobQueue, job: dict[str, Any]) -> dict[str, Any]:
+    """What ``GET /api/jobs/{id}`` answers: the job's status, and its workers while it waits."""
+    return {**job_status(job), **_waiting(queue, job)}
 
 
 def _queue(

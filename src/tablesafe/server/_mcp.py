@@ -68,13 +68,15 @@ from tablesafe._request import Statistic
 from tablesafe._settings import AuditFailure, SiteConfig, SmallCellAction
 from tablesafe._version import __version__
 from tablesafe.output._footnotes import footnotes
-from tablesafe.output._formats import WriteOptions, format_names, output_format
+from tablesafe.output._formats import OutputFormat, WriteOptions, format_names, output_format
 from tablesafe.output._render import to_json
 from tablesafe.output._table import ProtectedTable
 from tablesafe.server._auth import AuthError, Principal, site_authenticator
 from tablesafe.server._bodies import TableBody, ValidationError, parse_body
 from tablesafe.server._gate import Edge, error_object
+from tablesafe.server._jobs import JobNotDone, job_progress, submit_job, visible_job
 from tablesafe.server._service import NotFound, TableService
+from tablesafe.state._jobs import JobQueue, JobStatus
 
 __all__ = ["INLINE_CELLS", "Agent", "HttpAgents", "safe_text", "serve_stdio"]
 
@@ -87,6 +89,7 @@ PROTECTION_URI = "tablesafe://protection"
 #: A dataset's full table: the request (base64url JSON) and the format in the path.
 _TABLE_URI = re.compile(r"^tablesafe://datasets/([^/]+)/tables/([A-Za-z0-9_-]+)\.([a-z0-9-]+)$")
 _CATALOG_URI = re.compile(r"^tablesafe://datasets/([^/]+)/catalog$")
+_JOB_URI = re.compile(r"^tablesafe://jobs/([A-Za-z0-9]{1,64})(/result)?$")
 #: Flags that say a cell can hold nothing, rather than that its figure is held back or marked.
 _NOT_WITHHELD = frozenset({"structural_zero"})
 #: The prompt that teaches how to read protected figures.
@@ -242,6 +245,25 @@ _EXPLAIN_OUTPUT = {
     "required": ["dataset", "answered"],
 }
 
+_QUEUE_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "dataset": {"type": "string"},
+        "job": {
+            "type": "object",
+            "description": "The job: id, status, and the resources of its status and its file "
+            "(read the file once the status is done); a message where no worker runs.",
+            "properties": {
+                "id": {"type": "string"},
+                "status": {"type": "string"},
+                "resources": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+            "required": ["id", "status", "resources"],
+        },
+    },
+    "required": ["dataset", "job"],
+}
+
 _FIND_OUTPUT = {
     "type": "object",
     "properties": {
@@ -302,7 +324,8 @@ def _tools() -> list[types.Tool]:
             "Every figure is protected (changed slightly; small counts held back): report "
             "figures as published, with the footnotes. The site may refuse a table (an error "
             f"naming its rule): explain_table says why. A table of more than {INLINE_CELLS} "
-            "cells is summarised by its margins, with a link to the full table.",
+            "cells is summarised by its margins, with a link to the full table; one with more "
+            "cells than the site builds at once (TooManyCells) can be asked with queue_table.",
             input_schema=_table_input(),
             output_schema=_TABLE_OUTPUT,
             annotations=types.ToolAnnotations(
@@ -322,7 +345,30 @@ def _tools() -> list[types.Tool]:
                 read_only_hint=False, idempotent_hint=True, open_world_hint=False
             ),
         ),
+        _job_tool(),
     ]
+
+
+def _job_tool() -> types.Tool:
+    """queue_table: a table too large to build at once, built as a job."""
+    schema = _table_input()
+    schema["properties"]["format"] = {
+        "enum": list(format_names(served=True)),
+        "default": "csv",
+        "description": "The job's file format.",
+    }
+    return types.Tool(
+        name="queue_table",
+        description="Queue a table with more cells than build_table builds at once (up to the "
+        "site's larger job limit) as a job, with build_table's arguments and a file format. "
+        "Returns the job and the resources to read: its status (queued, running, done, failed) "
+        "and, once done, its file. The same request again is the same job.",
+        input_schema=schema,
+        output_schema=_QUEUE_OUTPUT,
+        annotations=types.ToolAnnotations(
+            read_only_hint=False, idempotent_hint=True, open_world_hint=False
+        ),
+    )
 
 
 # -- the agent ---------------------------------------------------------------------------------
@@ -338,6 +384,7 @@ class Agent:
             gate's) or ``None`` over standard input and output; raises
             :class:`AuthError` or ``RateLimited`` for a caller not answered.
         client: The caller's address in audit rows where no HTTP request gives one.
+        wake: Tells this process's embedded job worker that a job was queued, if it has one.
     """
 
     def __init__(
@@ -347,17 +394,21 @@ class Agent:
         identify: Callable[[dict[str, Any] | None], Principal],
         *,
         client: str = "stdio",
+        wake: Callable[[], None] | None = None,
     ) -> None:
         self.service = service
         self.edge = edge
         self.identify = identify
         self.client = client
+        self.wake = wake
+        self.jobs = JobQueue(service.state)
         self.tools = _tools()
         self._work: dict[str, Callable[[Principal, _Call, dict[str, Any]], dict[str, Any]]] = {
             "list_datasets": self._list_datasets,
             "find_variables": self._find_variables,
             "build_table": self._build_table,
             "explain_table": self._explain_table,
+            "queue_table": self._queue_table,
         }
 
     def server(self) -> Server[Any]:
@@ -499,6 +550,7 @@ class Agent:
             "protection": lambda who, call: self._protection(uri),
             "catalog": lambda who, call: self._catalog(call, uri),
             "table": lambda who, call: self._full_table(who, call, uri),
+            "job": lambda who, call: self._job(who, call, uri),
         }.get(kind or "", partial(_fail_uri, uri))
         return await self._plain(ctx, _Call(f"mcp read {kind or 'unknown'}"), work)
 
@@ -581,7 +633,24 @@ class Agent:
             return {"dataset": name, "answered": False, "refusal": refusal, **_offered(exc)}
         return {"dataset": name, "answered": True, **explained(table), **_offered(table)}
 
-    def _table_arguments(self, call: _Call, arguments: dict[str, Any]) -> tuple[str, TableBody]:
+    def _queue_table(
+        self, who: Principal, call: _Call, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        rest = dict(arguments)
+        fmt = rest.pop("format", "csv")
+        if not isinstance(fmt, str):
+            raise ValidationError("invalid request: format: Input should be a valid string")
+        name, body = self._table_arguments(call, rest, also=("format",))
+        call.body = {**body.model_dump(), "format": fmt}
+        queued = submit_job(self.service, self.jobs, who, name, body, format=fmt)
+        call.status = 202  # as the API's POST: queued, not yet a table served
+        if self.wake is not None:
+            self.wake()
+        return {"dataset": name, "job": {**queued, "resources": _job_links(queued["id"])}}
+
+    def _table_arguments(
+        self, call: _Call, arguments: dict[str, Any], *, also: tuple[str, ...] = ()
+    ) -> tuple[str, TableBody]:
         """The dataset and table request of a table tool's arguments (recorded for the row)."""
         self._check_size(arguments)
         rest = dict(arguments)
@@ -589,7 +658,7 @@ class Agent:
         if dataset is not None and not isinstance(dataset, str):
             raise ValidationError("invalid request: dataset: Input should be a valid string")
         call.dataset = name = self._dataset(dataset)
-        body = parse_body(rest, also_allowed=("dataset",))
+        body = parse_body(rest, also_allowed=("dataset", *also))
         call.body = body.model_dump()
         return name, body
 
@@ -628,6 +697,27 @@ class Agent:
         content = types.TextResourceContents(uri=uri, mime_type="application/json", text=text)
         return types.ReadResourceResult(contents=[content])
 
+    def _job(self, who: Principal, call: _Call, uri: str) -> types.ReadResourceResult:
+        """A job's status (as ``GET /api/jobs/{id}``) or, once done, its file."""
+        match = _JOB_URI.match(uri)
+        assert match is not None  # the kind was read from this pattern
+        job = visible_job(self.jobs, match[1], who)
+        if job is None:  # another key's job is not told apart from no job
+            raise NotFound(f"no job {match[1]!r} (or not yours)")
+        call.dataset = job["dataset"]
+        if not match[2]:
+            status = {**job_progress(self.jobs, job), "resources": _job_links(job["id"])}
+            text = safe_text(status, preface=False)
+            content = types.TextResourceContents(uri=uri, mime_type="application/json", text=text)
+            return types.ReadResourceResult(contents=[content])
+        if job["status"] != JobStatus.DONE:
+            raise JobNotDone(
+                f"job {job['id']} is {job['status']}: its file is ready when its status is done "
+                f"(read {_job_links(job['id'])['status']})"
+            )
+        data = b"".join(self.jobs.parts(job["id"], int(job["attempts"]), int(job["parts"])))
+        return _file(uri, output_format(job["request"]["format"], served=True), data)
+
     def _full_table(self, who: Principal, call: _Call, uri: str) -> types.ReadResourceResult:
         """A full table as a resource: the HTTP API's file for the same request, byte for byte."""
         match = _TABLE_URI.match(uri)
@@ -641,14 +731,7 @@ class Agent:
         body = parse_body(_decoded(match[2]))
         call.body = {**body.model_dump(), "format": fmt.name}
         table = self.service.answer(who, name, body)
-        data = fmt.served_bytes(table, WriteOptions())
-        if fmt.binary:
-            blob = base64.b64encode(data).decode()
-            contents: Any = types.BlobResourceContents(uri=uri, mime_type=fmt.media_type, blob=blob)
-        else:
-            text = data.decode()
-            contents = types.TextResourceContents(uri=uri, mime_type=fmt.media_type, text=text)
-        return types.ReadResourceResult(contents=[contents])
+        return _file(uri, fmt, fmt.served_bytes(table, WriteOptions()))
 
 
 # -- what the tools publish -----------------------------------------------------------------------
@@ -694,6 +777,22 @@ def explained(table: ProtectedTable) -> dict[str, Any]:
         "flagged_total": len(flagged),
         "legend": {flag: legend[flag] for flag in marks},
     }
+
+
+def _file(uri: str, fmt: OutputFormat, data: bytes) -> types.ReadResourceResult:
+    """A file as a resource: text, or base64 for a binary format (XLSX)."""
+    if fmt.binary:
+        blob = base64.b64encode(data).decode()
+        contents: Any = types.BlobResourceContents(uri=uri, mime_type=fmt.media_type, blob=blob)
+    else:
+        text = data.decode()
+        contents = types.TextResourceContents(uri=uri, mime_type=fmt.media_type, text=text)
+    return types.ReadResourceResult(contents=[contents])
+
+
+def _job_links(job_id: str) -> dict[str, str]:
+    """A job's resources: its status and its file."""
+    return {"status": f"tablesafe://jobs/{job_id}", "result": f"tablesafe://jobs/{job_id}/result"}
 
 
 def table_links(name: str, body: TableBody) -> dict[str, str]:
@@ -941,6 +1040,8 @@ def _resource_kind(uri: str) -> str | None:
         return "catalog"
     if _TABLE_URI.match(uri):
         return "table"
+    if _JOB_URI.match(uri):
+        return "job"
     return None
 
 
@@ -996,7 +1097,7 @@ def _raise(error: Exception, who: Principal, call: _Call) -> NoReturn:
 def _fail_uri(uri: str, who: Principal, call: _Call) -> NoReturn:
     raise NotFound(
         f"unknown resource {uri[:200]!r}; allowed: {PROTECTION_URI}, "
-        "tablesafe://datasets/NAME/catalog and the table links build_table gives"
+        "tablesafe://datasets/NAME/catalog, and the table and job links the tools give"
     )
 
 
@@ -1012,10 +1113,13 @@ class HttpAgents:
     Args:
         service: The application's table service.
         edge: The application's edge (the gate's settings, keys and audit log).
+        wake: Tells the application's embedded job worker that a job was queued.
     """
 
-    def __init__(self, service: TableService, edge: Edge) -> None:
-        agent = Agent(service, edge, _gate_principal, client="unknown")
+    def __init__(
+        self, service: TableService, edge: Edge, *, wake: Callable[[], None] | None = None
+    ) -> None:
+        agent = Agent(service, edge, _gate_principal, client="unknown", wake=wake)
         self.manager = StreamableHTTPSessionManager(
             app=agent.server(), json_response=True, stateless=True
         )
