@@ -326,13 +326,23 @@ def test_lazy_help_is_the_help_of_the_full_registration():
         (["table", "x", "--rows", "A", "--bogus"], 2, "No such option"),
         (["nosuch"], 2, "No such command"),
         (["table", "x"], 2, "Missing option '--rows'"),
-        (["ptable", "destatis", "--out", "x.csv", "--D", "many"], 2, "is not a valid integer"),
     ],
 )
 def test_usage_errors_exit_2(args, code, message):
     result = CliRunner().invoke(get_app(args[0]), args)
     assert result.exit_code == code
     assert message in result.output
+
+
+def test_a_number_that_is_no_number_is_a_one_line_error(capsys):
+    """A numeric option's text is checked against its range (tests/test_number_ranges.py)."""
+    from tablesafe._cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["ptable", "destatis", "--out", "x.csv", "--D", "many"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "error: --D must be a whole number from 1 to 10, not many\n"
 
 
 def test_user_errors_exit_2_with_one_line_on_stderr(tmp_path):

@@ -206,7 +206,7 @@ def test_num_ptable_matches_create_num_ptable_example() -> None:
         ({"D": 5, "V": 2, "icat": (1, "a", 5)}, "icat must be whole numbers"),
         ({"D": 5, "V": 2, "icat": (1, 2.5, 5)}, "icat must be whole numbers"),
         ({"D": 10, "V": 2, "step": 5}, "below 50"),
-        ({"D": 0, "V": 2}, "D must be an integer"),
+        ({"D": 0, "V": 2}, "D must be a whole number from 1 to 10"),
         ({"D": 3, "V": 0}, "V \\(variance\\)"),
     ],
 )

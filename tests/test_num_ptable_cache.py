@@ -74,7 +74,7 @@ def test_the_protection_uses_the_disk_cache(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ((3, 1.0, 20, None), "D \\* step must be below 50"),
+        ((5, 1.0, 10, None), "D \\* step must be below 50"),
         ((3, -1.0, 4, None), "V \\(variance\\)"),
         ((3, 1.0, 4, (2, 3)), "icat must hold 1"),
         ((3, 1.0, 4, ("a",)), "icat must be whole numbers"),

@@ -15,7 +15,6 @@ through it, so a method name means the same thing everywhere.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import ParameterError, choice
-from tablesafe._protection_limits import Additivity, ProtectionMethod
+from tablesafe._protection_limits import Additivity, ProtectionMethod, check_number
 from tablesafe._rounding import Rounding
 from tablesafe._seeds import SeedScheme
 from tablesafe.mechanisms._records import DropAddRecords
@@ -122,19 +121,8 @@ class Protection:
         if self.seeds != SeedScheme.CELLKEY and not self.secret:
             raise ParameterError(f"{self.seeds} seeds need the data owner's secret")
         object.__setattr__(self, "additivity", choice(Additivity, self.additivity, "additivity"))
-        if not (
-            isinstance(self.weight_noise, int | float)
-            and math.isfinite(self.weight_noise)
-            and 0 <= self.weight_noise <= 10
-        ):
-            raise ParameterError(
-                f"weight_noise must be a number from 0 to 10 (mean weights), not "
-                f"{self.weight_noise!r}"
-            )
-        if not isinstance(self.se_min_count, int) or self.se_min_count < 1:
-            raise ParameterError(
-                f"se_min_count must be a whole number >= 1, not {self.se_min_count!r}"
-            )
+        check_number("protection.weight_noise", self.weight_noise, "weight_noise")
+        check_number("protection.se_min_count", self.se_min_count, "se_min_count")
         if self.record_level:
             if self.seeds == SeedScheme.CELLKEY:
                 raise ParameterError(

@@ -7,13 +7,13 @@ outputs; it depends on nothing else in tablesafe.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import ParameterError
+from tablesafe._protection_limits import RANGES
 
 __all__ = ["Rounding"]
 
@@ -30,8 +30,8 @@ class Rounding:
     integers or powers of ten.
 
     Raises:
-        ParameterError: for a base that is not a positive finite number or
-            a number of digits outside 1..15.
+        ParameterError: for a base outside 10**-9 to 10**12 or a number of
+            digits outside 1..15 (``RANGES["rounding.base"]``, ``["rounding.digits"]``).
     """
 
     base: float | None = 1.0
@@ -40,19 +40,10 @@ class Rounding:
     def __post_init__(self) -> None:
         if (self.base is None) == (self.digits is None):
             raise ParameterError("a rounding has either a base or a number of significant digits")
-        if self.base is not None and not (
-            isinstance(self.base, int | float) and math.isfinite(self.base) and self.base > 0
-        ):
-            raise ParameterError(
-                f"rounding base must be a positive finite number (e.g. 1, 10, 0.1), not "
-                f"{self.base!r}"
-            )
-        if self.digits is not None and not (
-            isinstance(self.digits, int) and 1 <= self.digits <= 15
-        ):
-            raise ParameterError(
-                f"significant digits must be a whole number from 1 to 15, not {self.digits!r}"
-            )
+        if self.base is not None:
+            RANGES["rounding.base"].check(self.base, "rounding base")
+        if self.digits is not None:
+            RANGES["rounding.digits"].check(self.digits, "significant digits")
 
     @classmethod
     def parse(cls, text: str | float | Rounding) -> Rounding:

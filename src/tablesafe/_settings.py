@@ -40,7 +40,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tablesafe._errors import ConfigError
-from tablesafe._protection_limits import Additivity, ProtectionMethod, field_bounds
+from tablesafe._protection_limits import (
+    RANGES,
+    Additivity,
+    ProtectionMethod,
+    Range,
+    field_bounds,
+)
 from tablesafe._seeds import SeedScheme
 from tablesafe.mechanisms._magnitudes import MagnitudeMethod, MagnitudeProtection, SensitiveAction
 
@@ -135,23 +141,25 @@ class ServerSettings(BaseModel):
         description="Path of the SQLite audit log (relative to the configuration file).",
     )
     max_body_bytes: int = Field(
-        65_536, gt=0, le=10_000_000, description="Largest request body accepted, in bytes."
+        65_536,
+        **field_bounds("server.max_body_bytes"),
+        description="Largest request body accepted, in bytes.",
     )
     rate_limit_per_minute: int = Field(
         600,
-        gt=0,
+        **field_bounds("server.rate_limit_per_minute"),
         description="Default number of requests per minute and API key (or per client "
         "address when no keys are configured).",
     )
     cache_tables: int = Field(
         256,
-        ge=0,
+        **field_bounds("server.cache_tables"),
         description="Protected tables kept in memory for repeated requests (0 disables); "
         "answers are deterministic, so caching changes nothing but speed.",
     )
     concurrent_tables: int = Field(
         0,
-        ge=0,
+        **field_bounds("server.concurrent_tables"),
         description="Most table requests one process builds at once (0: no limit); the "
         "others wait their turn. A process runs one Python thread at a time, so more builds "
         "at once lengthen each, the sliver guard's lock held among them.",
@@ -164,36 +172,34 @@ class ServerSettings(BaseModel):
     )
     header_timeout_seconds: float = Field(
         10.0,
-        gt=0,
-        le=300,
+        **field_bounds("server.header_timeout_seconds"),
         description="Longest a connection may take to send a request's line and headers "
         "(from its first byte, or from the connection's opening); 408 beyond.",
     )
     body_timeout_seconds: float = Field(
         10.0,
-        gt=0,
-        le=300,
+        **field_bounds("server.body_timeout_seconds"),
         description="Longest a request may take to send its body once its headers are in; "
         "408 beyond.",
     )
     keep_alive_seconds: int = Field(
-        5, ge=1, le=300, description="Idle time after which a kept-alive connection is closed."
+        5,
+        **field_bounds("server.keep_alive_seconds"),
+        description="Idle time after which a kept-alive connection is closed.",
     )
     max_header_bytes: int = Field(
         16_384,
-        ge=1024,
-        le=1_048_576,
+        **field_bounds("server.max_header_bytes"),
         description="Largest request line and headers accepted, in bytes (414 or 431 beyond).",
     )
     max_connections: int = Field(
         4096,
-        ge=1,
-        le=1_000_000,
+        **field_bounds("server.max_connections"),
         description="Most connections open at once; one more is answered 503 and closed.",
     )
     auth_failures_per_minute: int = Field(
         30,
-        gt=0,
+        **field_bounds("server.auth_failures_per_minute"),
         description="Requests per minute and client address that may fail authentication "
         "(no key, an unknown, expired or revoked key); 429 beyond.",
     )
@@ -216,22 +222,19 @@ class ServerSettings(BaseModel):
     )
     shutdown_timeout_seconds: float = Field(
         30.0,
-        gt=0,
-        le=3600,
+        **field_bounds("server.shutdown_timeout_seconds"),
         description="On SIGTERM or SIGINT the server stops accepting connections and waits "
         "this long for the requests in flight to be answered before it closes them.",
     )
     job_result_days: float = Field(
         7.0,
-        gt=0,
-        le=366,
+        **field_bounds("server.job_result_days"),
         description="Days a finished job (its result or error) is kept after it ends; then "
         "workers delete it.",
     )
     job_stale_seconds: float = Field(
         300.0,
-        ge=10,
-        le=86_400,
+        **field_bounds("server.job_stale_seconds"),
         description="A running job whose worker has not reported for this long (it was "
         "stopped) is taken by another worker; after 3 tries it fails.",
     )
@@ -243,8 +246,7 @@ class ServerSettings(BaseModel):
     )
     max_queued_jobs_per_key: int = Field(
         20,
-        ge=0,
-        le=100_000,
+        **field_bounds("server.max_queued_jobs_per_key"),
         description="Most jobs one key (or client address) may have queued or running at "
         "once; one more is answered 429 TooManyJobs (0: no limit). Asking again for a job "
         "the key has queued, running or done gives that job and counts nothing.",
@@ -279,12 +281,13 @@ class StateSettings(BaseModel):
         "the SQLite file [server] audit_db. The URL may not hold a password.",
     )
     pool_size: int = Field(
-        10, ge=1, le=1000, description="PostgreSQL: most connections each server process opens."
+        10,
+        **field_bounds("state.pool_size"),
+        description="PostgreSQL: most connections each server process opens.",
     )
     connect_timeout_seconds: float = Field(
         10.0,
-        gt=0,
-        le=300,
+        **field_bounds("state.connect_timeout_seconds"),
         description="PostgreSQL: longest wait for the database at start, and for a free "
         "connection of the pool.",
     )
@@ -323,7 +326,9 @@ class EngineSettings(BaseModel):
     kind: EngineKind = Field(
         EngineKind.DUCKDB, description="Engine: duckdb (embedded, default), memory, or spark."
     )
-    threads: int | None = Field(None, gt=0, description="DuckDB worker threads (default: all).")
+    threads: int | None = Field(
+        None, **field_bounds("engine.threads"), description="DuckDB worker threads (default: all)."
+    )
     memory_limit: str | None = Field(None, description="DuckDB memory limit, e.g. '4GB'.")
     materialize: bool = Field(
         True,
@@ -338,13 +343,13 @@ class EngineSettings(BaseModel):
     )
     max_cube_cells: int = Field(
         2_000_000,
-        gt=0,
+        **field_bounds("engine.max_cube_cells"),
         description="Largest cube built (product of its variables' category counts, totals "
         "included); a table needing a larger one is computed directly.",
     )
     max_cache_mib: float = Field(
         512,
-        gt=0,
+        **field_bounds("engine.max_cache_mib"),
         description="Memory the cached cubes may take in all (MiB); least recently used cubes "
         "go first.",
     )
@@ -364,19 +369,27 @@ class ProtectionSettings(BaseModel):
         "ptable (a ptable file), none (no protection: never for public use).",
     )
     epsilon: float = Field(
-        1.0, **field_bounds("epsilon"), description="dp: privacy parameter epsilon."
+        1.0, **field_bounds("protection.epsilon"), description="dp: privacy parameter epsilon."
     )
     cap: int = Field(
-        7, **field_bounds("cap"), description="dp and q: largest absolute perturbation."
+        7, **field_bounds("protection.cap"), description="dp and q: largest absolute perturbation."
     )
-    rate: float = Field(0.01, **field_bounds("rate"), description="q: q = ceil(rate * count).")
+    rate: float = Field(
+        0.01, **field_bounds("protection.rate"), description="q: q = ceil(rate * count)."
+    )
     max_deviation: int = Field(
-        3, **field_bounds("max_deviation"), description="ckm: maximum deviation D of the ptable."
+        3,
+        **field_bounds("protection.max_deviation"),
+        description="ckm: maximum deviation D of the ptable.",
     )
     variance: float = Field(
-        1.0, **field_bounds("variance"), description="ckm: variance V of the perturbation."
+        1.0,
+        **field_bounds("protection.variance"),
+        description="ckm: variance V of the perturbation.",
     )
-    js: int = Field(0, **field_bounds("js"), description="ckm: no perturbed values in 1..js.")
+    js: int = Field(
+        0, **field_bounds("protection.js"), description="ckm: no perturbed values in 1..js."
+    )
     ptable_file: str | None = Field(
         None, description="ptable: path of a ptable CSV (Destatis or ABS layout)."
     )
@@ -395,7 +408,7 @@ class ProtectionSettings(BaseModel):
     )
     weight_noise: float = Field(
         0.5,
-        **field_bounds("weight_noise"),
+        **field_bounds("protection.weight_noise"),
         description="Half-width s of the uniform noise added to every weighted figure, in "
         "the cell's mean weights (docs/weighted.md); 0 turns it off, which lets integer "
         "weights reveal true counts.",
@@ -408,7 +421,7 @@ class ProtectionSettings(BaseModel):
     )
     se_min_count: int = Field(
         10,
-        **field_bounds("se_min_count"),
+        **field_bounds("protection.se_min_count"),
         description="Standard errors and intervals are published only for cells whose "
         "protected count is at least this (and above the largest count the mechanism can "
         "make of an empty cell).",
@@ -445,13 +458,17 @@ class RuleSettings(BaseModel):
 
     model_config = _STRICT
 
-    max_dimensions: int = Field(3, ge=1, le=4, description="Most dimensions in one table.")
+    max_dimensions: int = Field(
+        3, **field_bounds("rules.max_dimensions"), description="Most dimensions in one table."
+    )
     min_universe_size: int = Field(
-        50, ge=0, description="Fewest sample records a universe must hold."
+        50,
+        **field_bounds("rules.min_universe_size"),
+        description="Fewest sample records a universe must hold.",
     )
     min_cell_size: int = Field(
         0,
-        ge=0,
+        **field_bounds("rules.min_cell_size"),
         description="Protected counts below this are treated by small_cell_action "
         "(0 turns the rule off).",
     )
@@ -460,20 +477,25 @@ class RuleSettings(BaseModel):
         description="suppress (the cell is blank and flagged) or show_less_than (the cell "
         "shows '<k').",
     )
-    max_cells: int = Field(10_000, gt=0, description="Most cells (with margins) in one table.")
+    max_cells: int = Field(
+        10_000,
+        **field_bounds("rules.max_cells"),
+        description="Most cells (with margins) in one table.",
+    )
     max_job_cells: int = Field(
         1_000_000,
-        gt=0,
+        **field_bounds("rules.max_job_cells"),
         description="Most cells (with margins) in one table built as a job "
         "(POST /api/datasets/{name}/jobs).",
     )
     job_timeout_seconds: float = Field(
-        600.0, gt=0, description="Longest a job's tabulation may run before it is cancelled."
+        600.0,
+        **field_bounds("rules.job_timeout_seconds"),
+        description="Longest a job's tabulation may run before it is cancelled.",
     )
     max_rse: float | None = Field(
         None,
-        gt=0,
-        le=1000,
+        **field_bounds("rules.max_rse"),
         description="The precision rule: an estimate (weighted count, percentage, mean, sum) "
         "whose relative standard error, its published standard error over its published "
         "value, is above this many percent, or that has no standard error (too few protected "
@@ -482,7 +504,7 @@ class RuleSettings(BaseModel):
     )
     min_effective_count: int = Field(
         0,
-        ge=0,
+        **field_bounds("rules.min_effective_count"),
         description="With max_rse: an estimate resting on fewer protected records than this "
         "(a percentage: its numerator's or denominator's) is unreliable too (0: no such "
         "bound).",
@@ -494,11 +516,13 @@ class RuleSettings(BaseModel):
         "flag).",
     )
     query_timeout_seconds: float = Field(
-        10.0, gt=0, description="Longest a tabulation may run before it is cancelled."
+        10.0,
+        **field_bounds("rules.query_timeout_seconds"),
+        description="Longest a tabulation may run before it is cancelled.",
     )
     sliver_min_difference: int = Field(
         10,
-        ge=0,
+        **field_bounds("rules.sliver_min_difference"),
         description="A universe, or a record set a table breaks down (its universe, or one "
         "category of one of its dimensions), that differs from one already published by "
         "fewer than this many records (but at least one) is refused (0 turns the guard off).",
@@ -516,15 +540,14 @@ class RuleSettings(BaseModel):
     )
     sliver_max_candidates: int = Field(
         2000,
-        ge=1,
+        **field_bounds("rules.sliver_max_candidates"),
         description="No longer used: the sliver guard has no comparison budget (key sketches "
         "leave only true candidates for an exact count). Accepted so that older site "
         "configurations load.",
     )
     privacy_budget_epsilon: float | None = Field(
         None,
-        gt=0,
-        le=1e6,
+        **field_bounds("rules.privacy_budget_epsilon"),
         description="The privacy ledger's budget for the dataset, all keys together: a table "
         "whose new figures would raise the privacy loss of any possible record (the sum of "
         "the epsilons of the distinct figures holding it) above this is refused with "
@@ -532,15 +555,13 @@ class RuleSettings(BaseModel):
     )
     privacy_budget_epsilon_per_key: float | None = Field(
         None,
-        gt=0,
-        le=1e6,
+        **field_bounds("rules.privacy_budget_epsilon_per_key"),
         description="The same budget per API key, over the figures that key was given "
         "(none: no budget).",
     )
     putative_uniques_ceiling: float | None = Field(
         None,
-        gt=0,
-        le=1,
+        **field_bounds("rules.putative_uniques_ceiling"),
         description="The putative-risk ceiling: a table whose addition would raise the share "
         "of records the best-guess reconstruction claims, stably, as sample uniques (computed "
         "from published figures and the table's own, over the tables sharing a variable with "
@@ -548,8 +569,7 @@ class RuleSettings(BaseModel):
     )
     putative_max_cells: int = Field(
         600,
-        ge=1,
-        le=200_000,
+        **field_bounds("rules.putative_max_cells"),
         description="The putative-risk ceiling's work limit: the most combinations of "
         "categories that the published figures of a table's component (with the table) may "
         "leave open for the measure to solve for; a table whose measure needs more is refused "
@@ -558,12 +578,14 @@ class RuleSettings(BaseModel):
     )
     max_custom_groups: int = Field(
         30,
-        ge=0,
+        **field_bounds("rules.max_custom_groups"),
         description="Most groups a request's custom groupings may define, over all its "
         "groupings (0 turns custom groupings off).",
     )
     max_categories_per_group: int = Field(
-        100, ge=1, description="Most categories one group of a custom grouping may merge."
+        100,
+        **field_bounds("rules.max_categories_per_group"),
+        description="Most categories one group of a custom grouping may merge.",
     )
 
 
@@ -579,26 +601,49 @@ class MagnitudeSettings(BaseModel):
         "max(|lower|, |upper|) / epsilon on unweighted sums) or none (exact sums, never "
         "for public use).",
     )
-    max_deviation: int = Field(3, ge=1, le=10, description="ckm: D of the numeric ptable.")
-    variance: float = Field(1.0, gt=0, description="ckm: V of the numeric ptable.")
-    step: int = Field(4, ge=1, le=10, description="ckm: steps per unit of the numeric ptable.")
-    share: float = Field(
-        0.1, gt=0, le=1, description="ckm: share of a contribution that one unit of v moves."
+    max_deviation: int = Field(
+        3, **field_bounds("magnitudes.max_deviation"), description="ckm: D of the numeric ptable."
     )
-    top_k: int = Field(2, ge=1, le=3, description="ckm: how many largest contributions move.")
+    variance: float = Field(
+        1.0, **field_bounds("magnitudes.variance"), description="ckm: V of the numeric ptable."
+    )
+    step: int = Field(
+        4,
+        **field_bounds("magnitudes.step"),
+        description="ckm: steps per unit of the numeric ptable.",
+    )
+    share: float = Field(
+        0.1,
+        **field_bounds("magnitudes.share"),
+        description="ckm: share of a contribution that one unit of v moves.",
+    )
+    top_k: int = Field(
+        2,
+        **field_bounds("magnitudes.top_k"),
+        description="ckm: how many largest contributions move.",
+    )
     mu: float = Field(
         0.5,
-        ge=0,
-        le=10,
+        **field_bounds("magnitudes.mu"),
         description="ckm: floor added to |v|: before rounding, every sum moves by at least "
         "share * mu of its largest contribution.",
     )
-    epsilon: float = Field(1.0, gt=0, le=100, description="dp: epsilon per cell and variable.")
+    epsilon: float = Field(
+        1.0, **field_bounds("magnitudes.epsilon"), description="dp: epsilon per cell and variable."
+    )
     rounding: str = Field("1", description="Rounding of published sums (a base or '3sf').")
     mean_rounding: str = Field("0.01", description="Rounding of published means.")
-    dominance_n: int = Field(1, ge=0, le=3, description="Dominance rule n (0 turns it off).")
-    dominance_k: float = Field(85.0, gt=0, le=100, description="Dominance rule k, in percent.")
-    p_percent: float = Field(10.0, ge=0, le=100, description="p% rule p (0 turns it off).")
+    dominance_n: int = Field(
+        1,
+        **field_bounds("magnitudes.dominance_n"),
+        description="Dominance rule n (0 turns it off).",
+    )
+    dominance_k: float = Field(
+        85.0, **field_bounds("magnitudes.dominance_k"), description="Dominance rule k, in percent."
+    )
+    p_percent: float = Field(
+        10.0, **field_bounds("magnitudes.p_percent"), description="p% rule p (0 turns it off)."
+    )
     sensitive_action: SensitiveAction = Field(
         SensitiveAction.FLAG,
         description="What a cell the rules find sensitive gets: flag (a public "
@@ -606,8 +651,7 @@ class MagnitudeSettings(BaseModel):
     )
     quantile_window: int = Field(
         5,
-        ge=1,
-        le=50,
+        **field_bounds("magnitudes.quantile_window"),
         description="ckm: h, the records below and above a quantile's own that its window "
         "holds (docs/quantiles.md).",
     )
@@ -618,11 +662,13 @@ class MagnitudeSettings(BaseModel):
         description="ckm: the lowest and highest share of its spread a quantile moves.",
     )
     quantile_cap: float = Field(
-        0.08, gt=0, le=1, description="ckm: a quantile's largest spread, as a share of its value."
+        0.08,
+        **field_bounds("magnitudes.quantile_cap"),
+        description="ckm: a quantile's largest spread, as a share of its value.",
     )
     quantile_min_count: int = Field(
         20,
-        ge=3,
+        **field_bounds("magnitudes.quantile_min_count"),
         description="The smallest protected count of a cell whose medians and quantiles are "
         "published (at least 2 x quantile_window + 1).",
     )
@@ -725,7 +771,9 @@ class ApiKeySettings(BaseModel):
     )
     role: Literal["user", "admin"] = Field("user", description="user or admin.")
     rate_limit_per_minute: int | None = Field(
-        None, gt=0, description="Requests per minute for this key (default: the server's)."
+        None,
+        **field_bounds("keys.rate_limit_per_minute"),
+        description="Requests per minute for this key (default: the server's).",
     )
     expires: datetime | None = Field(
         None,
@@ -845,6 +893,13 @@ class SiteConfig(BaseModel):
         return None
 
 
+def _range_of(loc: tuple[int | str, ...]) -> Range | None:
+    """The documented range of the setting at ``loc`` (``datasets.0.rules.max_cells``), if any."""
+    names = [p for p in loc if isinstance(p, str)]
+    key = ".".join(names[-2:])
+    return RANGES.get(key) if len(names) >= 2 else None
+
+
 def _explain(exc: ValidationError, source: str) -> str:
     lines = []
     for err in exc.errors():
@@ -852,6 +907,10 @@ def _explain(exc: ValidationError, source: str) -> str:
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown setting (see docs/site-config.md for the allowed ones)"
+        limits = _range_of(err["loc"])
+        if limits is not None:
+            # A number outside its documented range says the whole range, as the CLI does.
+            msg = f"must be {limits.words()}, not {err['input']!r}"
         lines.append(f"{where}: {msg}")
     return f"invalid site configuration {source}: " + "; ".join(lines)
 

@@ -79,6 +79,51 @@ COMMAND_HELP: dict[str, str] = {
 PATH = click.Path(path_type=Path)
 
 
+class Number(click.ParamType):
+    """A numeric option, checked against its documented range before the command runs.
+
+    The range is :data:`tablesafe._protection_limits.RANGES`' (docs/cli.md lists
+    them); a value outside it, or text that is no number, is a one-line
+    ``error:`` (a :class:`~tablesafe.ParameterError`, exit code 2) naming the
+    option and its range, before any work. ``1e3`` is read as 1000 for a whole number.
+    """
+
+    def __init__(self, key: str) -> None:
+        from tablesafe._protection_limits import RANGES
+
+        self.key = key
+        self.range = RANGES[key]
+        self.name = "integer" if self.range.integer else "float"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> object:
+        """``value`` as an ``int`` or ``float`` in the option's range."""
+        from tablesafe._errors import ParameterError
+
+        label = param.opts[0] if isinstance(param, click.Option) else self.key
+        given = value
+        if isinstance(value, str):
+            text = given = value.strip()
+            try:
+                value = int(text)
+            except ValueError:
+                try:
+                    value = float(text)
+                except ValueError:
+                    value = None
+        if self.range.integer and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not self.range.holds(value):
+            raise ParameterError(f"{label} must be {self.range.words()}, not {given}")
+        return self.range.check(value, label)
+
+
+def number(key: str) -> Number:
+    """The parameter type of a numeric option whose range is ``RANGES[key]``."""
+    return Number(key)
+
+
 class LazyGroup(click.Group):
     """The top-level group: a command's modules are imported when it is looked up.
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tablesafe._cli import PATH, app
+from tablesafe._cli import PATH, app, number
 from tablesafe._cli._methods import METHODS, protection_options
 from tablesafe._protection_limits import ProtectionMethod
 from tablesafe._seeds import SeedScheme
@@ -34,8 +34,10 @@ def attack_app() -> None:
     help=f"Comma-separated: {', '.join(METHODS)}.",
 )
 @protection_options("epsilon", "cap", "rate")
-@click.option("--limit", type=int, default=None, help="Attack a random sample of records.")
-@click.option("--seed", type=int, default=0, help="Seed of that sample.")
+@click.option(
+    "--limit", type=number("attack.limit"), default=None, help="Attack a random sample of records."
+)
+@click.option("--seed", type=number("seed"), default=0, help="Seed of that sample.")
 @click.option("--format", "fmt", default="text", help="text or json.")
 def sliver(
     data_dir: Path,
@@ -129,7 +131,10 @@ def _show(v: float | None) -> str:
 )
 @protection_options("epsilon", "cap", "rate")
 @click.option(
-    "--weight-noise", type=float, default=0.5, help="Noise on weighted figures, in mean weights."
+    "--weight-noise",
+    type=number("protection.weight_noise"),
+    default=0.5,
+    help="Noise on weighted figures, in mean weights.",
 )
 @click.option("--rounding", default="1", help="Rounding of weighted figures.")
 @click.option(
@@ -336,9 +341,18 @@ _GUARD_ATTACKS = ("concurrent", "names", "slices", "children")
 @click.option(
     "--config", type=PATH, default=None, help="Attack this site's settings for the dataset."
 )
-@click.option("--min-difference", type=int, default=None, help="The guard's m (default: 10).")
-@click.option("--pairs", type=int, default=100, help="Sliver pairs (concurrent, names).")
-@click.option("--tries", type=int, default=20, help="Slivers tried (slices, children).")
+@click.option(
+    "--min-difference",
+    type=number("attack.min_difference"),
+    default=None,
+    help="The guard's m (default: 10).",
+)
+@click.option(
+    "--pairs", type=number("attack.pairs"), default=100, help="Sliver pairs (concurrent, names)."
+)
+@click.option(
+    "--tries", type=number("attack.tries"), default=20, help="Slivers tried (slices, children)."
+)
 @click.option("--format", "fmt", default="text", help="text or json.")
 def guard(
     data_dir: Path,
@@ -411,9 +425,19 @@ def guard(
     "--config", type=PATH, default=None, help="Attack this site's settings for the dataset."
 )
 @click.option("--method", default="ckm", help="Without --config: ckm, dp, q, q-records or none.")
-@click.option("--min-difference", type=int, default=None, help="The guard's m (default: 10).")
-@click.option("--tables", type=int, default=10, help="2-way tables whose zeros are probed.")
-@click.option("--seed", type=int, default=0, help="Seed of the tables' choice.")
+@click.option(
+    "--min-difference",
+    type=number("attack.min_difference"),
+    default=None,
+    help="The guard's m (default: 10).",
+)
+@click.option(
+    "--tables",
+    type=number("attack.tables"),
+    default=10,
+    help="2-way tables whose zeros are probed.",
+)
+@click.option("--seed", type=number("seed"), default=0, help="Seed of the tables' choice.")
 @click.option("--format", "fmt", default="text", help="text or json.")
 def refusals(
     data_dir: Path,

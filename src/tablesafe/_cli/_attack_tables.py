@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tablesafe._cli import PATH
+from tablesafe._cli import PATH, number
 from tablesafe._cli._attack import attack_app
 from tablesafe._cli._methods import METHODS, protection_options
 from tablesafe._protection_limits import ProtectionMethod
@@ -85,12 +85,14 @@ def _builders(dataset: Dataset, prot: Protection) -> tuple[Any, Any]:
 @click.option("--universe", multiple=True, help="Other conditions: VAR=CODE,CODE (repeatable).")
 @click.option("--grouping-of", default=None, help="Variable of one-category groupings.")
 @click.option("--magnitude", default=None, help="Continuous variable whose sums to average.")
-@click.option("--tables", type=int, default=250, help="How many equivalent tables to ask.")
+@click.option(
+    "--tables", type=number("attack.tables"), default=250, help="How many equivalent tables to ask."
+)
 @click.option("--method", default="ckm,dp,q-records", help=_METHODS_HELP)
 @click.option("--seeds", default="keyed", help="cellkey, keyed or dynamic (the before).")
 @protection_options("epsilon", "cap", "rate")
 @click.option("--config", type=PATH, default=None, help="Attack the protection a site fixes.")
-@click.option("--seed", type=int, default=0, help="Seed of the widening and the order.")
+@click.option("--seed", type=number("seed"), default=0, help="Seed of the widening and the order.")
 @click.option("--format", "fmt", default="text", help="text or json.")
 def averaging(
     data_dir: Path,
@@ -172,7 +174,12 @@ def averaging(
     default=None,
     help="Comma-separated variables whose 3-way tables are asked (default: every source variable).",
 )
-@click.option("--tables", type=int, default=60, help="How many 3-way tables to ask at most.")
+@click.option(
+    "--tables",
+    type=number("attack.tables"),
+    default=60,
+    help="How many 3-way tables to ask at most.",
+)
 @click.option("--exclude", default=None, help="Variable for the definition attack, e.g. EDUC.")
 @click.option("--base", default=None, help="Its target table, e.g. AGE*SEX.")
 @click.option("--universe", multiple=True, help="Its universe: VAR=CODE,CODE (repeatable).")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tablesafe._cli import PATH, app
+from tablesafe._cli import PATH, app, number
 
 
 @app.group(
@@ -38,7 +38,7 @@ def catalog_app() -> None:
 )
 @click.option(
     "--max-categories",
-    type=int,
+    type=number("catalog.max_categories"),
     default=50,
     help="Most distinct values of a column without value labels.",
 )

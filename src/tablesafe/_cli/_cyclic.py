@@ -16,7 +16,7 @@ from typing import Any
 import click
 import numpy as np
 
-from tablesafe._cli import PATH, app
+from tablesafe._cli import PATH, app, number
 from tablesafe._cli._tablefiles import (
     CountTable,
     cell_name,
@@ -141,10 +141,16 @@ def _shared(f: Any) -> Any:
     for decorator in reversed(
         (
             click.option(
-                "--alpha", type=float, default=0.25, help="Probability of adding a cycle."
+                "--alpha",
+                type=number("cyclic.probability"),
+                default=0.25,
+                help="Probability of adding a cycle.",
             ),
             click.option(
-                "--beta", type=float, default=0.25, help="Probability of subtracting a cycle."
+                "--beta",
+                type=number("cyclic.probability"),
+                default=0.25,
+                help="Probability of subtracting a cycle.",
             ),
             click.option(
                 "--cycles",
@@ -171,7 +177,7 @@ _format = click.option("--format", "fmt", default="text", help="text or json.")
 @_skip
 @click.option(
     "--seed",
-    type=int,
+    type=number("seed"),
     default=None,
     help="Seed, for reproducible runs (default: unpredictable).",
 )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tablesafe._cli import PATH, app
+from tablesafe._cli import PATH, app, number
 
 
 @app.group(
@@ -35,9 +35,18 @@ def keys_add(source: Path, target: Path, column: str, overwrite_keys: bool) -> N
 
 @app.command("demo-data")
 @click.argument("out_dir", type=PATH, help="Folder to write the demo dataset to.")
-@click.option("--records", type=int, default=100_000, help="Number of records.")
-@click.option("--seed", type=int, default=2026, help="Seed: the output depends only on it.")
-@click.option("--replicates", type=int, default=80, help="JK1 replicate weights (0 for none).")
+@click.option(
+    "--records", type=number("demo-data.records"), default=100_000, help="Number of records."
+)
+@click.option(
+    "--seed", type=number("seed"), default=2026, help="Seed: the output depends only on it."
+)
+@click.option(
+    "--replicates",
+    type=number("demo-data.replicates"),
+    default=80,
+    help="JK1 replicate weights (0 for none).",
+)
 @click.option("--format", "fmt", default="parquet", help="parquet or csv.")
 def demo_data(out_dir: Path, records: int, seed: int, replicates: int, fmt: str) -> None:
     """Write a realistic synthetic survey and its catalog."""

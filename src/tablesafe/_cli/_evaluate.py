@@ -16,8 +16,14 @@ from tablesafe._cli import PATH, app
     "--table", required=True, multiple=True, help="A table, e.g. AGEGRP*SEX (repeatable)."
 )
 @click.option("--methods", default="dp,pram,q,ckm", help="Comma-separated: dp, pram, q, ckm.")
-@click.option("--epsilon", default="0.5,1,2", help="dp: comma-separated epsilons.")
-@click.option("--cap", default="3,5,7", help="dp and q: comma-separated caps.")
+@click.option(
+    "--epsilon",
+    default="0.5,1,2",
+    help="dp: comma-separated epsilons (each as --epsilon of table).",
+)
+@click.option(
+    "--cap", default="3,5,7", help="dp and q: comma-separated caps (each as --cap of table)."
+)
 @click.option(
     "--out", type=PATH, default=None, help="Folder for results.json, PNG and report.html."
 )
@@ -41,6 +47,7 @@ def evaluate_cmd(
     from rich.console import Console
 
     from tablesafe._errors import ParameterError, RequestError
+    from tablesafe._protection_limits import check_number
     from tablesafe.catalog._dataset import Dataset
     from tablesafe.experiments._evaluate import evaluate, mechanism_grid
     from tablesafe.experiments._report import evaluation_text, write_evaluation_report
@@ -52,6 +59,9 @@ def evaluate_cmd(
         caps = [int(x) for x in cap.split(",") if x.strip()]
     except ValueError:
         raise ParameterError("--epsilon and --cap take comma-separated numbers") from None
+    # Each in its documented range, before any ptable is built.
+    eps = [check_number("protection.epsilon", e, "--epsilon") for e in eps]
+    caps = [check_number("protection.cap", c, "--cap") for c in caps]
     configs = mechanism_grid([m.strip() for m in methods.split(",") if m.strip()], eps, caps)
     tables = [[d.strip() for d in t.split("*") if d.strip()] for t in table]
     with Console(stderr=True).status("protecting and measuring"):

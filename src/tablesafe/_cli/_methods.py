@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
+from tablesafe._cli import number
 from tablesafe._errors import ParameterError
 from tablesafe._protection_limits import BOUNDS, CHOICES, INTEGERS, ProtectionMethod
 from tablesafe._seeds import SeedScheme
@@ -47,11 +48,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 # The protection options, declared once for every command that takes them:
 # name -> (type, default, help).
 _PROTECTION_OPTIONS: dict[str, tuple[Any, Any, str]] = {
-    "epsilon": (float, 1.0, "dp: epsilon."),
-    "cap": (int, 7, "dp, q: cap."),
-    "rate": (float, 0.01, "q, q-records: rate."),
-    "max-deviation": (int, 3, "ckm: maximum deviation D."),
-    "variance": (float, 1.0, "ckm: variance V."),
+    "epsilon": (number("protection.epsilon"), 1.0, "dp: epsilon."),
+    "cap": (number("protection.cap"), 7, "dp, q: cap."),
+    "rate": (number("protection.rate"), 0.01, "q, q-records: rate."),
+    "max-deviation": (number("protection.max_deviation"), 3, "ckm: maximum deviation D."),
+    "variance": (number("protection.variance"), 1.0, "ckm: variance V."),
     "seeds": (
         str,
         "cellkey",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tablesafe._cli import PATH, app
+from tablesafe._cli import PATH, app, number
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,14 +39,19 @@ FLAGS = {"structural_zero", "suppressed", "perturbed", "adjusted", "se", "ci_low
     multiple=True,
     help="Method C: margins over these variables are exact (repeatable).",
 )
-@click.option("--weight", type=float, default=1000.0, help="Method C: weight of exact margins.")
+@click.option(
+    "--weight",
+    type=number("postprocess.weight"),
+    default=1000.0,
+    help="Method C: weight of exact margins.",
+)
 @click.option(
     "--loglinear/--no-loglinear",
     default=False,
     help="Refit by the log-linear model of the margins.",
 )
 @click.option("--round", "round_", default="none", help="none, stochastic or multinomial.")
-@click.option("--seed", type=int, default=None, help="Seed for rounding.")
+@click.option("--seed", type=number("seed"), default=None, help="Seed for rounding.")
 def fit(
     table: Path,
     value: str,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tablesafe._cli import PATH, app
+from tablesafe._cli import PATH, app, number
 
 if TYPE_CHECKING:
     from tablesafe.ptable._ptable import PTable
@@ -32,7 +32,10 @@ _layout = click.option(
     help="destatis (i,j,p,v,p_int_lb,p_int_ub,type; default) or abs (pcv,ckey,pvalue).",
 )
 _keys = click.option(
-    "--keys", type=int, default=256, help="abs layout: cell keys per count (256 or 4096)."
+    "--keys",
+    type=number("ptable.keys"),
+    default=256,
+    help="abs layout: cell keys per count (256 or 4096).",
 )
 
 
@@ -52,9 +55,15 @@ def _write(table: PTable, out: Path, layout: str, keys: int) -> None:
 
 @ptable_app.command("dp")
 @_out
-@click.option("--epsilon", type=float, default=2.0, help="Privacy parameter (> 0).")
-@click.option("--sensitivity", type=float, default=1.0, help="Sensitivity Δu (> 0).")
-@click.option("--cap", type=int, default=7, help="Largest |perturbation| (>= 1).")
+@click.option(
+    "--epsilon", type=number("protection.epsilon"), default=2.0, help="Privacy parameter (> 0)."
+)
+@click.option(
+    "--sensitivity", type=number("ptable.sensitivity"), default=1.0, help="Sensitivity Δu (> 0)."
+)
+@click.option(
+    "--cap", type=number("protection.cap"), default=7, help="Largest |perturbation| (>= 1)."
+)
 @_layout
 @_keys
 def dp(out: Path, epsilon: float, sensitivity: float, cap: int, layout: str, keys: int) -> None:
@@ -66,8 +75,15 @@ def dp(out: Path, epsilon: float, sensitivity: float, cap: int, layout: str, key
 
 @ptable_app.command("pram")
 @_out
-@click.option("--epsilon", type=float, default=2.0, help="Epsilon of the geometric rows.")
-@click.option("--cap", type=int, default=7, help="Cap of the geometric rows (>= 2).")
+@click.option(
+    "--epsilon",
+    type=number("protection.epsilon"),
+    default=2.0,
+    help="Epsilon of the geometric rows.",
+)
+@click.option(
+    "--cap", type=number("ptable.pram_cap"), default=7, help="Cap of the geometric rows (>= 2)."
+)
 @_layout
 def pram(out: Path, epsilon: float, cap: int, layout: str) -> None:
     """PRAM of Shlomo & Young (seed 000, Tables 2 and 3).
@@ -82,8 +98,13 @@ def pram(out: Path, epsilon: float, cap: int, layout: str) -> None:
 
 @ptable_app.command("q")
 @_out
-@click.option("--rate", type=float, default=0.01, help="q = ceil(rate * count), 0 < rate <= 1.")
-@click.option("--cap", type=int, default=7, help="Largest q (>= 1).")
+@click.option(
+    "--rate",
+    type=number("protection.rate"),
+    default=0.01,
+    help="q = ceil(rate * count), 0 < rate <= 1.",
+)
+@click.option("--cap", type=number("protection.cap"), default=7, help="Largest q (>= 1).")
 @_layout
 @_keys
 def q(out: Path, rate: float, cap: int, layout: str, keys: int) -> None:
@@ -95,12 +116,18 @@ def q(out: Path, rate: float, cap: int, layout: str, keys: int) -> None:
 
 @ptable_app.command("destatis")
 @_out
-@click.option("--D", "d", type=int, default=3, help="Maximum deviation D (>= 1).")
-@click.option("--V", "v", type=float, default=1.0, help="Variance V (> 0).")
-@click.option("--js", type=int, default=0, help="No perturbed counts in 1..js.")
+@click.option(
+    "--D",
+    "d",
+    type=number("protection.max_deviation"),
+    default=3,
+    help="Maximum deviation D (>= 1).",
+)
+@click.option("--V", "v", type=number("protection.variance"), default=1.0, help="Variance V (> 0).")
+@click.option("--js", type=number("protection.js"), default=0, help="No perturbed counts in 1..js.")
 @click.option(
     "--pstay",
-    type=float,
+    type=number("ptable.pstay"),
     default=None,
     help="Probability that a count stays (0 < pstay < 1).",
 )
@@ -125,7 +152,7 @@ def destatis_cmd(
 
 @ptable_app.command("show")
 @click.argument("file", type=PATH, help="A ptable CSV (either layout).")
-@click.option("--rows", type=int, default=40, help="Show at most this many rows.")
+@click.option("--rows", type=number("ptable.rows"), default=40, help="Show at most this many rows.")
 def show(file: Path, rows: int) -> None:
     """Print a ptable: privacy figures, and per row v, p, share changed and variance."""
     from rich.console import Console

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tablesafe._cli import PATH
+from tablesafe._cli import PATH, number
 from tablesafe._cli._attack import attack_app
 from tablesafe._cli._methods import protection_options
 from tablesafe._cli._server import audit_app
@@ -140,7 +140,7 @@ def _report_guess(result: dict[str, Any], plain: dict[str, Any]) -> None:
 )
 @click.option(
     "--all-k-way",
-    type=int,
+    type=number("attack.all_k_way"),
     default=None,
     help="Instead of --tables: every K-way table of --variables.",
 )
@@ -162,19 +162,19 @@ def _report_guess(result: dict[str, Any], plain: dict[str, Any]) -> None:
 )
 @click.option(
     "--min-cell-size",
-    type=int,
+    type=number("attack.min_cell_size"),
     default=0,
     help="Small-cell rule: protected counts below this are suppressed.",
 )
 @click.option(
     "--time-limit",
-    type=float,
+    type=number("attack.time_limit"),
     default=60.0,
     help="Seconds for each attack; partial bounds after that.",
 )
 @click.option(
     "--ranked",
-    type=int,
+    type=number("attack.ranked"),
     default=0,
     help="Perturbed re-solves ranking the best guess's uniques by recurrence (0: none).",
 )
@@ -287,7 +287,7 @@ def _published_requests(
 @click.option("--dataset", required=True, help="The dataset (its name in the configuration).")
 @click.option(
     "--time-limit",
-    type=float,
+    type=number("attack.time_limit"),
     default=60.0,
     help="Seconds for each attack; partial bounds after that.",
 )

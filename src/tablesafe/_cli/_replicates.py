@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tablesafe._cli import PATH, app
+from tablesafe._cli import PATH, app, number
 
 
 @app.group(
@@ -27,14 +27,19 @@ def replicates_app() -> None:
 )
 @click.option(
     "--replicates",
-    type=int,
+    type=number("replicates.replicates"),
     default=None,
     help="Replicates: BRR a power of two above the strata; bootstrap (200).",
 )
-@click.option("--fay", type=float, default=0.0, help="Fay's factor in [0, 1), BRR only.")
+@click.option(
+    "--fay", type=number("replicates.fay"), default=0.0, help="Fay's factor in [0, 1), BRR only."
+)
 @click.option("--prefix", default="RW", help="Prefix of the replicate-weight columns.")
 @click.option(
-    "--seed", type=int, default=None, help="Bootstrap seed (default: from the secure source)."
+    "--seed",
+    type=number("seed"),
+    default=None,
+    help="Bootstrap seed (default: from the secure source).",
 )
 @click.option("--replace", is_flag=True, help="Replace the dataset's replicate weights.")
 def replicates_add(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tablesafe._cli import PATH, app
+from tablesafe._cli import PATH, app, number
 
 
 @app.group("reproduce", help="Reproduce the source papers' studies.", no_args_is_help=True)
@@ -16,8 +16,12 @@ def reproduce_app() -> None:
 
 
 @reproduce_app.command("shlomo2019")
-@click.option("--reps", type=int, default=500, help="Replications per table type.")
-@click.option("--seed", type=int, default=2019, help="Seed: the output depends only on it.")
+@click.option(
+    "--reps", type=number("reproduce.reps"), default=500, help="Replications per table type."
+)
+@click.option(
+    "--seed", type=number("seed"), default=2019, help="Seed: the output depends only on it."
+)
 @click.option("--out", type=PATH, default=None, help="Folder for figures and report.html.")
 @click.option("--format", "fmt", default="text", help="text or json.")
 @click.option(
@@ -28,7 +32,7 @@ def reproduce_app() -> None:
 )
 @click.option(
     "--pram-alpha",
-    type=float,
+    type=number("reproduce.pram_alpha"),
     default=1.0,
     help="Weight of PRAM's invariant matrix against the identity.",
 )

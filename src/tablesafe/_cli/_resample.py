@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from tablesafe._cli import PATH, app
+from tablesafe._cli import PATH, app, number
 from tablesafe._cli._tablefiles import check_format, format_table, read_table
 from tablesafe._errors import ParameterError
 
@@ -30,10 +30,17 @@ _table = click.argument(
     "table", type=PATH, help="CSV matrix of counts (no header), or a long CSV with a header."
 )
 _s = click.option(
-    "--S", "s", type=float, default=2.0, help="Quality bound S of condition (1), > 0."
+    "--S",
+    "s",
+    type=number("resample.quality"),
+    default=2.0,
+    help="Quality bound S of condition (1), > 0.",
 )
 _seed = click.option(
-    "--seed", type=int, default=None, help="Seed, for reproducible runs (default: unpredictable)."
+    "--seed",
+    type=number("seed"),
+    default=None,
+    help="Seed, for reproducible runs (default: unpredictable).",
 )
 _format = click.option("--format", "fmt", default="text", help="text or json.")
 
@@ -70,7 +77,9 @@ def _print(table_path: Path, res: object, fmt: str) -> None:
 @resample_app.command("bootstrap")
 @_table
 @_s
-@click.option("--M", "m", type=int, default=1, help="Bootstrap tables averaged (odd).")
+@click.option(
+    "--M", "m", type=number("resample.tables"), default=1, help="Bootstrap tables averaged (odd)."
+)
 @click.option(
     "--round/--no-round",
     "round_average",

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from tablesafe._cli import PATH, app
+from tablesafe._cli import PATH, app, number
 
 
 @app.group("api-key", help="API keys for the server.", no_args_is_help=True)
@@ -21,7 +21,7 @@ def api_key_app() -> None:
 @app.command("serve")
 @click.option("--config", type=PATH, required=True, help="Site configuration (TOML).")
 @click.option("--host", default="127.0.0.1", help="Address to listen on.")
-@click.option("--port", type=int, default=8000, help="Port to listen on.")
+@click.option("--port", type=number("serve.port"), default=8000, help="Port to listen on.")
 def serve(config: Path, host: str, port: int) -> None:
     """Serve the table builder: HTTP API and web page.
 
@@ -97,7 +97,7 @@ def _log_access() -> None:
 @click.option("--key-id", default=None, help="Only this API key.")
 @click.option("--dataset", default=None, help="Only this dataset.")
 @click.option("--since", default=None, help="Only from this ISO time on.")
-@click.option("--limit", type=int, default=50, help="Most rows to show.")
+@click.option("--limit", type=number("audit.limit"), default=50, help="Most rows to show.")
 @click.option("--format", "fmt", default="text", help="text or json.")
 @click.pass_context
 def audit_app(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tablesafe._cli import PATH, app
+from tablesafe._cli import PATH, app, number
 from tablesafe._cli._methods import protection_options
 from tablesafe._errors import ConfigError, RequestError
 from tablesafe._protection_limits import ProtectionMethod
@@ -158,7 +158,7 @@ def _engine(name: str, spark_master: str) -> Any:
 @protection_options("epsilon", "cap", "rate", "max-deviation", "variance", "seeds", "secret-env")
 @click.option(
     "--weight-noise",
-    type=float,
+    type=number("protection.weight_noise"),
     default=0.5,
     help="Noise on weighted figures, in mean weights (0 to 10).",
 )
@@ -169,7 +169,7 @@ def _engine(name: str, spark_master: str) -> Any:
 )
 @click.option(
     "--se-min-count",
-    type=int,
+    type=number("protection.se_min_count"),
     default=10,
     help="Smallest protected count with a published standard error.",
 )

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import click
 
-from tablesafe._cli import PATH, app
+from tablesafe._cli import PATH, app, number
 
 
 @app.command("worker")
 @click.option("--config", type=PATH, required=True, help="Site configuration (TOML).")
 @click.option(
     "--poll-seconds",
-    type=click.FloatRange(0.05, 60),
+    type=number("worker.poll_seconds"),
     default=1.0,
     show_default=True,
     help="Wait between looks at an empty queue.",

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import ComputationError, ParameterError
+from tablesafe._protection_limits import MAX_Q_ENTRIES, check_number
 from tablesafe.ptable._ptable import PTable
 
 __all__ = [
@@ -31,20 +32,6 @@ __all__ = [
     "pram_matrices",
     "pram_shlomo_young",
 ]
-
-
-def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ParameterError(f"{name} must be a number > 0, not {value!r}")
-    if not math.isfinite(float(value)) or value <= 0:
-        raise ParameterError(f"{name} must be a finite number > 0, not {value}")
-    return float(value)
-
-
-def _integer(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ParameterError(f"{name} must be an integer >= {minimum}, not {value!r}")
-    return int(value)
 
 
 def geometric_probabilities(
@@ -61,9 +48,11 @@ def geometric_probabilities(
     Raises:
         ParameterError: for epsilon <= 0, sensitivity <= 0 or cap < 1.
     """
-    eps = _positive("epsilon", epsilon)
-    sens = _positive("sensitivity", sensitivity)
-    c = _integer(cap, "cap", 1)
+    # The documented ranges (docs/cli.md): outside them the table is absurd, or
+    # too large to hold (memory grows with cap squared), and never built.
+    eps = check_number("protection.epsilon", epsilon)
+    sens = check_number("ptable.sensitivity", sensitivity)
+    c = check_number("protection.cap", cap)
     v = np.arange(-c, c + 1)
     base = np.exp(-eps * np.abs(v) / sens)
     return np.asarray(base / base.sum(), dtype=np.float64)
@@ -128,12 +117,18 @@ def drop_add_q(rate: float = 0.01, cap: int = 7) -> PTable:
         cap: Largest q (integer >= 1).
 
     Raises:
-        ParameterError: for a rate outside (0, 1] or cap < 1.
+        ParameterError: for a rate outside (0, 1], a cap outside 1..1000, or
+            ``cap**2 / rate`` above :data:`~tablesafe._protection_limits.MAX_Q_ENTRIES`.
     """
-    r = _positive("rate", rate)
-    if r > 1:
-        raise ParameterError(f"rate must lie in (0, 1], not {rate}")
-    c = _integer(cap, "cap", 1)
+    r: float = check_number("protection.rate", rate)
+    c: int = check_number("protection.cap", cap)
+    # Rows run to about cap / rate, each 2q + 1 wide: about cap**2 / rate entries (a
+    # rate of 1e-300 once never finished). Checked before a row is built.
+    if c * c / r > MAX_Q_ENTRIES:
+        raise ParameterError(
+            f"cap**2 / rate must be at most {MAX_Q_ENTRIES:,} (the ptable's size): cap {c} "
+            f"needs a rate of at least {c * c / MAX_Q_ENTRIES:g}, not {rate!r}"
+        )
 
     def q_of(i: int) -> int:
         # The tolerance keeps ceil(0.01 * 300) at 3 despite 0.01 * 300 = 3.0000000000000004.
@@ -251,7 +246,7 @@ def pram_matrices(epsilon: float = 2.0, cap: int = 7) -> tuple[np.ndarray, np.nd
     Raises:
         ParameterError: for epsilon <= 0 or cap < 2.
     """
-    c = _integer(cap, "cap", 2)
+    c = check_number("ptable.pram_cap", cap, "cap")
     base = geometric_probabilities(epsilon, 1, c)
     small = np.zeros((c, c))
     small[0, 0] = 1.0
@@ -424,17 +419,15 @@ def destatis(
         ComputationError: if a row's constraints cannot be met (as the R
             package stops: change V, mono or pstay).
     """
-    d = _integer(D, "D (maximum deviation)", 1)
-    var = _positive("V (variance)", V)
-    j_s = _integer(js, "js", 0)
+    d = check_number("protection.max_deviation", D, "D (maximum deviation)")
+    var = check_number("protection.variance", V, "V (variance)")
+    j_s = check_number("protection.js", js, "js")
     n = d if j_s == 0 else d + j_s + 1
     stays = _per_count(pstay, n, "pstay")
     monos = _per_count(mono, n, "mono")
     for s in stays:
-        if s is not None and not (
-            isinstance(s, numbers.Real) and not isinstance(s, bool) and 0 < float(s) < 1
-        ):
-            raise ParameterError(f"pstay must lie strictly between 0 and 1, not {s!r}")
+        if s is not None:
+            check_number("ptable.pstay", s)
     for mo in monos:
         if not isinstance(mo, bool | np.bool_):
             raise ParameterError(f"mono must be True or False, not {mo!r}")

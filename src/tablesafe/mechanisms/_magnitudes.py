@@ -46,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import InternalError, ParameterError, RequestError, choice
+from tablesafe._protection_limits import check_number
 from tablesafe._seeds import SeedScheme
 from tablesafe.catalog._magnitudes import Magnitude, magnitude_column
 from tablesafe.mechanisms._num_ptable import NumPTable
@@ -178,17 +179,9 @@ class MagnitudeProtection:
         # Texts are accepted for both options and held as members from here on.
         object.__setattr__(self, "method", choice(MagnitudeMethod, self.method, "magnitude method"))
         object.__setattr__(self, "action", choice(SensitiveAction, self.action, "action"))
-        checks = [
-            ("share", self.share, 0.0, 1.0),
-            ("mu", self.mu, 0.0, 10.0),
-            ("epsilon", self.epsilon, 0.0, 100.0),
-        ]
-        for name, value, lo, hi in checks:
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
-            if not ok or (not lo < float(value) <= hi and not (name == "mu" and value == 0)):
-                raise ParameterError(f"{name} must be a number in ({lo:g}, {hi:g}], not {value!r}")
-        if not isinstance(self.top_k, int) or not 1 <= self.top_k <= 3:
-            raise ParameterError(f"top_k must be 1, 2 or 3, not {self.top_k!r}")
+        # The site configuration's ranges (docs/site-config.md), checked for the Python API too.
+        for name in ("share", "mu", "epsilon", "top_k", "quantile_window"):
+            check_number(f"magnitudes.{name}", getattr(self, name))
         object.__setattr__(self, "eps", tuple(float(e) for e in self.eps))
         if len(self.eps) < self.top_k or self.eps[0] != 1.0 or any(e < 0 for e in self.eps):
             raise ParameterError(
@@ -210,9 +203,6 @@ class MagnitudeProtection:
 
     def _check_quantiles(self) -> None:
         """The quantile parameters: a window of 1 to 50 records a side, a move within it."""
-        h = self.quantile_window
-        if isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= 50:
-            raise ParameterError(f"quantile_window must be an integer in 1..50, not {h!r}")
         move = tuple(self.quantile_move)
         ok = len(move) == 2 and all(
             isinstance(g, int | float) and not isinstance(g, bool) for g in move
@@ -225,7 +215,7 @@ class MagnitudeProtection:
         cap = self.quantile_cap
         if isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap <= 1:
             raise ParameterError(f"quantile_cap must be a share in (0, 1], not {cap!r}")
-        least = self.quantile_min_count
+        h, least = self.quantile_window, self.quantile_min_count
         if isinstance(least, bool) or not isinstance(least, int) or least < 2 * h + 1:
             raise ParameterError(
                 f"quantile_min_count must be an integer of at least 2 * quantile_window + 1 = "

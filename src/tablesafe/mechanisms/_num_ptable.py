@@ -9,7 +9,6 @@ The magnitudes' protection (:mod:`tablesafe.mechanisms._magnitudes`) draws from 
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import ParameterError
+from tablesafe._protection_limits import check_number
 
 __all__ = ["NumPTable", "num_ptable"]
 
@@ -125,11 +125,9 @@ def num_ptable(
     """
     from tablesafe.mechanisms._cellwise import destatis_row
 
-    for name, value, low in (("D", D, 1), ("step", step, 1)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-            raise ParameterError(f"{name} must be an integer >= {low}, not {value!r}")
-    if isinstance(V, bool) or not isinstance(V, numbers.Real) or not 0 < float(V) < math.inf:
-        raise ParameterError(f"V (variance) must be a positive number, not {V!r}")
+    check_number("magnitudes.max_deviation", D, "D")
+    check_number("magnitudes.step", step, "step")
+    check_number("magnitudes.variance", V, "V (variance)")
     if D * step >= 50:
         raise ParameterError(f"D * step must be below 50 (as in R's ptable), not {D * step}")
     given = list(icat) if icat is not None else [1, D]

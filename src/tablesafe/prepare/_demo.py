@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tablesafe._errors import ParameterError
+from tablesafe._protection_limits import check_number
 from tablesafe.catalog._catalog import Catalog
 
 __all__ = ["write_demo_data"]
@@ -432,9 +433,10 @@ def write_demo_data(
     Returns:
         The folder written.
     """
-    if records < 1:
-        raise ParameterError(f"records must be at least 1, not {records}")
-    if replicates != 0 and replicates < 2:
+    # Before any work: 10**14 records once took 17 GB before failing.
+    records = check_number("demo-data.records", records, "records")
+    replicates = check_number("demo-data.replicates", replicates, "replicates")
+    if replicates == 1:
         raise ParameterError("replicates must be 0 or at least 2")
     if fmt not in ("parquet", "csv"):
         raise ParameterError(f"format must be parquet or csv, not {fmt!r}")
