@@ -450,6 +450,30 @@ def test_a_raw_request_without_a_key_is_a_401_in_json_rpc(app):
     }
 
 
+def test_an_answer_the_audit_log_cannot_record_is_withheld(app):
+    import sqlite3
+
+    def record(**_: object) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    async def scenario():
+        async with running(app), connect(app, USER_KEY) as client:
+            app.state.service.state.record = record
+            table = await client.call_tool("build_table", NORTH)
+            try:
+                await client.list_tools()
+            except MCPError as exc:
+                return table, exc.error
+        return table, None
+
+    table, listed = run(scenario)
+    assert table.is_error and "cells" not in table.structured_content
+    assert table.structured_content["error"]["type"] == "Unavailable"
+    assert table.structured_content["error"]["status"] == 503
+    assert "audit log cannot be written" in table.structured_content["error"]["message"]
+    assert listed is not None and listed.data["type"] == "Unavailable"
+
+
 def test_a_body_that_is_not_json_is_a_json_rpc_parse_error(app):
     async def scenario():
         async with running(app), api(app, USER_KEY) as http:
@@ -895,3 +919,31 @@ def test_the_session_of_docs_agents_md_is_real_and_matches_the_http_api(tmp_path
     agent = results[step].structured_content
     assert [without_labels(c) for c in agent["cells"]] == direct["cells"]
     assert [c["n"] for c in direct["cells"]] and agent["meta"] == direct["meta"]
+
+
+@pytest.mark.system
+def test_tablesafe_serve_says_where_agents_connect(config):
+    import os
+    import re
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tablesafe", "serve", "--config", str(config), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        first, second = process.stdout.readline(), process.stdout.readline()
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+        if process.stdout is not None:
+            process.stdout.close()
+    served = re.search(r"serving demo at (http://127\.0\.0\.1:\d+/)", first)
+    assert served, first
+    assert second.strip() == f"tablesafe: agents (MCP, docs/agents.md) at {served[1]}mcp"
