@@ -488,6 +488,25 @@ def test_a_body_that_is_not_json_is_a_json_rpc_parse_error(app):
     assert error["message"] == error["data"]["message"] and "not valid JSON" in error["message"]
 
 
+def test_a_web_page_is_not_answered(app):
+    """MCP's rule against DNS rebinding: a request with an Origin (a browser's) is refused."""
+
+    async def scenario():
+        async with running(app), api(app, USER_KEY) as http:
+            message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            return await http.post(
+                "/mcp",
+                json=message,
+                headers={"origin": "http://evil.example:8000", "accept": "application/json"},
+            )
+
+    response = run(scenario)
+    assert response.status_code == 403
+    error = response.json()["error"]
+    assert error["data"]["type"] == "Forbidden" and "Origin" in error["message"]
+    assert [r["status"] for r in audit_rows(app)] == [403]
+
+
 def test_the_rate_limit_of_a_key_counts_both_doors(demo_dir, tmp_path):
     app = create_app(load_site_config(write_site(demo_dir, tmp_path, rate_limit_per_minute=6)))
 

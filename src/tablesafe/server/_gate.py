@@ -8,7 +8,8 @@ gate
   ``trusted_proxies``) and, on ``/api`` paths other than ``/api/health`` and on
   the agent interface's ``/mcp``, the caller's API key: a request whose body
   fails to parse is logged under the key that sent it, and failed
-  authentications are rate-limited per address;
+  authentications are rate-limited per address; ``/mcp`` refuses a request
+  from a web page (an ``Origin`` header), as MCP asks against DNS rebinding;
 * reads the whole body first, refusing one larger than ``max_body_bytes``
   (413), slower than ``body_timeout_seconds`` (408), or declared JSON that
   does not parse (422), so that the routes see only complete, well-formed
@@ -266,6 +267,14 @@ class Gate:
         if not keyed:
             return
         headers = _headers(scope)
+        if path == MCP_PATH and "origin" in headers:
+            # A browser (MCP's rule against DNS rebinding: validate Origin): agents send none.
+            raise _Refused(
+                403,
+                "Forbidden",
+                "the agent interface does not answer web pages (the request has an Origin "
+                "header); a page uses the HTTP API under /api",
+            )
         key = headers.get("x-api-key")
         if key is None and headers.get("authorization", "").lower().startswith("bearer "):
             key = headers["authorization"][7:].strip()
