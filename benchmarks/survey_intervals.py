@@ -1,8 +1,9 @@
 """Means and percentages against their own intervals, at several roundings (issue 38, item 1).
 
 For NHANES II (samplics' copy, JK2 replicates), a stratified sample of
-schools with non-integer weights (``tests/survey_designs.py``) and the demo
-survey, builds tables with weighted counts, row percentages and means with
+schools with non-integer weights (``tests/survey_designs.py``), the demo
+survey and, where R is installed, California's API sample (R ``survey``'s
+``apistrat``), builds tables with weighted counts, row percentages and means with
 standard errors, unprotected (``none``) and under the cell-key method
 (``ckm``), at several roundings of the weighted figures, and prints per
 table:
@@ -18,7 +19,8 @@ table:
 Not a timing: it runs against any checkout (put its ``src`` first on
 ``PYTHONPATH``) so that the figures before and after a change can be compared.
 
-Usage: python benchmarks/survey_intervals.py [--demo-records 200000] [--out FILE]
+Usage: python benchmarks/survey_intervals.py [--demo-records 200000]
+       [--datasets nhanes2,schools,demo,apistrat] [--out FILE]
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import rsurvey
 from survey_designs import nhanes2_dataset, outside_intervals, schools_dataset
 from tablesafe import Dataset, Protection, TableBuilder, TableRequest
 from tablesafe.mechanisms import destatis
@@ -48,11 +51,17 @@ CASES = {
         (("stype", "awards"), "weighted,percent:row,percent:column,mean:api00"),
     ],
     "demo": [(("REGION", "SEX", "EDUC"), "weighted,percent:row,mean:INCOME")],
+    # California's API sample, from R survey's copy (only where R is installed).
+    "apistrat": [
+        (("stype", "sch_wide"), "weighted,percent:row,mean:api00,mean:avg_ed"),
+        (("stype", "awards"), "weighted,percent:row,mean:api00,mean:avg_ed"),
+    ],
 }
 ROUNDINGS = {
     "nhanes2": ("1", "1000", "1000000"),
     "schools": ("1", "1000"),
     "demo": ("1", "10000", "100000"),
+    "apistrat": ("1", "1000"),
 }
 
 
@@ -104,7 +113,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demo-records", type=int, default=200_000)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--datasets", default=",".join(CASES), help="Which of them, comma-separated."
+    )
     args = parser.parse_args()
+    chosen = set(args.datasets.split(","))
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
         folders = {
@@ -113,7 +126,11 @@ def main() -> None:
             "demo": Path(tmp) / "demo",
         }
         write_demo_data(folders["demo"], args.demo_records, seed=7)
+        if rsurvey.r_available():
+            folders["apistrat"] = rsurvey.api_dataset(Path(tmp) / "apistrat")
         for name, cases in CASES.items():
+            if name not in folders or name not in chosen:
+                continue
             ds = Dataset.open(folders[name])
             for dims, statistic in cases:
                 request = TableRequest(dims, statistic=statistic, replicates=True)

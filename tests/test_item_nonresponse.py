@@ -105,7 +105,9 @@ def _truth(frame: pd.DataFrame, dims: tuple[str, ...]) -> dict[tuple[str, ...], 
 def test_unprotected_figures_are_over_the_records_with_a_value(make_dataset, fmt: str) -> None:
     frame = _frame(1200, 7)
     ds = make_dataset(frame, _catalog(), fmt=fmt)
-    exact = MagnitudeProtection(method=MagnitudeMethod.NONE, rounding="0.01", mean_rounding="0.01")
+    exact = MagnitudeProtection(
+        method=MagnitudeMethod.NONE, rounding="0.01", mean_rounding="0.01", quantile_rounding="0.01"
+    )
     truth = _truth(frame, ("A", "B"))
     for engine in (DuckDBEngine(), MemoryEngine(), CubeCache(MemoryEngine())):
         builder = ts.TableBuilder(ds, ts.Protection(None), engine=engine, magnitudes=exact)

@@ -246,7 +246,7 @@ def test_unprotected_quantiles_equal_the_brute_force(make_dataset, weighted: boo
     stat = ("weighted" if weighted else "count") + ",median:X,quantile:X:0.9"
     for engine in (DuckDBEngine(), MemoryEngine(), CubeCache(DuckDBEngine())):
         # Rounded to 0.1: the values (multiples of 7.5) are published as they are.
-        exact = MagnitudeProtection(method=MagnitudeMethod.NONE, rounding="0.1")
+        exact = MagnitudeProtection(method=MagnitudeMethod.NONE, quantile_rounding="0.1")
         table = ts.TableBuilder(ds, ts.Protection(None), engine=engine, magnitudes=exact).build(
             ts.TableRequest(("A", "D"), statistic=stat)
         )
@@ -321,6 +321,7 @@ def test_same_bytes_in_every_engine_run_and_row_order(demo_dir: Path, tmp_path: 
         ("REGION", "SEX"),
         universe={"EMPSTAT": [1]},
         statistic="weighted,median:INCOME,quantile:HOURS:0.25,quantile:INCOME:0.9",
+        replicates=True,  # Woodruff's intervals: the records' replicate weights too
     )
     outputs = set()
     for folder in (demo_dir, shuffled):
@@ -333,6 +334,7 @@ def test_same_bytes_in_every_engine_run_and_row_order(demo_dir: Path, tmp_path: 
                 )
                 outputs.add(builder.build(request).to_json())
     assert len(outputs) == 1
+    assert "p90_INCOME_weighted_ci_high" in outputs.pop()
 
 
 def test_a_cell_has_the_same_median_in_every_table(demo_dir: Path) -> None:
@@ -453,8 +455,12 @@ def test_spark_lists_the_same_records(demo_dir: Path) -> None:
     from tablesafe.engines import SparkEngine
 
     ds = ts.Dataset.open(demo_dir)
+    # With standard errors: Woodruff's intervals read each record's replicate weights too.
     request = ts.TableRequest(
-        ("REGION", "SEX"), universe={"EDUC": [3, 4]}, statistic="weighted,median:INCOME"
+        ("REGION", "SEX"),
+        universe={"EDUC": [3, 4]},
+        statistic="weighted,median:INCOME",
+        replicates=True,
     )
     protection = ts.Protection(destatis(3, 1.0), seeds="keyed", secret=SECRET)
     spark = SparkEngine(master="local[2]")
@@ -463,6 +469,7 @@ def test_spark_lists_the_same_records(demo_dir: Path) -> None:
     finally:
         spark.close()
     assert a == ts.TableBuilder(ds, protection).build(request).to_json()
+    assert "median_INCOME_weighted_se" in a
 
 
 def test_the_dataset_description_states_the_precision_rule(demo_dir: Path, tmp_path: Path) -> None:

@@ -220,6 +220,31 @@ def test_significant_digits(value, shown):
     assert _fmt(value, "n") == f"{int(value):,}"  # other statistics as before
 
 
+def test_means_of_one_column_show_one_number_of_decimals():
+    # Issue 38: not 52,028.1 beside 18,790.66.
+    from tablesafe.output._render import _fmt, column_decimals
+
+    column = np.array([52028.1, 18.79, 7.0])
+    d = column_decimals("mean_X", column)
+    assert d == 2
+    assert [_fmt(v, "mean_X", d) for v in column] == ["52,028.10", "18.79", "7.00"]
+    assert column_decimals("mean_X", np.array([52028.1, 61234.5])) == 0  # 4 digits: whole units
+    assert column_decimals("mean_X", np.array([0.37, 0.5])) == 2
+    assert column_decimals("sum_X", column) is None
+
+
+def test_text_shows_every_mean_of_a_table_with_the_same_decimals(binary):
+    request = TableRequest(("D", "A"), statistic="count", magnitudes=("mean:EMP",))
+    table = TableBuilder(binary, Protection(None)).build(request)
+    text = table.render("text")
+    means = table.statistics()["mean_EMP"][table.computed]
+    means = means[~np.isnan(means)]
+    assert any(round(v * 100) % 10 == 0 for v in means)  # a mean with one decimal published
+    tokens = [t for line in text.splitlines() for t in line.split() if t.startswith("0.")]
+    assert len(tokens) >= len(means) - 1
+    assert {len(t.split(".")[1]) for t in tokens} == {2}
+
+
 def test_frames_are_untouched_by_text_rendering(binary):
     request = TableRequest(("D",), statistic="count", magnitudes=("mean:EMP",))
     frame = TableBuilder(binary, Protection(None)).build(request).to_frame()

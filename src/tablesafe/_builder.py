@@ -834,17 +834,27 @@ class TableBuilder:
         """
         from tablesafe.cells._magnitude_sums import MagnitudePlan
         from tablesafe.cells._quantiles import sort_cells
-        from tablesafe.mechanisms._quantiles import protect_quantiles
+        from tablesafe.mechanisms._quantiles import QuantileIntervals, protect_quantiles
 
         cat = self.dataset.catalog
         plan, agg = figures.plan, figures.agg
         weight = cat.weight if want_w else None
+        prot = self.protection
+        # Standard errors where the weighted figures have them: Woodruff's, from the
+        # records' replicate weights.
+        intervals = None
+        if want_w and figures.reps is not None and cat.replicates is not None:
+            intervals = QuantileIntervals(cat.replicates, prot.se_threshold())
         cells = {}
         for name in dict.fromkeys(_variable(q) for q in items):
-            variable = MagnitudePlan(name, cat.magnitude(name).column, weight)
+            variable = MagnitudePlan(
+                name,
+                cat.magnitude(name).column,
+                weight,
+                replicates=intervals.design.columns if intervals is not None else (),
+            )
             values = self.engine.record_values(self.dataset, plan, variable)
             cells[name] = sort_cells(values, agg.shape, plan.grouping_sets)
-        prot = self.protection
         return protect_quantiles(
             items,
             cells,
@@ -857,6 +867,7 @@ class TableBuilder:
             prot.secret,
             (lambda mask: self.definitions(plan, mask)) if prot.perturbs_empty_cells else None,
             weighted=want_w,
+            intervals=intervals,
         )
 
     def _magnitude_se(

@@ -633,6 +633,11 @@ class MagnitudeSettings(BaseModel):
     )
     rounding: str = Field("1", description="Rounding of published sums (a base or '3sf').")
     mean_rounding: str = Field("0.01", description="Rounding of published means.")
+    quantile_rounding: str = Field(
+        "3sf",
+        description="Rounding of published medians and quantiles, their standard errors and "
+        "intervals (a base or significant figures: '3sf').",
+    )
     dominance_n: int = Field(
         1,
         **field_bounds("magnitudes.dominance_n"),
@@ -700,6 +705,7 @@ class MagnitudeSettings(BaseModel):
             epsilon=self.epsilon,
             rounding=self.rounding,
             mean_rounding=self.mean_rounding,
+            quantile_rounding=self.quantile_rounding,
             dominance=(self.dominance_n, self.dominance_k) if self.dominance_n else None,
             p_percent=self.p_percent or None,
             action=self.sensitive_action,

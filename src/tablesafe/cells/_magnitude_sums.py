@@ -54,12 +54,16 @@ class MagnitudePlan:
         column: Its microdata column.
         weight: The weight column when contributions are ``w x``, else ``None``.
         top: How many largest contributions per cell to return (0: the sum alone).
+        replicates: Replicate-weight columns an engine lists beside each
+            record's value (:meth:`~tablesafe.engines.Engine.record_values`, for
+            the standard errors of quantiles); sums ignore them.
     """
 
     name: str
     column: str
     weight: str | None = None
     top: int = TOP_K
+    replicates: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

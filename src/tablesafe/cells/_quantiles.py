@@ -32,7 +32,15 @@ import numpy.typing as npt
 
 from tablesafe.cells._fixed import to_fixed
 
-__all__ = ["QuantileRanks", "RecordValues", "SortedCells", "quantile_ranks", "sort_cells"]
+__all__ = [
+    "QuantileRanks",
+    "RecordValues",
+    "SortedCells",
+    "quantile_ranks",
+    "ranks_at",
+    "shares_at_or_below",
+    "sort_cells",
+]
 
 #: Quantiles are asked for in hundredths (percentiles): ``p = percent / 100``.
 PERCENT = 100
@@ -47,12 +55,15 @@ class RecordValues:
         x: Each record's value.
         weight: Each record's weight, or ``None`` (every weight 1).
         key: Each record's record key.
+        replicate_weights: Each record's replicate weights ``(R, records)``,
+            or ``None`` (listed only for the standard errors of quantiles).
     """
 
     cell: npt.NDArray[np.int64]
     x: npt.NDArray[np.float64]
     weight: npt.NDArray[np.float64] | None
     key: npt.NDArray[np.int64]
+    replicate_weights: npt.NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +80,9 @@ class SortedCells:
         cum_weight: Cumulative fixed-point weights over the whole array (int64).
         start: Per extended cell, where its run starts.
         count: Per extended cell, its number of records.
+        record: Each position's record (its row of :class:`RecordValues`).
+        replicate_weights: The records' replicate weights ``(R, records)`` in
+            :class:`RecordValues`' order, or ``None``.
     """
 
     shape: tuple[int, ...]
@@ -77,6 +91,8 @@ class SortedCells:
     cum_weight: npt.NDArray[np.int64]
     start: npt.NDArray[np.int64]
     count: npt.NDArray[np.int64]
+    record: npt.NDArray[np.int64] | None = None
+    replicate_weights: npt.NDArray[np.float64] | None = None
 
     def weight_before(self, i: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The cumulative fixed-point weight up to (not including) positions ``i``."""
@@ -130,6 +146,8 @@ def sort_cells(
         cum_weight=np.cumsum(weight[record], dtype=np.int64),
         start=start,
         count=count,
+        record=record,
+        replicate_weights=values.replicate_weights,
     )
 
 
@@ -172,3 +190,87 @@ def quantile_ranks(cells: SortedCells, percent: int, window: int) -> QuantileRan
     position = np.where(live, np.minimum(np.maximum(position, start), end - 1), -1)
     fits = live & (position - window >= start) & (position + window < end)
     return QuantileRanks(percent, window, position, fits)
+
+
+def ranks_at(cells: SortedCells, share: npt.NDArray[np.float64], window: int) -> QuantileRanks:
+    """The rank at which each cell's cumulative weight first reaches its own ``share`` of the total.
+
+    The same definition as :func:`quantile_ranks` (Hyndman & Fan's first,
+    with weights) at a share that differs from cell to cell (the ends of a
+    quantile's interval): ``r = min { i : C_i >= ceil(share * total) }`` in
+    fixed point, the product rounded up in double precision (the total is
+    below 2**52, so every integer of it is exact). NaN shares give no rank.
+
+    Args:
+        cells: The sorted cells.
+        share: Per extended cell (flat), the share in ``[0, 1]``, or NaN.
+        window: ``h``, the records each side of the record its window holds.
+    """
+    start, count = cells.start, cells.count
+    end = start + count
+    before = cells.weight_before(start)
+    total = cells.weight_before(end) - before
+    live = (count > 0) & (total > 0) & np.isfinite(share)
+    need = np.ceil(np.where(live, share, 0.0) * total.astype(np.float64)).astype(np.int64)
+    position = np.searchsorted(cells.cum_weight, before + need, side="left").astype(np.int64)
+    position = np.where(live, np.minimum(np.maximum(position, start), end - 1), -1)
+    fits = live & (position - window >= start) & (position + window < end)
+    return QuantileRanks(0, window, position, fits)
+
+
+def _tie_ends(cells: SortedCells) -> npt.NDArray[np.int64]:
+    """For every position, the last position of its cell holding the same value."""
+    n = cells.x.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    cell = np.repeat(np.arange(cells.count.size, dtype=np.int64), cells.count)
+    new_run = (cell[1:] != cell[:-1]) | (cells.x[1:] != cells.x[:-1])
+    last = np.flatnonzero(np.concatenate([new_run, [True]])).astype(np.int64)
+    run = np.concatenate([[0], np.cumsum(new_run)]).astype(np.int64)
+    return last[run]
+
+
+def shares_at_or_below(
+    cells: SortedCells, position: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64] | None]:
+    """Per cell, the share of its weight on records whose value is at most the one at ``position``.
+
+    Woodruff's interval of a quantile ``q`` reads the estimated distribution
+    function at ``q``, ``F(q)``, and its replicate estimates ``F_r(q)`` (the
+    same share with replicate weight ``r``, ``q`` held fixed). Weights are
+    added in fixed point, as the quantile's rank is found.
+
+    Args:
+        cells: The sorted cells (with their records' replicate weights for ``F_r``).
+        position: Per extended cell (flat), a position in it, or -1.
+
+    Returns:
+        ``F`` per cell (NaN where ``position`` is -1) and ``F_r`` of shape
+        ``(R, cells)`` (NaN where a replicate's weight of the cell is not
+        positive), or ``None`` without replicate weights.
+    """
+    from tablesafe.cells._fixed import to_fixed
+
+    live = position >= 0
+    at = np.where(live, position, 0)
+    end = cells.start + cells.count
+    upto = np.where(live, _tie_ends(cells)[at] + 1, cells.start) if cells.x.size else cells.start
+
+    def share(cumulative: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        padded = np.concatenate([[0], cumulative])
+        below = padded[upto] - padded[cells.start]
+        whole = padded[end] - padded[cells.start]
+        out = np.full(position.shape, np.nan)
+        np.divide(below, whole, out=out, where=live & (whole > 0))
+        return out
+
+    main = share(cells.cum_weight)
+    if cells.replicate_weights is None or cells.record is None:
+        return main, None
+    reps = np.stack(
+        [
+            share(np.cumsum(to_fixed(w)[cells.record], dtype=np.int64))
+            for w in cells.replicate_weights
+        ]
+    )
+    return main, reps

@@ -457,6 +457,9 @@ class DuckDBEngine(Engine):
             _values(res["ts_x"], float),
             _values(res["ts_w"], float) if magnitude.weight is not None else None,
             _values(res["ts_key"], int),
+            np.stack([_values(res[f"ts_rw{i}"], float) for i in range(len(magnitude.replicates))])
+            if magnitude.replicates
+            else None,
         )
 
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:

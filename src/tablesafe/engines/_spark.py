@@ -357,7 +357,8 @@ class SparkEngine(Engine):
         sql, params = values_sql(plan, self._view(dataset), _DIALECT, magnitude)
         rows = self._run(sql, dict(params))
         k = len(plan.dimensions)
-        width = k + 2 + (1 if magnitude.weight is not None else 0)
+        first = k + 2 + (1 if magnitude.weight is not None else 0)
+        width = first + len(magnitude.replicates)
         cols: list[tuple[Any, ...]] = (
             list(zip(*rows, strict=True)) if rows else [() for _ in range(width)]
         )
@@ -367,6 +368,7 @@ class SparkEngine(Engine):
             np.array(cols[k + 1], dtype=np.float64),
             np.array(cols[k + 2], dtype=np.float64) if magnitude.weight is not None else None,
             np.array(cols[k], dtype=np.int64),
+            np.array(cols[first:width], dtype=np.float64) if magnitude.replicates else None,
         )
 
     def select(

@@ -135,6 +135,9 @@ class MagnitudeProtection:
         epsilon: Privacy-loss budget per cell for ``"dp"``.
         rounding: Rounding of the published sums (``"1"``, ``"1000"``, ``"3sf"``).
         mean_rounding: Rounding of the published means.
+        quantile_rounding: Rounding of the published medians and quantiles, their
+            standard errors and intervals (significant figures by default: a
+            quantile has the scale of its variable, which one base cannot fit).
         dominance: The ``(n, k)`` of the dominance rule, or ``None``.
         p_percent: The ``p`` of the p% rule, or ``None``.
         action: What a sensitive cell gets: ``"flag"`` (a public flag beside
@@ -165,6 +168,7 @@ class MagnitudeProtection:
     epsilon: float = 1.0
     rounding: str = "1"
     mean_rounding: str = "0.01"
+    quantile_rounding: str = "3sf"
     dominance: tuple[int, float] | None = (1, 85.0)
     p_percent: float | None = 10.0
     action: SensitiveAction = SensitiveAction.FLAG
@@ -197,7 +201,7 @@ class MagnitudeProtection:
             object.__setattr__(self, "dominance", (int(n), float(k)))
         if self.p_percent is not None and not 0 < float(self.p_percent) <= 100:
             raise ParameterError(f"p_percent must lie in (0, 100], not {self.p_percent!r}")
-        for r in (self.rounding, self.mean_rounding):
+        for r in (self.rounding, self.mean_rounding, self.quantile_rounding):
             Rounding.parse(r)
         self._check_quantiles()
 
@@ -316,7 +320,7 @@ class MagnitudeProtection:
                     f"{self.quantile_min_count}"
                 ),
             )
-        out["rounding"] = self.rounding
+        out["rounding"] = self.quantile_rounding
         return out
 
 

@@ -46,17 +46,26 @@ import numpy.typing as npt
 
 from tablesafe._errors import RequestError
 from tablesafe._seeds import SeedScheme
+from tablesafe.catalog._catalog import ReplicateDesign
 from tablesafe.catalog._magnitudes import Magnitude, parse_quantile_item, quantile_column
-from tablesafe.cells._quantiles import QuantileRanks, SortedCells, quantile_ranks
+from tablesafe.cells._quantiles import (
+    QuantileRanks,
+    SortedCells,
+    quantile_ranks,
+    ranks_at,
+    shares_at_or_below,
+)
 
 if TYPE_CHECKING:
     from tablesafe.mechanisms._magnitudes import MagnitudeProtection
 
 __all__ = [
     "ProtectedQuantiles",
+    "QuantileIntervals",
     "dp_quantile",
     "protect_quantiles",
     "window_quantiles",
+    "woodruff_shares",
 ]
 
 #: ``definitions(mask)``: the canonical definitions of the cells of ``mask``.
@@ -210,6 +219,62 @@ class _Context:
     definitions: Definitions | None
 
 
+@dataclass(frozen=True)
+class QuantileIntervals:
+    """What standard errors and intervals of quantiles need beyond the quantiles.
+
+    Attributes:
+        design: The catalog's replicate design (its coefficient).
+        se_min_count: The smallest protected count with a published standard error.
+        level: The confidence level (0.95).
+    """
+
+    design: ReplicateDesign
+    se_min_count: int
+    level: float = 0.95
+
+    def statement(self, *, protected: bool) -> str:
+        """What the footnotes and ``meta.quantiles.intervals`` say of the intervals."""
+        ends = (
+            "each end protected as a quantile is (moved out to the quantile where that left "
+            "it outside)"
+            if protected
+            else "each end the exact quantile there"
+        )
+        return (
+            "A quantile's 95% interval is Woodruff's: the quantiles at the share of the "
+            "weight at or below it, minus and plus 1.96 standard errors of that share from "
+            f"the replicate weights, {ends}; its standard error is the interval's length "
+            "over 2 x 1.96, shown where the protected count is at least "
+            f"{self.se_min_count}, rounded as the quantile."
+        )
+
+
+def woodruff_shares(
+    cells: SortedCells, ranks: QuantileRanks, design: ReplicateDesign, z: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Woodruff's shares ``F(q) -/+ z se(F(q))`` per cell (flat), NaN outside [0, 1].
+
+    ``F(q)`` is the share of the cell's weight on records at most the
+    quantile ``q`` (the exact one, the value of the record at its rank) and
+    ``se(F(q))`` its replicate standard error, ``q`` held fixed, as R
+    ``survey``'s ``svyquantile`` (``interval.type = "mean"``, its
+    ``woodruffCI``) with a normal quantile ``z``; an end whose share falls
+    outside [0, 1] is NaN there too.
+    """
+    from tablesafe.mechanisms._variance import replicate_se
+
+    share, reps = shares_at_or_below(cells, ranks.position)
+    if reps is None:
+        raise RequestError("standard errors of quantiles need the records' replicate weights")
+    ok = ~np.isnan(share) & ~np.isnan(reps).any(axis=0)
+    se = replicate_se(np.nan_to_num(share), np.nan_to_num(reps), design)
+    low, high = share - z * se, share + z * se
+    low = np.where(ok & (low >= 0), low, np.nan)
+    high = np.where(ok & (high <= 1), high, np.nan)
+    return low, high
+
+
 def _dp_cells(
     cells: SortedCells,
     percent: int,
@@ -249,18 +314,36 @@ def _one_quantile(
     variable: Magnitude,
     prot: MagnitudeProtection,
     ctx: _Context,
-) -> npt.NDArray[np.float64]:
-    """One quantile of one variable in every cell, protected and ruled (NaN blank), unrounded."""
+) -> tuple[npt.NDArray[np.float64], QuantileRanks]:
+    """One quantile of one variable in every cell, protected and ruled (NaN blank), unrounded.
+
+    Returns:
+        The quantiles (the table's extended shape) and their exact ranks.
+    """
     from tablesafe.mechanisms._magnitudes import MagnitudeMethod
 
     ranks = quantile_ranks(cells, percent, prot.quantile_window)
+    if prot.method == MagnitudeMethod.DP:
+        enough = ctx.computed & (ctx.counts >= prot.quantile_min_count)
+        return _dp_cells(cells, percent, variable, prot, ctx, enough), ranks
+    return _at_ranks(cells, ranks, variable, prot, ctx), ranks
+
+
+def _at_ranks(
+    cells: SortedCells,
+    ranks: QuantileRanks,
+    variable: Magnitude,
+    prot: MagnitudeProtection,
+    ctx: _Context,
+) -> npt.NDArray[np.float64]:
+    """The values at ``ranks``, protected as quantiles are (no protection, or the window noise)."""
+    from tablesafe.mechanisms._magnitudes import MagnitudeMethod
+
     shape = cells.shape
     if prot.method == MagnitudeMethod.NONE:
         exact = np.where(ranks.position >= 0, cells.x[np.maximum(ranks.position, 0)], np.nan)
         return np.where(ctx.computed, exact.reshape(shape), np.nan)
     enough = ctx.computed & (ctx.counts >= prot.quantile_min_count)
-    if prot.method == MagnitudeMethod.DP:
-        return _dp_cells(cells, percent, variable, prot, ctx, enough)
     noisy = window_quantiles(
         cells,
         ranks,
@@ -271,6 +354,36 @@ def _one_quantile(
         ctx.secret,
     )
     return np.where(enough, noisy, np.nan)
+
+
+def _interval(
+    cells: SortedCells,
+    ranks: QuantileRanks,
+    values: npt.NDArray[np.float64],
+    variable: Magnitude,
+    prot: MagnitudeProtection,
+    ctx: _Context,
+    intervals: QuantileIntervals,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Woodruff's interval of a quantile and its standard error, unrounded (NaN blank).
+
+    The ends are the quantiles at the shares :func:`woodruff_shares` gives,
+    each protected as a quantile is (the value at its rank moved by the
+    noise of its own window), moved out to the quantile where the protection
+    left it outside; the standard error is the interval's length over
+    ``2 z``, as R ``survey``'s ``svyquantile`` states it.
+    """
+    from scipy import stats  # imported when needed: a slow import
+
+    z = float(stats.norm.ppf(0.5 + intervals.level / 2))
+    low_share, high_share = woodruff_shares(cells, ranks, intervals.design, z)
+    h = prot.quantile_window
+    low = _at_ranks(cells, ranks_at(cells, low_share, h), variable, prot, ctx)
+    high = _at_ranks(cells, ranks_at(cells, high_share, h), variable, prot, ctx)
+    low, high = np.minimum(low, values), np.maximum(high, values)
+    se = (high - low) / (2.0 * z)
+    shown = ~np.isnan(se) & (ctx.counts >= intervals.se_min_count)
+    return tuple(np.where(shown, a, np.nan) for a in (se, low, high))  # type: ignore[return-value]
 
 
 def protect_quantiles(
@@ -286,8 +399,9 @@ def protect_quantiles(
     definitions: Definitions | None = None,
     *,
     weighted: bool,
+    intervals: QuantileIntervals | None = None,
 ) -> ProtectedQuantiles:
-    """Protected, ruled and rounded quantiles of one table.
+    """Protected, ruled and rounded quantiles of one table, with their intervals if asked.
 
     Args:
         items: The request's quantiles (``"median:VAR"``, ``"quantile:VAR:0.9"``).
@@ -301,6 +415,10 @@ def protect_quantiles(
         secret: The data owner's secret, or ``None``.
         definitions: The canonical definitions of cells (DP draws of empty cells).
         weighted: Whether the quantiles are over the survey weights.
+        intervals: For standard errors and 95% intervals (``VAR_se``,
+            ``VAR_ci_low``, ``VAR_ci_high`` beside each quantile's column):
+            the replicate design and threshold; the cells must carry the
+            records' replicate weights. ``None``: none.
 
     Raises:
         RequestError: for a DP quantile of a weighted table.
@@ -313,15 +431,26 @@ def protect_quantiles(
             "this site protects magnitudes with differential privacy, which covers "
             "unweighted quantiles only; ask for statistic count with median:VAR or quantile:VAR:P"
         )
-    rounding = Rounding.parse(prot.rounding)
+    rounding = Rounding.parse(prot.quantile_rounding)
     ctx = _Context(counts, computed, aggregates[0], aggregates[1], seeds, secret, definitions)
     columns: dict[str, npt.NDArray[np.float64]] = {}
     for item in items:
         parts = parse_quantile_item(item)
         assert parts is not None
         name, percent = parts
-        values = _one_quantile(cells[name], percent, variables[name], prot, ctx)
+        values, ranks = _one_quantile(cells[name], percent, variables[name], prot, ctx)
         shown = ~np.isnan(values)
         column = quantile_column(percent, name, weighted=weighted)
-        columns[column] = np.where(shown, rounding.apply(np.nan_to_num(values)), np.nan)
-    return ProtectedQuantiles(columns, prot.describe_quantiles(weighted=weighted))
+        published = np.where(shown, rounding.apply(np.nan_to_num(values)), np.nan)
+        columns[column] = published
+        if intervals is None:
+            continue
+        se, low, high = _interval(cells[name], ranks, values, variables[name], prot, ctx, intervals)
+        # Rounded as the quantile, then moved out to it: it lies inside its own interval.
+        columns[f"{column}_se"] = rounding.apply(se)
+        columns[f"{column}_ci_low"] = np.minimum(rounding.apply(low), published)
+        columns[f"{column}_ci_high"] = np.maximum(rounding.apply(high), published)
+    meta = prot.describe_quantiles(weighted=weighted)
+    if intervals is not None:
+        meta["intervals"] = intervals.statement(protected=prot.method != MagnitudeMethod.NONE)
+    return ProtectedQuantiles(columns, meta)

@@ -389,11 +389,13 @@ def _quantile_notes(quantiles: Mapping[str, Any], statement: list[str]) -> None:
         statement.append(
             f"Medians and quantiles are exact (no protection), over the {over}, {words}."
         )
-        return
-    statement.append(
-        f"Medians and quantiles (over the {over}): {quantiles.get('statement', '')}; "
-        f"{words}; blank where not published."
-    )
+    else:
+        statement.append(
+            f"Medians and quantiles (over the {over}): {quantiles.get('statement', '')}; "
+            f"{words}; blank where not published."
+        )
+    if quantiles.get("intervals"):
+        statement.append(str(quantiles["intervals"]))
 
 
 def footnote_lines(notes: Mapping[str, Any]) -> list[str]:

@@ -419,18 +419,38 @@ function labelOf(dim, code) {
   return c ? c.label : String(code);
 }
 
-function fmt(value, stat) {
+// decimals: one number of decimals for every mean of a column (columnDecimals), so that
+// 52,028.10 stands beside 18,790.66, not 52,028.1.
+function fmt(value, stat, decimals) {
   if (value === null || value === undefined) return "";
   if (typeof value === "string") return value;
-  if (stat.startsWith("mean_")) return value.toLocaleString(undefined, { maximumFractionDigits: 2 });
+  if (stat.startsWith("mean_")) {
+    const d = decimals === undefined ? 2 : decimals;
+    return value.toLocaleString(undefined, { minimumFractionDigits: d, maximumFractionDigits: d });
+  }
   if (stat.startsWith("percent_")) return value.toLocaleString(undefined, { minimumFractionDigits: 2, maximumFractionDigits: 2 });
-  const whole = stat === "weighted" || stat.startsWith("sum_") || isQuantile(stat);
+  // Quantiles have their own rounding (3 significant figures by default): as published.
+  if (/^(median|p\d\d)_/.test(stat)) return value.toLocaleString(undefined, { maximumFractionDigits: 10 });
+  const whole = stat === "weighted" || stat.startsWith("sum_");
   return whole ? Math.round(value).toLocaleString() : value.toLocaleString();
 }
 
-// Medians and quantiles: median_VAR, p25_VAR (and _weighted), in the variable's units.
-function isQuantile(stat) {
-  return /^(median|p\d\d)_/.test(stat) && !/_(se|ci_low|ci_high)$/.test(stat);
+// The decimals a published (rounded) figure has: 2.82 has 2, 31400 none.
+function decimalsOf(value) {
+  const text = String(value);
+  if (text.includes("e")) return Math.max(0, -Number(text.split("e")[1]));
+  return text.includes(".") ? text.split(".")[1].length : 0;
+}
+
+// One number of decimals for a column of means (its estimate, standard error or interval):
+// as many as its figure with most needs for 4 significant digits, no more than the
+// published figures have (as the text format: tablesafe.output._render.column_decimals).
+function columnDecimals(doc, stat) {
+  if (!stat.startsWith("mean_")) return undefined;
+  const values = doc.cells.map((c) => c[stat]).filter((v) => typeof v === "number" && v !== 0 && Number.isFinite(v));
+  if (!values.length) return 0;
+  const needed = Math.max(...values.map((v) => Math.max(0, 3 - Math.floor(Math.log10(Math.abs(v))))));
+  return Math.min(needed, Math.max(...values.map(decimalsOf)));
 }
 
 // A statistic's caption: counts, or the table's own words for a sum or mean (meta.statistics,
@@ -607,7 +627,7 @@ function crossTable(doc, stat, captionText, rowCodes, colCodes, find) {
 function dataCell(doc, stat, cell, total) {
   const td = document.createElement("td");
   if (total) td.className = "total";
-  td.textContent = cell ? fmt(cell[stat], stat) : "";
+  td.textContent = cell ? fmt(cell[stat], stat, columnDecimals(doc, stat)) : "";
   const magFlag = magnitudeOf(stat) !== null ? `sensitive_${magnitudeOf(stat)}` : null;
   // The precision rule's flag, where the site flags unreliable estimates (np shows itself).
   const unsure = `unreliable_${stat}`;
@@ -638,7 +658,8 @@ function precisionLines(doc, stat, cell) {
     lines.push(span);
   };
   if (typeof low === "number" && typeof high === "number") {
-    line("ci", `${fmt(low, stat)}–${fmt(high, stat)}`, "95% confidence interval");
+    const d = columnDecimals(doc, stat);
+    line("ci", `${fmt(low, stat, d)}–${fmt(high, stat, d)}`, "95% confidence interval");
   }
   if (typeof value === "number" && typeof se === "number" && value !== 0) {
     line("rse", `RSE ${(100 * se / Math.abs(value)).toFixed(1)}%`, `relative standard error: the standard error ${fmt(se, stat)} over the estimate`);
