@@ -394,6 +394,43 @@ def test_a_sliver_is_refused_across_doors_and_both_are_accounted_under_one_key(a
     assert user["tables"] == 2
 
 
+def test_slivers_sent_at_once_through_both_doors_are_never_both_answered(app):
+    """The guard's one transaction holds across doors: of each pair, exactly one is answered."""
+    starts = range(15, 45, 3)
+    pairs = [
+        (
+            {"dimensions": ["SEX"], "universe": {"AGE": list(range(a, a + 11))}},
+            {
+                "dimensions": ["SEX"],
+                "universe": {"AGE": list(range(a, a + 11)), "MARSTAT": [1, 2, 4]},
+            },
+        )
+        for a in starts
+    ]
+
+    async def scenario():
+        statuses: list[list[int]] = [[] for _ in pairs]
+        async with running(app), connect(app, USER_KEY) as client, api(app, USER_KEY) as http:
+
+            async def through_api(i: int, body: dict[str, Any]) -> None:
+                statuses[i].append((await http.post(TABLES, json=body)).status_code)
+
+            async def through_mcp(i: int, body: dict[str, Any]) -> None:
+                result = await client.call_tool("build_table", body)
+                statuses[i].append(
+                    result.structured_content["error"]["status"] if result.is_error else 200
+                )
+
+            async with anyio.create_task_group() as group:
+                for i, (wide, sliver) in enumerate(pairs):
+                    group.start_soon(through_api, i, wide)
+                    group.start_soon(through_mcp, i, sliver)
+        return statuses
+
+    statuses = run(scenario)
+    assert [sorted(pair) for pair in statuses] == [[200, 403]] * len(pairs)
+
+
 def test_the_reconstruction_audit_counts_tables_served_to_agents(app):
     async def scenario():
         async with running(app), connect(app, USER_KEY) as client:
