@@ -58,7 +58,8 @@ def test_same_request_same_bytes(method, demo_dir, shuffled_demo, monkeypatch):
     shuffled = Dataset.open(shuffled_demo, name="demo")
     for request in REQUESTS:
         reference = published(original, method, DuckDBEngine(), request)
-        assert "weighted" in reference[0].splitlines()[0]
+        header = next(line for line in reference[0].splitlines() if not line.startswith("#"))
+        assert "weighted" in header
         others = {
             "again": published(original, method, DuckDBEngine(), request),
             "1 thread": published(original, method, DuckDBEngine(threads=1), request),

@@ -203,7 +203,7 @@ def test_absurd_settings_are_refused_when_loaded(model, name, key, demo_dir):
         lambda: Protection(None, se_min_count=10**30),
         lambda: MagnitudeProtection(epsilon=1e308),
         lambda: MagnitudeProtection(quantile_window=10**9),
-        lambda: Rounding.parse("1e308"),
+        lambda: Rounding.parse("1e308").check_owner(),
         lambda: Rounding.parse("99sf"),
         lambda: write_demo_data(Path("never-written"), 99_999_999_999_999),
     ],

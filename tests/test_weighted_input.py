@@ -37,10 +37,7 @@ def test_server_answers_4xx_for_a_bad_rounding(demo_dir, tmp_path):
         c.headers["x-api-key"] = USER_KEY
         r = c.post("/api/datasets/demo/tables", json={"dimensions": ["SEX"], "rounding": "0"})
         assert r.status_code == 400
-        assert (
-            "rounding base must be a number from 0.000000001 to 1,000,000,000,000"
-            in error_of(r)["message"]
-        )
+        assert "rounding base must be a positive finite number" in error_of(r)["message"]
         ok = c.post(
             "/api/datasets/demo/tables", json={"dimensions": ["SEX"], "rounding": "1000"}
         ).json()

@@ -115,7 +115,7 @@ class Protection:
     se_min_count: int = DEFAULT_SE_MIN_COUNT
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rounding", Rounding.parse(self.rounding))
+        object.__setattr__(self, "rounding", Rounding.parse(self.rounding).check_owner())
         # Texts are accepted for both options and held as members from here on.
         object.__setattr__(self, "seeds", choice(SeedScheme, self.seeds, "seeds"))
         if self.seeds != SeedScheme.CELLKEY and not self.secret:

@@ -7,6 +7,7 @@ outputs; it depends on nothing else in tablesafe.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,9 +30,13 @@ class Rounding:
     figures. Ties round to even; rounding is exact for bases that are
     integers or powers of ten.
 
+    A request may ask for any positive base (one finer than the site's changes
+    nothing); the owner's roundings are held to ``RANGES["rounding.base"]``
+    (:meth:`check_owner`).
+
     Raises:
-        ParameterError: for a base outside 10**-9 to 10**12 or a number of
-            digits outside 1..15 (``RANGES["rounding.base"]``, ``["rounding.digits"]``).
+        ParameterError: for a base that is not a positive finite number or
+            a number of digits outside 1..15.
     """
 
     base: float | None = 1.0
@@ -40,10 +45,25 @@ class Rounding:
     def __post_init__(self) -> None:
         if (self.base is None) == (self.digits is None):
             raise ParameterError("a rounding has either a base or a number of significant digits")
-        if self.base is not None:
-            RANGES["rounding.base"].check(self.base, "rounding base")
+        if self.base is not None and not (
+            isinstance(self.base, int | float) and math.isfinite(self.base) and self.base > 0
+        ):
+            raise ParameterError(
+                f"rounding base must be a positive finite number (e.g. 1, 10, 0.1), not "
+                f"{self.base!r}"
+            )
         if self.digits is not None:
             RANGES["rounding.digits"].check(self.digits, "significant digits")
+
+    def check_owner(self, name: str = "rounding") -> Rounding:
+        """This rounding, as a site's: a base within ``RANGES["rounding.base"]``.
+
+        Raises:
+            ParameterError: naming ``name`` and the range.
+        """
+        if self.base is not None:
+            RANGES["rounding.base"].check(self.base, f"{name} base")
+        return self
 
     @classmethod
     def parse(cls, text: str | float | Rounding) -> Rounding:

@@ -438,7 +438,7 @@ class ProtectionSettings(BaseModel):
     def _rounding(cls, v: str) -> str:
         from tablesafe._rounding import Rounding
 
-        return str(Rounding.parse(v))
+        return str(Rounding.parse(v).check_owner())
 
     @model_validator(mode="after")
     def _check(self) -> ProtectionSettings:
@@ -597,9 +597,9 @@ class MagnitudeSettings(BaseModel):
     method: MagnitudeMethod = Field(
         MagnitudeMethod.CKM,
         description="ckm (cell-key method for magnitudes: noise proportional to the "
-        "largest contributions, from a numeric ptable), dp (Laplace noise of scale "
-        "max(|lower|, |upper|) / epsilon on unweighted sums) or none (exact sums, never "
-        "for public use).",
+        "largest contributions, from a numeric ptable), dp (discrete Laplace noise of scale "
+        "max(|lower|, |upper|) / epsilon on unweighted sums, sampled exactly on their grid "
+        "of 1/16) or none (exact sums, never for public use).",
     )
     max_deviation: int = Field(
         3, **field_bounds("magnitudes.max_deviation"), description="ckm: D of the numeric ptable."

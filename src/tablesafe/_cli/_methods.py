@@ -113,7 +113,7 @@ def _checked(options: dict[str, Any]) -> _CheckedOptions | None:
     if not isinstance(options["rounding"], str):
         return None
     try:
-        rounding = str(Rounding.parse(options["rounding"]))
+        rounding = str(Rounding.parse(options["rounding"]).check_owner())
     except ValueError:  # ParameterError, or anything else the settings would refuse
         return None
     return _CheckedOptions(**{**options, "rounding": rounding})
