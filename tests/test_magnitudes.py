@@ -18,7 +18,6 @@ from tablesafe.engines import DuckDBEngine, MemoryEngine
 from tablesafe.mechanisms._magnitudes import (
     MagnitudeProtection,
     dominance_rule,
-    laplace,
     p_percent_rule,
 )
 from tablesafe.mechanisms._num_ptable import num_ptable
@@ -264,18 +263,6 @@ def test_suppress_blanks_sensitive_cells(demo: Dataset) -> None:
 
 
 # -- DP sums: the noise scale -------------------------------------------------------------------------
-
-
-def test_dp_noise_is_laplace_of_the_stated_scale() -> None:
-    from scipy import stats
-
-    from tablesafe.mechanisms._magnitudes import magnitude_uniforms
-
-    keys = np.random.default_rng(3).integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32)
-    u = magnitude_uniforms(keys, "HOURS", 0, "laplace", "cellkey", None)
-    draws = laplace(u, 9.9)
-    assert stats.kstest(draws, stats.laplace(scale=9.9).cdf).pvalue > 1e-3
-    assert abs(draws.var() / (2 * 9.9**2) - 1) < 0.05
 
 
 def test_dp_table_noise_and_statement(demo: Dataset) -> None:

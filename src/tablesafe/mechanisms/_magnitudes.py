@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -48,7 +49,7 @@ import numpy.typing as npt
 from tablesafe._errors import InternalError, ParameterError, RequestError, choice
 from tablesafe._protection_limits import check_number
 from tablesafe._seeds import SeedScheme
-from tablesafe.catalog._magnitudes import Magnitude, magnitude_column
+from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE, Magnitude, magnitude_column
 from tablesafe.mechanisms._num_ptable import NumPTable
 
 if TYPE_CHECKING:
@@ -99,6 +100,23 @@ def p_percent_rule(total: npt.ArrayLike, top: npt.ArrayLike, p: float) -> npt.ND
 
 
 # -- the site's choice ------------------------------------------------------------------
+
+#: What DP sums say of their noise (``meta.magnitudes.noise``).
+DP_NOISE = (
+    "discrete Laplace on the grid of the exact sums (Canonne, Kamath & Steinke 2020), "
+    "sampled with integers from keyed bits: the same figure always gets the same noise"
+)
+#: What DP sums say of clamping (``meta.magnitudes.clamping``).
+DP_CLAMPING = (
+    "none of the inputs: validation refuses a value outside [lower, upper], so every "
+    "contribution is within the bounds that set the sensitivity; a published sum below 0 "
+    "of a variable without negative values is set to 0 (post-processing)"
+)
+
+
+def _scale_of(s: int, t: int) -> float:
+    """The discrete Laplace's scale ``t / s`` grid steps, in the variable's unit."""
+    return float(t / (s * MAGNITUDE_SCALE))
 
 
 class MagnitudeMethod(StrEnum):
@@ -201,8 +219,8 @@ class MagnitudeProtection:
             object.__setattr__(self, "dominance", (int(n), float(k)))
         if self.p_percent is not None and not 0 < float(self.p_percent) <= 100:
             raise ParameterError(f"p_percent must lie in (0, 100], not {self.p_percent!r}")
-        for r in (self.rounding, self.mean_rounding, self.quantile_rounding):
-            Rounding.parse(r)
+        for label in ("rounding", "mean_rounding", "quantile_rounding"):
+            Rounding.parse(getattr(self, label)).check_owner(label)
         self._check_quantiles()
 
     def _check_quantiles(self) -> None:
@@ -272,15 +290,23 @@ class MagnitudeProtection:
         elif self.method == MagnitudeMethod.DP:
             out.update(
                 epsilon=self.epsilon,
+                noise=DP_NOISE,
+                grid=1 / MAGNITUDE_SCALE,
+                clamping=DP_CLAMPING,
                 statement=(
-                    f"Laplace noise of scale max(|lower|, |upper|) / {self.epsilon:g} on every "
-                    f"sum (epsilon {self.epsilon:g} per cell and variable; a record is in one "
-                    "cell per grouping set, so a table spends epsilon times the number of its "
-                    "grouping sets); means are protected sums over protected counts"
+                    f"discrete Laplace noise of scale max(|lower|, |upper|) / {self.epsilon:g} "
+                    f"on every sum, in steps of 1/{MAGNITUDE_SCALE} (epsilon {self.epsilon:g} "
+                    "per cell and variable; a record is in one cell per grouping set, so a "
+                    "table spends epsilon times the number of its grouping sets); values lie "
+                    "within the owner's bounds, so nothing is clipped; means are protected "
+                    "sums over protected counts"
                 ),
             )
             if bounds:
-                out["laplace_scale"] = {k: v / self.epsilon for k, v in bounds.items()}
+                # The scale the sampler uses, in the variable's unit (t / s grid steps).
+                out["laplace_scale"] = {
+                    k: _scale_of(*dp_grid_scale(v, self.epsilon)) for k, v in bounds.items()
+                }
         rules = []
         if self.dominance is not None:
             rules.append(f"dominance ({self.dominance[0]}, {self.dominance[1]:g})")
@@ -499,10 +525,51 @@ def ckm_noise(
     return np.where(away, sign_x, -sign_x) * size
 
 
-def laplace(u: npt.NDArray[np.float64], scale: float) -> npt.NDArray[np.float64]:
-    """Laplace draws of ``scale`` by the inverse CDF of uniforms ``u`` in (0, 1)."""
-    c = u - 0.5
-    return np.asarray(-scale * np.sign(c) * np.log1p(-2.0 * np.abs(c)))
+def dp_grid_scale(bound: float, epsilon: float) -> tuple[int, int]:
+    """The discrete Laplace of a DP sum as CKS's integers ``(s, t)``: scale ``t / s`` grid units.
+
+    On the grid of ``1 / MAGNITUDE_SCALE`` (the exact sums' fixed point) a
+    record moves a sum by at most ``delta = ceil(bound * MAGNITUDE_SCALE)``
+    units (its contribution is ``round(x * 16)`` with ``|x| <= bound``), so
+    noise with ``P(y) ∝ exp(-epsilon |y| / delta)`` is epsilon-DP: with
+    ``epsilon = p / q`` as written (:func:`~tablesafe.mechanisms._discrete.rational`),
+    ``s = p`` and ``t = delta q``.
+    """
+    from tablesafe.mechanisms._discrete import rational
+
+    delta = math.ceil(bound * MAGNITUDE_SCALE)
+    eps = rational(epsilon)
+    return eps.numerator, delta * eps.denominator
+
+
+def dp_noise(
+    base: npt.NDArray[np.float64],
+    live: npt.NDArray[np.bool_],
+    bound: float,
+    epsilon: float,
+    uniforms: Uniforms,
+) -> npt.NDArray[np.float64]:
+    """DP sums: ``base`` on the grid plus exact discrete Laplace noise, for the cells of ``live``.
+
+    Each cell's noise is sampled with integers only (Canonne, Kamath &
+    Steinke 2020) from :class:`~tablesafe.mechanisms._discrete.KeyedBits`
+    seeded with the cell's seven keyed draws of the variable (the 64-bit
+    patterns of every ``uniforms(j, what)``), so the noise is a deterministic
+    function of the secret and the figure's key, and the result is a multiple
+    of ``1 / MAGNITUDE_SCALE``, exact in a double: no floating-point artifact
+    tells the true sum. Cells outside ``live`` are 0.
+    """
+    from tablesafe.mechanisms._discrete import KeyedBits, discrete_laplace
+
+    s, t = dp_grid_scale(bound, epsilon)
+    draws = np.stack([uniforms(j, what) for what, j in _WORDS]).reshape(len(_WORDS), -1)
+    seeds = np.ascontiguousarray(draws.T).view(np.uint8).reshape(-1, 8 * len(_WORDS))
+    units = np.rint(np.asarray(base, dtype=np.float64) * MAGNITUDE_SCALE).reshape(-1)
+    out = np.zeros(units.shape, dtype=np.float64)
+    for i in np.flatnonzero(np.asarray(live).reshape(-1)):
+        y = discrete_laplace(KeyedBits(seeds[i].tobytes()), s, t)
+        out[i] = (int(units[i]) + y) / MAGNITUDE_SCALE
+    return out.reshape(np.shape(base))
 
 
 def protect_magnitudes(
@@ -656,7 +723,7 @@ def _perturbed_sums(
                 "covers unweighted sums only; ask for statistic count with sum:VAR "
                 "or mean:VAR"
             )
-        value = base + laplace(uniforms(0, "laplace"), variable.bound / prot.epsilon)
+        value = dp_noise(base, counts > 0, variable.bound, prot.epsilon, uniforms)
     if not variable.negative:
         value = np.maximum(value, 0.0)
     out: npt.NDArray[np.float64] = np.where(counts > 0, value, 0.0)

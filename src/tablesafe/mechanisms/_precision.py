@@ -30,6 +30,7 @@ its own.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -184,6 +185,21 @@ def percent_precision(
 # -- sums and means -------------------------------------------------------------------
 
 
+def dp_noise_variance(bound: float, epsilon: float) -> float:
+    """The variance of a DP sum's discrete Laplace noise, in the variable's unit squared.
+
+    ``2 q / (1 - q)**2`` grid steps squared with ``q = exp(-s / t)`` (the
+    sampler's integers, :func:`~tablesafe.mechanisms._magnitudes.dp_grid_scale`):
+    ``2 b**2`` of the continuous Laplace of scale ``b`` within a step.
+    """
+    from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE
+    from tablesafe.mechanisms._magnitudes import dp_grid_scale
+
+    s, t = dp_grid_scale(bound, epsilon)
+    q = math.exp(-s / t)
+    return float(2.0 * q / (1.0 - q) ** 2 / MAGNITUDE_SCALE**2)
+
+
 def magnitude_noise_variance(
     prot: MagnitudeProtection,
     total: npt.NDArray[np.float64],
@@ -197,7 +213,7 @@ def magnitude_noise_variance(
     ptable's row of ``|X| / (m eps_j x_(j))``: its mean square is
     ``(sum_j d_j E[mu + |v_j|])**2 + sum_j d_j**2 var(|v_j|)`` with
     ``d_j = m eps_j x_(j)`` (the ``v_j`` are independent draws).
-    Differential privacy adds Laplace noise of scale ``b``: ``2 b**2``.
+    Differential privacy adds discrete Laplace noise (:func:`dp_noise_variance`).
 
     Args:
         prot: The site's protection of magnitudes.
@@ -210,7 +226,7 @@ def magnitude_noise_variance(
     if prot.method == MagnitudeMethod.NONE:
         return np.zeros(total.shape)
     if prot.method == MagnitudeMethod.DP:
-        return np.full(total.shape, 2.0 * (bound / prot.epsilon) ** 2)
+        return np.full(total.shape, dp_noise_variance(bound, prot.epsilon))
     table = prot.ptable()
     first = np.array(
         [float((p * (prot.mu + np.abs(v))).sum()) for v, p in zip(table.v, table.p, strict=True)]
