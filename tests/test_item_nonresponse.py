@@ -161,10 +161,29 @@ def test_small_bases_are_blank_under_the_small_cell_rule(make_dataset) -> None:
     ds = make_dataset(frame, _catalog())
     rules = RuleSettings(min_cell_size=3, min_universe_size=1)
     builder = ts.TableBuilder(ds, ts.Protection(destatis(3, 1.0)), rules=rules)
-    f = builder.build(ts.TableRequest(("C",), statistic="count,sum:X")).to_frame()
+    table = builder.build(ts.TableRequest(("C",), statistic="both,sum:X"))
+    f = table.to_frame()
     bases = [b for b in f["n_X"]]
     assert any(b is None for b in bases)
     assert all(b is None or b == 0 or b >= 3 for b in bases)
+    # Issue 38: a withheld base is suppressed in SDMX (Q, confidential) and JSON-stat (Q),
+    # not a plain missing value, while the cell's own count is shown.
+    import csv
+    import io
+    import json
+
+    rows = [r for r in csv.DictReader(io.StringIO(table.render("sdmx-csv"))) if r["C"]]
+    for column in ("n_X", "weighted_X"):
+        blank = [r for r in rows if r["STATISTIC"] == column and r["OBS_VALUE"] == ""]
+        assert blank and all((r["OBS_STATUS"], r["CONF_STATUS"]) == ("Q", "C") for r in blank)
+        counts = {r["C"]: r for r in rows if r["STATISTIC"] == "n"}
+        assert any(counts[r["C"]]["OBS_STATUS"] == "E" for r in blank)  # the count is shown
+    doc = json.loads(table.render("jsonstat"))
+    names = doc["dimension"]["STATISTIC"]["category"]["index"]
+    for i, value in enumerate(doc["value"]):
+        if names[i % len(names)] == "n_X" and value is None:
+            assert doc["status"][str(i)] == "Q"
+    assert "Q" in doc["extension"]["status"]
 
 
 def test_the_old_tabulation_refuses_item_nonresponse(make_dataset) -> None:

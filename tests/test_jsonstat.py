@@ -76,6 +76,38 @@ def test_valid_and_read_back_to_the_same_cells(answers, profile):
         assert all(cube[k] == (None, None) for k in cube.keys() - seen)
 
 
+def test_the_metric_dimension_states_each_statistics_unit(answers, demo_dir):
+    # Issue 38: category.unit (JSON-stat 2.0) for every statistic: what it counts or its
+    # variable's unit, its decimals where its rounding is to a base, % after percentages.
+    catalog = ts.Dataset.open(demo_dir).catalog
+    for text, json_doc in answers.values():
+        doc = json.loads(text)
+        category = doc["dimension"][doc["id"][-1]]["category"]
+        assert set(category["unit"]) == set(category["index"])
+        for name, unit in category["unit"].items():
+            figures = [c[name] for c in json_doc["cells"] if isinstance(c.get(name), int | float)]
+            if "decimals" in unit:
+                # Every published figure has at most its decimals.
+                assert all(round(v, unit["decimals"]) == v for v in figures), (name, unit)
+            if name in ("n", "weighted"):
+                assert unit == {"label": "persons" if name == "n" else "persons (weighted)",
+                                "decimals": 0}  # fmt: skip
+            elif name.startswith(("sum_", "mean_")):
+                variable = name.split("_")[1]
+                assert unit["label"] == catalog.magnitudes[variable].unit
+                assert unit["decimals"] == (2 if name.startswith("mean_") else 0)
+    # A percentage's unit: percent, two decimals, the symbol after the figure.
+    table = ts.TableBuilder(ts.Dataset.open(demo_dir), Protection(None)).build(
+        ts.TableRequest(("SEX", "EDUC"), statistic="weighted,percent:row", replicates=True)
+    )
+    unit = json.loads(table.render("jsonstat"))["dimension"]["STATISTIC"]["category"]["unit"]
+    assert unit["percent_row"] == unit["percent_row_se"] == {
+        "label": "percent", "decimals": 2, "symbol": "%", "position": "end",
+    }  # fmt: skip
+    assert unit["se"] == unit["weighted"]
+    assert validate_jsonstat(json.loads(table.render("jsonstat")))
+
+
 def test_every_flag_has_its_status_somewhere(answers):
     statuses = {
         code

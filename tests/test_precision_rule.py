@@ -129,6 +129,29 @@ def test_jsonstat_and_sdmx_mark_low_reliability(data):
         )
 
 
+def test_a_standard_error_never_published_is_missing_not_unreliable(data):
+    # Issue 38, one truth with docs/formats.md: an SE under the site's count is O (missing)
+    # in SDMX and a plain null in JSON-stat, even beside an estimate the rule marks U; the
+    # SE of an estimate shown "np" is U.
+    rules = RuleSettings(max_rse=6, min_universe_size=0, unreliable_action="np")
+    protection = Protection(destatis(3, 1.0), se_min_count=60)
+    table = TableBuilder(data, protection, rules=rules).build(
+        TableRequest(("A", "C"), statistic=STATISTIC, replicates=True)
+    )
+    blank = np.isnan(table.se) & table.computed
+    shown_np = table.unreliable["weighted"] & ~np.isnan(table.se)
+    assert (blank & table.unreliable["weighted"]).any() and shown_np.any()
+    sdmx = pd.read_csv(io.StringIO(table.render("sdmx-csv")), dtype=str, keep_default_na=False)
+    se_rows = sdmx[sdmx["STATISTIC"] == "se"]
+    assert (se_rows["OBS_STATUS"] == "O").sum() == int(blank.sum())
+    assert (se_rows["OBS_STATUS"] == "U").sum() == int(shown_np.sum())
+    stat = json.loads(table.render("jsonstat"))
+    names = list(stat["dimension"][stat["id"][-1]]["category"]["index"])
+    k = names.index("se")
+    marked = [int(i) for i, v in stat["status"].items() if v == "U" and int(i) % len(names) == k]
+    assert len(marked) == int(shown_np.sum())
+
+
 def test_xlsx_shows_np_or_the_flag(data, tmp_path):
     table = _table(data, "np")
     book = pd.read_excel(io.BytesIO(table.to_xlsx_bytes()), sheet_name=None, dtype=str)

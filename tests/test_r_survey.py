@@ -67,3 +67,24 @@ def test_every_estimate_and_standard_error_agrees_with_r(datasets, name, roundin
     # Every kind of estimate was compared with its standard error.
     assert {"weighted", "mean", "percent"} <= set(kinds)
     assert kinds.get("median", 0) > 5
+
+
+def test_the_bootstrap_coefficient_is_rs():
+    # R's Rao-Wu bootstrap (subbootweights) states its scale; replicates add writes the same.
+    import subprocess
+
+    import numpy as np
+
+    from tablesafe.prepare._replicates import replicate_weights
+
+    code = (
+        "suppressPackageStartupMessages(library(survey)); "
+        "cat(subbootweights(rep(1:4, each = 6), rep(1:12, each = 2), 50)$scale)"
+    )
+    scale = float(subprocess.run(["Rscript", "-e", code], capture_output=True, text=True,
+                                 check=True).stdout)  # fmt: skip
+    design = replicate_weights(
+        np.repeat(np.arange(4), 6), np.repeat(np.arange(12), 2) % 3, "bootstrap",
+        replicates=50, rng=np.random.default_rng(1),
+    )  # fmt: skip
+    assert design.coefficient == pytest.approx(scale) == pytest.approx(1 / 49)

@@ -168,7 +168,8 @@ def test_bootstrap_rao_wu(two_psu: tuple[pd.DataFrame, Path]) -> None:
     design = replicate_weights(
         strata, psu, "bootstrap", replicates=3000, rng=np.random.default_rng(1)
     )
-    assert design.coefficient == 1 / 3000
+    # R survey's subbootweights (the same Rao-Wu bootstrap): scale 1/(R - 1).
+    assert design.coefficient == 1 / 2999
     # Rao-Wu with m_h = n_h - 1 = 1: one PSU drawn per stratum, weighted n_h/(n_h-1) = 2.
     per_stratum = design.factors.reshape(3000, 16, 2)
     np.testing.assert_array_equal(per_stratum.sum(axis=2), 2.0)
@@ -329,3 +330,28 @@ def test_cli_then_table_se(two_psu: tuple[pd.DataFrame, Path], tmp_path: Path) -
     result = runner.invoke(get_app(), [*args, "--method", "JK2", "--fay", "0.5", "--replace"])
     assert isinstance(result.exception, ParameterError)
     assert "Fay's factor applies to BRR only" in str(result.exception)
+
+
+# JK1 over strata has no default that fits (tests/test_survey_figures.py: refused unless declared).
+@pytest.mark.parametrize("method", ["JK2", "BRR", "bootstrap"])
+def test_replicates_add_writes_the_catalogs_own_coefficient(
+    two_psu: tuple[pd.DataFrame, Path], tmp_path: Path, method: str
+) -> None:
+    # One truth (issue 38): the coefficient replicates add writes is the one the catalog
+    # takes for the method when none is declared (bootstrap 1/(R-1), as R survey).
+    _, folder = two_psu
+    target = tmp_path / "ds"
+    target.mkdir()
+    for name in ("catalog.toml", "microdata.parquet"):
+        (target / name).write_bytes((folder / name).read_bytes())
+    report = add_replicates(target, strata="STRATUM", psu="PSU", method=method, seed=5)
+    text = (target / "catalog.toml").read_text()
+    written = Dataset.open(target).catalog.replicates
+    assert written is not None and written.coefficient == report.coefficient
+    kept = [line for line in text.splitlines() if not line.startswith("replicate_coefficient")]
+    bare = "\n".join(kept)
+    (target / "catalog.toml").write_text(bare + "\n")
+    default = Dataset.open(target).catalog.replicates
+    assert default is not None and default.coefficient == pytest.approx(report.coefficient)
+    if method == "bootstrap":
+        assert report.coefficient == pytest.approx(1 / (len(report.columns) - 1))

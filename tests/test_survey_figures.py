@@ -66,6 +66,74 @@ def test_the_full_design_gives_no_warning(nhanes2: Path, tmp_path: Path):
     assert result.exit_code == 0 and result.stderr == ""
 
 
+def _without_coefficient(folder: Path) -> Path:
+    """The catalog with its replicate_coefficient line taken out (as declared by hand)."""
+    path = folder / "catalog.toml"
+    lines = path.read_text().splitlines()
+    kept = [line for line in lines if not line.startswith("replicate_coefficient")]
+    assert len(kept) == len(lines) - 1
+    path.write_text("\n".join(kept) + "\n")
+    return folder
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "memory"])
+def test_a_stratified_jackknife_declared_as_jk1_without_a_coefficient_is_refused(
+    nhanes2: Path, tmp_path: Path, engine: str
+):
+    # NHANES II's 31 strata of 2 PSUs, delete-one-PSU replicates declared as JK1 by hand: the
+    # default (R - 1) / R = 61/62 against the right 1/2 made every standard error 1.40 times
+    # too large, with no word.
+    from tablesafe._errors import DataError
+    from tablesafe.engines import DuckDBEngine, MemoryEngine
+
+    folder = _copy(nhanes2, tmp_path / "ds")
+    add_replicates(folder, strata="STRATUM", psu="PSU", method="JK1")
+    request = TableRequest(("SEX",), statistic="weighted", replicates=True)
+    right = TableBuilder(Dataset.open(folder), Protection(None)).build(request).se
+    _without_coefficient(folder)
+    ds = Dataset.open(folder)
+    assert ds.catalog.replicates.coefficient == pytest.approx(61 / 62)
+    make = DuckDBEngine if engine == "duckdb" else MemoryEngine
+    with pytest.raises(DataError) as error:
+        TableBuilder(ds, Protection(None), engine=make()).build(request)
+    words = str(error.value)
+    assert "replicate_coefficient = 0.5 " in words and "2 PSUs" in words
+    assert "1.40 times too large" in words
+    # Declared, it gives the standard errors of the design.
+    path = folder / "catalog.toml"
+    path.write_text(
+        path.read_text().replace("[dataset]\n", "[dataset]\nreplicate_coefficient = 0.5\n")
+    )
+    again = TableBuilder(Dataset.open(folder), Protection(None), engine=make()).build(request)
+    np.testing.assert_array_equal(again.se, right)
+
+
+def test_strata_of_different_sizes_are_told_to_use_replicates_add(tmp_path: Path):
+    from tablesafe._errors import DataError
+
+    folder = make_dataset(tmp_path, nhanes_like(strata=6, psus=[2, 3, 2, 4, 3, 2]))
+    add_replicates(folder, strata="STRATUM", psu="PSU", method="JK1")
+    _without_coefficient(folder)
+    with pytest.raises(DataError, match="different numbers of PSUs.*replicates add"):
+        TableBuilder(Dataset.open(folder), Protection(None)).build(
+            TableRequest(("SEX",), statistic="weighted", replicates=True)
+        )
+
+
+def test_an_unstratified_jk1_takes_its_default_coefficient(nhanes2: Path, tmp_path: Path):
+    folder = _copy(nhanes2, tmp_path / "ds")
+    psu = pd.read_parquet(folder / "microdata.parquet")
+    # Each of the 62 PSUs with its own code, no strata: (R - 1) / R is the coefficient.
+    psu["UNIT"] = psu["STRATUM"] * 10 + psu["PSU"]
+    psu.to_parquet(folder / "microdata.parquet")
+    add_replicates(folder, strata=None, psu="UNIT", method="JK1")
+    _without_coefficient(folder)
+    table = TableBuilder(Dataset.open(folder), Protection(None)).build(
+        TableRequest(("SEX",), statistic="weighted", replicates=True)
+    )
+    assert table.metadata["replicate_coefficient"] == pytest.approx(61 / 62)
+
+
 def _warnings(strata: np.ndarray | None, psu: np.ndarray, method: str, **kw: object) -> tuple:
     design = replicate_weights(strata, psu, method, rng=np.random.default_rng(0), **kw)
     return design_warnings(design, None if strata is None else "S", "P", psu, ["SDMVSTRA", "X"])

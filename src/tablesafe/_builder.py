@@ -426,6 +426,7 @@ class TableBuilder:
             sensitive=sensitive,
             base_counts=np.where(computed, counts, 0),
             estimate_counts={c: np.where(computed, v, 0) for c, v in counts_of.items()} or None,
+            withheld=self._withheld_bases(counts_of, computed),
             catalog=self.dataset.catalog,
             protected=self.protects(request),
         )
@@ -439,6 +440,22 @@ class TableBuilder:
         """
         figures = bool(request.magnitudes or request.quantiles)
         return self.protection.protects and (not figures or self.magnitude_protection.protects)
+
+    def _withheld_bases(
+        self, counts_of: dict[str, np.ndarray], computed: npt.NDArray[np.bool_]
+    ) -> dict[str, np.ndarray] | None:
+        """The cells of each base column the site's small-cell rule withholds (:meth:`_base`)."""
+        from tablesafe.catalog._magnitudes import read_base_column
+
+        if self.rules is None or self.rules.min_cell_size <= 1:
+            return None
+        k = self.rules.min_cell_size
+        out = {
+            c: computed & (v >= 1) & (v < k)
+            for c, v in counts_of.items()
+            if read_base_column(c) is not None
+        }
+        return out or None
 
     def _metadata(self) -> dict[str, Any]:
         """Step 1 of protect: the table's metadata as the dataset and protection open it."""
@@ -688,9 +705,9 @@ class TableBuilder:
         counts_of: dict[str, np.ndarray] = {}
         for name in [None, *missing]:
             figures = main
+            before = set(columns)
             if name is not None:
                 figures = self._base(request, main.plan, name, computed, masks, want_w, columns)
-            before = set(columns)
             items = [m for m in request.magnitudes if _in_group(m, name, missing)]
             if items:
                 mags = self._protect_magnitudes(items, figures, computed, want_w)

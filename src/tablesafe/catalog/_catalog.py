@@ -191,12 +191,16 @@ class ReplicateDesign:
         method: One of :class:`ReplicateMethod`.
         coefficient: The factor in front of the sum of squared deviations.
         fay: Fay's factor for BRR (0 for plain BRR).
+        declared: Whether the catalog declares the coefficient (else it is
+            the method's default; a JK1 default is checked against the
+            replicate weights when the microdata is validated).
     """
 
     columns: tuple[str, ...]
     method: ReplicateMethod
     coefficient: float
     fay: float = 0.0
+    declared: bool = True
 
 
 @dataclass(frozen=True)
@@ -688,7 +692,8 @@ def _parse_replicates(ds: Mapping[str, Any]) -> ReplicateDesign | None:
     coef = ds.get("replicate_coefficient", default)
     if not isinstance(coef, int | float) or not math.isfinite(coef) or coef <= 0:
         raise CatalogError("dataset.replicate_coefficient must be a positive number")
-    return ReplicateDesign(tuple(cols), method, float(coef), float(fay))
+    declared = "replicate_coefficient" in ds
+    return ReplicateDesign(tuple(cols), method, float(coef), float(fay), declared)
 
 
 def _parse_zeros(raw: object, variables: Mapping[str, Variable]) -> tuple[StructuralZero, ...]:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import numpy.typing as npt
 
 from tablesafe._errors import ComputationError, DataError
 from tablesafe._request import TabulationPlan
-from tablesafe.catalog._catalog import Catalog
+from tablesafe.catalog._catalog import Catalog, ReplicateMethod
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._magnitudes import from_magnitude_fixed
 from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
@@ -259,6 +260,81 @@ def weight_columns(catalog: Catalog) -> list[str]:
     weights = [catalog.weight] if catalog.weight else []
     weights += list(catalog.replicates.columns) if catalog.replicates else []
     return weights
+
+
+def jackknife_needs_check(catalog: Catalog) -> bool:
+    """Whether a JK1 design takes its default coefficient ``(R - 1) / R`` (not declared)."""
+    design = catalog.replicates
+    return (
+        design is not None
+        and catalog.weight is not None
+        and design.method == ReplicateMethod.JK1
+        and not design.declared
+    )
+
+
+def jackknife_scale_sql(catalog: Catalog, ident: Callable[[str], str]) -> list[str]:
+    """Per replicate, the largest ratio of its weight to the weight (an engine's SQL aggregates).
+
+    A delete-one-PSU replicate scales the other PSUs of the dropped one's
+    stratum by ``n_h / (n_h - 1)``: the largest ratio tells ``n_h``.
+    """
+    assert catalog.replicates is not None and catalog.weight is not None
+    w = ident(catalog.weight)
+    return [
+        f"MAX(CASE WHEN {w} > 0 THEN CAST({ident(c)} AS DOUBLE) / CAST({w} AS DOUBLE) END)"
+        for c in catalog.replicates.columns
+    ]
+
+
+def check_jackknife_coefficient(catalog: Catalog, largest: Sequence[float | None]) -> None:
+    """A JK1 design without a declared coefficient whose replicate weights are stratified.
+
+    The default ``(R - 1) / R`` is right for a jackknife over all ``R`` PSUs,
+    which scales the others by ``R / (R - 1)``. A replicate that scales by
+    ``n_h / (n_h - 1)`` drops a PSU of a stratum of ``n_h`` (JKn), whose
+    coefficient is ``(n_h - 1) / n_h``: NHANES II's 31 strata of 2 PSUs
+    declared as JK1 gave standard errors 1.40 times too large.
+
+    Args:
+        catalog: The dataset's catalog.
+        largest: Per replicate, the largest ratio of its weight to the weight.
+
+    Raises:
+        DataError: saying which coefficient to declare (or how to make weights
+            that one coefficient fits).
+    """
+    design = catalog.replicates
+    assert design is not None
+    scales = np.array([float(m) for m in largest if m is not None and float(m) > 1.0])
+    if scales.size == 0:
+        return
+    implied = 1.0 / scales  # (n_h - 1) / n_h of each replicate's stratum
+    typical = float(np.median(implied))
+    if abs(typical - design.coefficient) <= 0.1 * design.coefficient:
+        return
+    r = len(design.columns)
+    words = (
+        f"dataset.replicate_method is JK1 and no replicate_coefficient is declared, so the "
+        f"default (R - 1) / R = {design.coefficient:.4g} applies to its {r} replicates; but "
+        f"they scale the rest of a dropped PSU's stratum by {1 / typical:.4g}, not "
+        f"{r / (r - 1):.4g}: a stratified jackknife (JKn), whose standard errors the default "
+        f"would make {math.sqrt(design.coefficient / typical):.2f} times too large. "
+    )
+    if float(np.ptp(implied)) <= 1e-6 * typical:
+        psus = round(1.0 / (1.0 - typical))
+        words += (
+            f"Every stratum has {psus} PSUs: declare replicate_coefficient = {typical:.6g} "
+            "under [dataset]."
+        )
+    else:
+        words += (
+            "Its strata have different numbers of PSUs, so no one coefficient fits: make the "
+            "replicate weights with `tablesafe replicates add --strata COLUMN --psu COLUMN "
+            "--method JK1` (which rescales each replicate to coefficient 1), or declare the "
+            "replicate_coefficient that fits the weights you have."
+        )
+    raise DataError(words)
 
 
 def check_keys_and_weights(catalog: Catalog, weights: Sequence[str], row: Sequence[Any]) -> None:

@@ -41,7 +41,10 @@ from tablesafe.engines._base import (
     DatasetSummary,
     Engine,
     assemble_grouped,
+    check_jackknife_coefficient,
     check_keys_and_weights,
+    jackknife_needs_check,
+    jackknife_scale_sql,
     record_values,
     weight_columns,
 )
@@ -198,6 +201,12 @@ class DuckDBEngine(Engine):
         weights = weight_columns(cat)
         types = self._check_types(dataset, src, weights)
         records = self._check_scan(cat, src, weights)
+        if jackknife_needs_check(cat):
+            row = self._run(
+                f"SELECT {', '.join(jackknife_scale_sql(cat, _ident))} FROM {src}", [], fetch="one"
+            )
+            assert row is not None
+            check_jackknife_coefficient(cat, list(row))
         self._check_codes(cat, src)
         if cat.magnitudes:
             self._check_magnitudes(cat, src, types)

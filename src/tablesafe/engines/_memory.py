@@ -29,7 +29,12 @@ from tablesafe.cells._fixed import from_fixed, range_error, to_fixed
 from tablesafe.cells._magnitude_sums import MagnitudePlan
 from tablesafe.cells._quantiles import RecordValues
 from tablesafe.cells._selection import SelectedSums, mix32
-from tablesafe.engines._base import DatasetSummary, Engine
+from tablesafe.engines._base import (
+    DatasetSummary,
+    Engine,
+    check_jackknife_coefficient,
+    jackknife_needs_check,
+)
 
 __all__ = ["MemoryEngine"]
 
@@ -94,6 +99,17 @@ class MemoryEngine(Engine):
             too_large = range_error(wcol, float(a.max(initial=0.0)), float(a.sum()))
             if too_large:
                 raise DataError(too_large)
+        if jackknife_needs_check(cat):
+            assert cat.replicates is not None and cat.weight is not None
+            w = df[cat.weight].to_numpy(dtype=float)
+            live = w > 0
+            check_jackknife_coefficient(
+                cat,
+                [
+                    float((df[c].to_numpy(dtype=float)[live] / w[live]).max(initial=0.0))
+                    for c in cat.replicates.columns
+                ],
+            )
         for var in cat.source_variables:
             col = df[var.column]
             if col.isna().any():

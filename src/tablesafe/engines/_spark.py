@@ -41,7 +41,10 @@ from tablesafe.engines._base import (
     DatasetSummary,
     Engine,
     assemble_grouped,
+    check_jackknife_coefficient,
     check_keys_and_weights,
+    jackknife_needs_check,
+    jackknife_scale_sql,
     record_values,
     weight_columns,
 )
@@ -185,6 +188,9 @@ class SparkEngine(Engine):
         view = self._view(dataset)
         schema = self._check_types(dataset, view)
         records = self._check_scan(cat, view, weight_columns(cat))
+        if jackknife_needs_check(cat):
+            row = self._run(f"SELECT {', '.join(jackknife_scale_sql(cat, _ident))} FROM {view}")
+            check_jackknife_coefficient(cat, list(row[0]))
         self._check_codes(cat, view)
         self._check_structural_zeros(cat, view)
         if cat.magnitudes:

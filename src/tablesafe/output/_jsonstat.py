@@ -26,8 +26,13 @@ marks the flagged cells by their position in ``value`` (the codes are in
     a sum or mean the dominance or p% rule flags (blank if the site suppresses them).
 ``U``
     an estimate the precision rule finds too unreliable (SDMX's "low reliability"),
-    with its standard error and interval: ``null`` where the site shows "np",
-    the value where it flags.
+    with its standard error and interval where they were published: ``null``
+    where the site shows "np", the value where it flags (a standard error never
+    published, under the site's count, is a plain ``null``).
+
+A base (``n_VAR``, ``weighted_VAR``) the small-cell rule withholds is ``Q``
+too. The metric dimension's ``category.unit`` gives each statistic's unit
+(label, decimals where its rounding is to a base, ``%`` for percentages).
 
 ``label`` is the table's title, ``source`` the catalog's citation (or title),
 ``updated`` the catalog's date of the last update (when it gives one),
@@ -44,7 +49,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from tablesafe.output._published import sensitive_flag, unreliable_flag
+from tablesafe._rounding import Rounding
+from tablesafe.output._published import WITHHELD, sensitive_flag, unreliable_flag
 from tablesafe.output._render import TOTAL_CODE, TOTAL_LABEL, _plain
 
 if TYPE_CHECKING:
@@ -152,11 +158,19 @@ def _cells(table: Published, kept: list[np.ndarray]) -> tuple[list[Any], dict[st
     for s, stat in enumerate(names):
         unsure = unreliable_flag(table, stat)
         if unsure is not None:
-            # The precision rule: "np" is null with status U; a flagged value keeps it.
-            hit = unsure[grid] & computed
+            # The precision rule: "np" is null with status U; a flagged value keeps it. A
+            # standard error or interval never published (under the site's count) stays a
+            # plain null, as SDMX's O.
+            shown = np.vectorize(lambda v: v is not None, otypes=[bool])(values[..., s])
+            hit = unsure[grid] & computed & shown
             status[..., s][hit] = STATUS["unreliable"]
             if table.unreliable_display is not None:
                 values[..., s][hit] = None
+    for s, stat in enumerate(names):
+        withheld = (table.withheld or {}).get(stat)
+        if withheld is not None:
+            # A base the small-cell rule withholds (null already): suppressed, as a count is.
+            status[..., s][withheld[grid] & computed] = STATUS["suppressed"]
     if table.suppressed is not None:
         hidden = table.suppressed[grid] & computed
         values[hidden] = None
@@ -167,12 +181,67 @@ def _cells(table: Published, kept: list[np.ndarray]) -> tuple[list[Any], dict[st
     return values.reshape(-1).tolist(), marked, names
 
 
+def _decimals(rounding: str | None) -> int | None:
+    """The decimals a rounding leaves (``"1"``: 0, ``"0.01"``: 2); ``None`` for ``"3sf"``."""
+    if rounding is None:
+        return 0
+    r = Rounding.parse(rounding)
+    if r.base is None:
+        return None
+    text = f"{r.base:.15g}"
+    return 0 if "." not in text or "e" in text else len(text.split(".")[1])
+
+
+def _unit(table: Published, column: str) -> dict[str, Any]:
+    """A statistic's unit of measure for the metric dimension's ``category.unit``.
+
+    Its label (what is counted, percent, or the continuous variable's unit),
+    its decimals where its rounding is to a base (every published figure of
+    it has at most those), and for percentages the symbol ``%`` after the
+    figure. A standard error or interval has its estimate's unit.
+    """
+    from tablesafe.catalog._magnitudes import read_base_column, read_quantile_column
+
+    base = "weighted" if column in ("se", "ci_low", "ci_high") else column
+    for suffix in ("_se", "_ci_low", "_ci_high"):
+        if column.endswith(suffix):
+            base = column.removesuffix(suffix)
+    meta, catalog = table.metadata, table.catalog
+    counted = f"{meta.get('unit') or (catalog.unit if catalog is not None else 'record')}s"
+    raw = meta.get("magnitudes")
+    mags: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    rounding: str | None
+    if base.startswith("percent_"):
+        return {"label": "percent", "decimals": 2, "symbol": "%", "position": "end"}
+    if base == "n" or (read_base_column(base) is not None and base.startswith("n_")):
+        return {"label": counted, "decimals": 0}
+    if base == "weighted" or read_base_column(base) is not None:
+        rounding = str(table.roundings[-1]) if table.roundings else None
+        label = f"{counted} (weighted)"
+    else:
+        quantile = read_quantile_column(base)
+        name = (
+            quantile[1] if quantile is not None else base.split("_", 1)[1].removesuffix("_weighted")
+        )
+        magnitude = catalog.magnitudes.get(name) if catalog is not None else None
+        label = (magnitude.unit or magnitude.label) if magnitude is not None else name
+        if quantile is not None:
+            rounding = str(dict(meta.get("quantiles") or {}).get("rounding", "3sf"))
+        else:
+            kind = "mean" if base.startswith("mean_") else "sum"
+            rounding = str(dict(mags.get("rounding") or {}).get(kind, "1"))
+    decimals = _decimals(rounding)
+    return {"label": label} if decimals is None else {"label": label, "decimals": decimals}
+
+
 def _status_legend(table: Published, notes: Mapping[str, Any]) -> dict[str, str]:
     """Each status code this table can carry, with its meaning from the footnotes' flags."""
     flags = dict(notes.get("flags", {}))
     out = {STATUS["structural_zero"]: str(flags["structural_zero"])}
     if "suppressed" in flags:
         out[table.suppressed_display or STATUS["suppressed"]] = str(flags["suppressed"])
+    if any(w.any() for w in (table.withheld or {}).values()):
+        out[STATUS["suppressed"]] = str(flags.get("suppressed", WITHHELD))
     sensitive = [f"{k}: {v}" for k, v in flags.items() if k.startswith("sensitive_")]
     if sensitive:
         out[STATUS["sensitive"]] = "; ".join(sensitive)
@@ -195,7 +264,11 @@ def jsonstat_dataset(table: Published) -> dict[str, Any]:
     }
     dimension[stat_id] = {
         "label": "Statistic",
-        "category": {"index": names, "label": {n: labels[n] for n in names}},
+        "category": {
+            "index": names,
+            "label": {n: labels[n] for n in names},
+            "unit": {n: _unit(table, n) for n in names},
+        },
     }
     catalog = table.catalog
     source = meta.get("citation") or (catalog.title if catalog is not None else "")

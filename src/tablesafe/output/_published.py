@@ -19,9 +19,13 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from tablesafe._request import DimensionPlan, TableRequest
+    from tablesafe._rounding import Rounding
     from tablesafe.catalog import Catalog
 
-__all__ = ["Published", "estimate_companions", "sensitive_flag", "unreliable_flag"]
+__all__ = ["WITHHELD", "Published", "estimate_companions", "sensitive_flag", "unreliable_flag"]
+
+#: What a base the small-cell rule withholds says where the footnotes have no small-cell legend.
+WITHHELD = "withheld by the site's small-cell rule: too few records hold a value"
 
 
 class Published(Protocol):
@@ -52,6 +56,9 @@ class Published(Protocol):
     def unreliable(self) -> Mapping[str, npt.NDArray[np.bool_]] | None: ...
 
     @property
+    def withheld(self) -> Mapping[str, npt.NDArray[np.bool_]] | None: ...
+
+    @property
     def unreliable_display(self) -> str | None: ...
 
     @property
@@ -77,6 +84,9 @@ class Published(Protocol):
 
     @property
     def rounding(self) -> str | None: ...
+
+    @property
+    def roundings(self) -> tuple[Rounding, ...]: ...
 
     def statistics(self) -> dict[str, np.ndarray]: ...
 

@@ -12,12 +12,14 @@ then the measure ``OBS_VALUE`` and the attributes ``OBS_STATUS`` and
 cell                       OBS_VALUE   OBS_STATUS   CONF_STATUS
 =========================  ==========  ===========  ==========================================
 structural zero            0           M            F (free)
-suppressed (small count)   empty       Q            C (confidential)
+suppressed (small count;   empty       Q            C (confidential)
+a base of few records)
 sensitive sum or mean      as shown    as shown     C where the site blanks it, F where shown
 not published (an SE       empty       O            F
 below the site's count)
 too unreliable ("np" by    empty       U            F
-the precision rule)
+the precision rule; not an
+SE never published: O)
 unreliable, flagged        the value   U            F
 other, protection changes  the value   E            F
 values
@@ -63,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tablesafe.catalog._sdmx import STATISTIC_DIMENSION, SdmxStructure
-from tablesafe.output._published import sensitive_flag, unreliable_flag
+from tablesafe.output._published import WITHHELD, sensitive_flag, unreliable_flag
 from tablesafe.output._render import TOTAL_CODE, TOTAL_LABEL, to_csv
 
 if TYPE_CHECKING:
@@ -219,14 +221,23 @@ def _rows(table: Published) -> dict[str, np.ndarray]:
             comment[hit, s] = flags.get(f"sensitive_{found[0]}", "")
         unsure = unreliable_flag(table, name)
         if unsure is not None:
-            # The precision rule: U, empty where the site shows "np", the value where it flags.
-            hit = unsure.reshape(-1)[cells]
+            # The precision rule: U, empty where the site shows "np", the value where it flags;
+            # a standard error or interval that was never published (under the site's count)
+            # stays O, missing, as for any other estimate.
+            hit = unsure.reshape(-1)[cells] & ~missing
             obs[hit, s] = "U"
             if table.unreliable_display is not None:
                 values[hit, s] = None
             comment[hit, s] = next(
                 (str(v) for k, v in flags.items() if k == "np" or k.startswith("unreliable_")), ""
             )
+        withheld = (table.withheld or {}).get(name)
+        if withheld is not None:
+            # A base the small-cell rule withholds is suppressed, as a count is: Q and C.
+            hit = withheld.reshape(-1)[cells]
+            obs[hit, s] = "Q"
+            conf[hit, s] = "C"
+            comment[hit, s] = flags.get("suppressed", WITHHELD)
     if table.suppressed is not None:
         hidden = table.suppressed.reshape(-1)[cells]
         values[hidden] = None

@@ -85,6 +85,10 @@ class ProtectedTable:
             column (``weighted``, ``percent_row``, ``mean_VAR``...), or ``None``.
         base_counts: The protected counts behind each cell's estimates (for the
             precision rule; not exported: a request may not ask for counts), or ``None``.
+        withheld: By column, cells the small-cell rule withholds beyond
+            ``suppressed``: a base (``n_VAR``, ``weighted_VAR``) of 1 to
+            ``min_cell_size - 1`` records with a value, in a cell whose own count
+            is shown (SDMX ``Q``/``C``, JSON-stat ``Q``), or ``None``.
         estimate_counts: By magnitude or quantile column, the protected counts
             its estimates rest on where they differ from ``base_counts``: a
             variable with item non-response rests on its base, the records
@@ -124,6 +128,7 @@ class ProtectedTable:
     unreliable_display: str | None = None
     base_counts: npt.NDArray[np.int64] | None = field(default=None, repr=False)
     estimate_counts: Mapping[str, npt.NDArray[np.int64]] | None = field(default=None, repr=False)
+    withheld: Mapping[str, npt.NDArray[np.bool_]] | None = None
     catalog: Catalog | None = field(default=None, repr=False)
     protected: bool = field(kw_only=True)
 

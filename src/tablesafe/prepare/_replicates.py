@@ -33,8 +33,10 @@ of the same with-replacement design:
 - **bootstrap** (Rao-Wu rescaling bootstrap with ``n_h - 1`` PSUs drawn
   with replacement in each stratum): replicate weights
   ``w * n_h/(n_h - 1) * m_hj`` with ``m_hj`` the number of times PSU ``j``
-  was drawn. Coefficient ``1/R`` (deviations from the full-sample
-  estimate); the expected variance of a total is the Taylor variance.
+  was drawn. Coefficient ``1/(R - 1)``, R ``survey``'s for this bootstrap
+  (``subbootweights``: ``scale = 1/(replicates - 1)``) and the catalog's
+  default for ``bootstrap``; the expected variance of a total is the Taylor
+  variance.
 
 PSUs are identified within their stratum (PSU 1 of stratum 1 and PSU 1 of
 stratum 2 are different PSUs), as in NHANES and most public-use files.
@@ -349,7 +351,8 @@ def _bootstrap(
         k = int(d.n_h[h])
         draws = gen.multinomial(k - 1, np.full(k, 1.0 / k), size=r_count)
         factors[:, d.first[h] : d.first[h] + k] = draws * (k / (k - 1))
-    return factors, 1.0 / r_count
+    # R survey's coefficient for the Rao-Wu bootstrap (subbootweights), and the catalog's default.
+    return factors, 1.0 / (r_count - 1)
 
 
 # -- writing to a dataset ---------------------------------------------------------------
