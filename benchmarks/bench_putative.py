@@ -162,11 +162,12 @@ def target(folder: Path, time_limit: float) -> None:
 def files(folder: Path, seeds: list[int]) -> None:
     from tablesafe._builder import TableBuilder
     from tablesafe.attacks._reconstruct import _audit
-    from tablesafe.attacks._reconstruct._closest import closest_table
-    from tablesafe.attacks._reconstruct._constraints import constraint_system
-    from tablesafe.attacks._reconstruct._cross import atoms_of, columns_of, read_truth
-    from tablesafe.attacks._reconstruct._likely import likeliest_table, ptable_likelihood
-    from tablesafe.attacks._reconstruct._putative import figures, score
+    from tablesafe.attacks._reconstruct._putative import score
+    from tablesafe.attacks._reconstruct._truth import read_truth
+    from tablesafe.rules._ceiling._closest import closest_table
+    from tablesafe.rules._ceiling._constraints import constraint_system, figures
+    from tablesafe.rules._ceiling._cross import atoms_of, columns_of
+    from tablesafe.rules._ceiling._likely import likeliest_table, ptable_likelihood
 
     print(f"\n### Objectives on latent-class files, seeds {seeds[0]}..{seeds[-1]} (means)\n")
     print("| method | objective | cells % | uniques % | precision % |")
@@ -210,7 +211,7 @@ def gate(folder: Path, records: int, ceiling: float, exact: bool, max_cells: int
     import tablesafe as ts
     from tablesafe._errors import RiskCeilingExceeded
     from tablesafe.attacks._reconstruct import _likely
-    from tablesafe.attacks._reconstruct._risk import putative_risk, table_columns
+    from tablesafe.rules._ceiling._measure import putative_risk, table_columns
     from tablesafe.server._risk_gate import RiskGate
 
     print(

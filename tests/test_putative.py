@@ -87,7 +87,7 @@ def test_scores_count_what_they_say():
 
 def _tiny_system(rng: np.random.Generator) -> tuple[Any, Any, list[Any], Any, Any]:
     """A 2 x 3 table: its row, column and total figures, noisy, with intervals of +-2."""
-    from tablesafe.attacks._reconstruct._constraints import System
+    from tablesafe.rules._ceiling._constraints import System
 
     truth = rng.integers(0, 3, 6)
     members = [np.array([0, 1, 2]), np.array([3, 4, 5])]
@@ -106,7 +106,7 @@ def _tiny_system(rng: np.random.Generator) -> tuple[Any, Any, list[Any], Any, An
 
 
 def test_best_guess_is_l1_optimal_by_brute_force():
-    from tablesafe.attacks._reconstruct._closest import closest_table
+    from tablesafe.rules._ceiling._closest import closest_table
 
     rng = np.random.default_rng(7)
     for _ in range(15):
@@ -136,7 +136,7 @@ def test_best_guess_is_l1_optimal_by_brute_force():
 
 def _noisy_system(rng: np.random.Generator, lik: Any) -> tuple[Any, Any, list[Any], Any]:
     """A 2 x 3 table's rows, columns and total, published through a ptable (``lik``)."""
-    from tablesafe.attacks._reconstruct._constraints import System
+    from tablesafe.rules._ceiling._constraints import System
 
     truth = rng.integers(0, 3, 6)
     members = [np.array([0, 1, 2]), np.array([3, 4, 5])]
@@ -160,7 +160,7 @@ def _log_posterior(x: Any, members: list[Any], values: Any, lik: Any, mu: Any) -
     """Per row of ``x``: the ptable's log-likelihood of ``values`` plus the weighted prior."""
     from scipy.special import gammaln
 
-    from tablesafe.attacks._reconstruct._likely import PRIOR_WEIGHT
+    from tablesafe.rules._ceiling._likely import PRIOR_WEIGHT
 
     sums = np.stack([x[:, v].sum(axis=1) for v in members], axis=1)
     log_p = lik.matrix(40)
@@ -172,7 +172,7 @@ def _log_posterior(x: Any, members: list[Any], values: Any, lik: Any, mu: Any) -
 
 
 def test_most_probable_table_is_optimal_by_brute_force():
-    from tablesafe.attacks._reconstruct._likely import (
+    from tablesafe.rules._ceiling._likely import (
         likeliest_table,
         prior_means,
         ptable_likelihood,
@@ -199,7 +199,7 @@ def test_most_probable_table_is_optimal_by_brute_force():
 def test_a_figure_published_twice_is_one_observation():
     # Record-set consistency: the same cells carry the same noise, so repeating every
     # figure changes nothing (the L1 objective would count each twice).
-    from tablesafe.attacks._reconstruct._likely import likeliest_table, ptable_likelihood
+    from tablesafe.rules._ceiling._likely import likeliest_table, ptable_likelihood
 
     lik = ptable_likelihood(protection_from_options("ckm").mechanism, 30)
     rng = np.random.default_rng(5)
@@ -216,8 +216,9 @@ def test_a_figure_published_twice_is_one_observation():
 def test_the_best_guess_under_ckm_finds_the_uniques_the_l1_attack_found(small, results):
     # Issue 28's done-when: at least the L1 attack's 41% of sample uniques at 50% precision
     # (within a few points), here against the same file's L1-closest table too.
-    from tablesafe.attacks._reconstruct._closest import closest_table
-    from tablesafe.attacks._reconstruct._putative import figures, score
+    from tablesafe.attacks._reconstruct._putative import score
+    from tablesafe.rules._ceiling._closest import closest_table
+    from tablesafe.rules._ceiling._constraints import figures
 
     guess = results["ckm"].putative
     assert guess["objective"] == "posterior" and guess["optimal"]
@@ -323,14 +324,14 @@ def test_admin_api_and_audit_command_report_the_putative_block(demo_dir, tmp_pat
 def test_above_posterior_max_cells_the_best_guess_is_the_l1_closest_table(small, results):
     # A size rule, not a time rule: more open cells than posterior_max_cells take the L1
     # model (the posterior's found no table on issue 15's target in 223 s); the block says so.
-    from tablesafe.attacks._reconstruct import _audit
-    from tablesafe.attacks._reconstruct._closest import closest_table
     from tablesafe.attacks._reconstruct._putative import (
         POSTERIOR_MAX_CELLS,
-        figures,
         putative_attack,
         score,
     )
+    from tablesafe.rules._ceiling._closest import closest_table
+    from tablesafe.rules._ceiling._constraints import figures
+    from tablesafe.rules._ceiling._likely import likelihood_of
 
     default = results["ckm"].putative
     assert default["objective"] == "posterior"
@@ -339,7 +340,7 @@ def test_above_posterior_max_cells_the_best_guess_is_the_l1_closest_table(small,
     cat = small.catalog
     prot, cross, tables, intervals, system, ub0 = _ckm_three_way(small)
     open_cells = int(system.alive.size)
-    lik = _audit.likelihood_of(prot)
+    lik = likelihood_of(prot)
 
     def attack(limit: int) -> dict[str, Any]:
         return putative_attack(
@@ -365,8 +366,9 @@ def _ckm_three_way(small):
     """The 300-record file's four 3-way tables under ckm, as the audit reads them."""
     from tablesafe._builder import TableBuilder
     from tablesafe.attacks._reconstruct import _audit
-    from tablesafe.attacks._reconstruct._constraints import constraint_system
-    from tablesafe.attacks._reconstruct._cross import atoms_of, columns_of, read_truth
+    from tablesafe.attacks._reconstruct._truth import read_truth
+    from tablesafe.rules._ceiling._constraints import constraint_system
+    from tablesafe.rules._ceiling._cross import atoms_of, columns_of
 
     cat = small.catalog
     prot = protection_from_options("ckm")

@@ -191,7 +191,7 @@ def test_all_three_way_tables_pin_most_cells_and_protection_pins_fewer(census, t
 
 def test_intervals_hold_every_true_count_the_mechanism_can_publish():
     """Soundness: for every i and every j it can publish, lo[j] <= i <= hi[j]."""
-    from tablesafe.attacks._reconstruct._intervals import ptable_hull, records_hull
+    from tablesafe.rules._ceiling._intervals import ptable_hull, records_hull
 
     for method in ("ckm", "dp", "pram", "q"):
         mech = protection_from_options(method).mechanism

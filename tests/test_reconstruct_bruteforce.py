@@ -17,7 +17,7 @@ import numpy.typing as npt
 import pytest
 
 from tablesafe.attacks._reconstruct import reconstruct
-from tablesafe.attacks._reconstruct._constraints import System
+from tablesafe.rules._ceiling._constraints import System
 
 
 def _published(

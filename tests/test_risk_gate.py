@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 import tablesafe as ts
 from tablesafe._cli._methods import protection_from_options
 from tablesafe._errors import RiskCeilingExceeded
-from tablesafe.attacks._reconstruct._risk import putative_risk
 from tablesafe.catalog._dataset import Dataset
+from tablesafe.rules._ceiling._measure import putative_risk
 from tablesafe.server import create_app
 from test_server import USER_KEY, error_of, site
 
@@ -110,10 +110,10 @@ def _built(data: Dataset, dims: list[tuple[str, ...]]) -> tuple[Any, list[Any]]:
 
 def _bound(data: Dataset, prot: Any, tables: list[Any]) -> Any:
     """risk_bound on the layout putative_risk builds (the same steps)."""
-    from tablesafe.attacks._reconstruct._constraints import constraint_system
-    from tablesafe.attacks._reconstruct._cross import Cross, atoms_of, columns_of
-    from tablesafe.attacks._reconstruct._intervals import published_intervals
-    from tablesafe.attacks._reconstruct._risk import risk_bound
+    from tablesafe.rules._ceiling._constraints import constraint_system
+    from tablesafe.rules._ceiling._cross import Cross, atoms_of, columns_of
+    from tablesafe.rules._ceiling._intervals import published_intervals
+    from tablesafe.rules._ceiling._measure import risk_bound
 
     cat = data.catalog
     requests = [t.request.coerced(cat) for t in tables]
@@ -148,7 +148,7 @@ def test_the_bound_and_the_early_stop_never_change_the_decision(small):
 def test_one_table_open_cells_are_those_its_intervals_let_hold_one(small):
     """A table alone (no published table shares its variables): the bound counts, by brute
     force over its inner cells, exactly those whose published interval holds 1."""
-    from tablesafe.attacks._reconstruct._intervals import published_intervals
+    from tablesafe.rules._ceiling._intervals import published_intervals
 
     for dims in [("A",), ("A", "B"), ("A", "B", "C"), ("A", "B", "C", "D")]:
         prot, (table,) = _built(small, [dims])
@@ -165,7 +165,7 @@ def test_one_table_open_cells_are_those_its_intervals_let_hold_one(small):
 
 
 def test_no_solve_for_a_table_the_bound_clears(small, monkeypatch):
-    from tablesafe.attacks._reconstruct import _risk
+    from tablesafe.rules._ceiling import _measure as _risk
 
     def no_solve(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("solved")
@@ -180,7 +180,7 @@ def test_no_solve_for_a_table_the_bound_clears(small, monkeypatch):
 
 
 def test_no_table_within_the_node_limit_is_refused_not_read_as_zero(small, monkeypatch):
-    from tablesafe.attacks._reconstruct import _likely
+    from tablesafe.rules._ceiling import _likely
 
     monkeypatch.setattr(_likely.Posterior, "solve", lambda *a, **k: (None, False))
     prot, tables = _built(small, THREE_WAY)

@@ -2,7 +2,7 @@
 
 A site sets ``putative_uniques_ceiling`` in ``[datasets.rules]``. Before a
 new table is answered, the gate measures the stable claimed uniques
-(:mod:`tablesafe.attacks._reconstruct._risk`: computed from published
+(:mod:`tablesafe.rules._ceiling._measure`: computed from published
 figures and the candidate's own, never from the microdata) of the tables
 already published that share a variable with it, directly or through each
 other (its *connected component*), with it and without. The table is
@@ -14,7 +14,7 @@ figure). A table already published is answered without a measure.
 **Incremental.** Only the component's tables enter the measure; each
 measure is kept per component (the set of its tables). The share with the
 table is measured only until it cannot exceed the ceiling (often with no
-solve: :func:`~tablesafe.attacks._reconstruct._risk.risk_bound`); the share
+solve: :func:`~tablesafe.rules._ceiling._measure.risk_bound`); the share
 without it, exactly, only when the share with it is above the ceiling.
 
 **What is published.** The audit log's answered tables for the dataset
@@ -41,14 +41,14 @@ from tablesafe._builder import TableBuilder
 from tablesafe._errors import RiskCeilingExceeded, UserError
 from tablesafe._protection import Protection
 from tablesafe._request import TableRequest
-from tablesafe.attacks._reconstruct._risk import (
+from tablesafe.catalog._catalog import Catalog
+from tablesafe.output._table import ProtectedTable
+from tablesafe.rules._ceiling._measure import (
     MAX_OPEN_CELLS,
     PutativeRisk,
     putative_risk,
     table_columns,
 )
-from tablesafe.catalog._catalog import Catalog
-from tablesafe.output._table import ProtectedTable
 from tablesafe.state import StateStore
 
 __all__ = ["RiskGate"]

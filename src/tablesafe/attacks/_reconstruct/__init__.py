@@ -49,26 +49,28 @@ Stopped by the time limit, the attack reports the cells still undecided,
 and the shares as a range: pinned cells (lower bound) to pinned plus
 undecided cells (upper bound).
 
-The package's modules, in the order the attack uses them: ``_intervals``
-(what the intruder knows of the mechanism), ``_cross`` (the full
-cross-classification and where each table's cells fall in it),
-``_constraints`` (the published cells as constraints; bound propagation),
+The package's modules, in the order the attack uses them: ``_truth`` (the
+full cross-classification's true counts, read from the microdata),
 ``_solver`` (the HiGHS model), ``_moves`` (block-parity moves), ``_search``
 (stage 3: integer points that free cells), ``_pins`` (stages 4 and 5: the
 LP and integer bounds that pin cells), ``_decide`` (every stage in order),
 ``_result`` (the report) and ``_audit`` (the entry points); beside them
 ``_putative`` (the best guess, scored against the truth and a one-way
-baseline: the most probable table under the ptable, ``_likely``, or the
-integer table closest in L1 to every published figure, ``_closest``) and
-``_ranked`` (its uniques ranked by recurrence over perturbed re-solves).
+baseline) and ``_ranked`` (its uniques ranked by recurrence over perturbed
+re-solves). What the intruder knows of the mechanism, the full
+cross-classification's layout, the published cells as constraints and the
+best guess's solves (the most probable table under the ptable, or the
+integer table closest in L1 to every published figure) are the
+putative-risk ceiling's too, a rule the server applies: they live in
+:mod:`tablesafe.rules._ceiling`.
 """
 
 from __future__ import annotations
 
 from tablesafe.attacks._reconstruct._audit import all_k_way_requests, reconstruction_attack
 from tablesafe.attacks._reconstruct._decide import reconstruct
-from tablesafe.attacks._reconstruct._intervals import published_intervals
 from tablesafe.attacks._reconstruct._result import Progress, ReconstructionResult
+from tablesafe.rules._ceiling._intervals import published_intervals
 
 __all__ = [
     "Progress",

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -16,16 +15,17 @@ from tablesafe._builder import TableBuilder
 from tablesafe._errors import ParameterError, RequestError
 from tablesafe._protection import Protection
 from tablesafe._request import TableRequest
-from tablesafe.attacks._reconstruct._constraints import constraint_system
-from tablesafe.attacks._reconstruct._cross import atoms_of, columns_of, read_truth
 from tablesafe.attacks._reconstruct._decide import reconstruct
-from tablesafe.attacks._reconstruct._intervals import published_intervals
-from tablesafe.attacks._reconstruct._likely import Likelihood, exact_likelihood, ptable_likelihood
 from tablesafe.attacks._reconstruct._putative import putative_attack
 from tablesafe.attacks._reconstruct._result import Progress, ReconstructionResult, report
+from tablesafe.attacks._reconstruct._truth import read_truth
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.output._table import ProtectedTable
+from tablesafe.rules._ceiling._constraints import constraint_system
+from tablesafe.rules._ceiling._cross import atoms_of, columns_of
+from tablesafe.rules._ceiling._intervals import published_intervals
+from tablesafe.rules._ceiling._likely import likelihood_of
 
 _Intervals = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]
 
@@ -129,20 +129,6 @@ def reconstruction_attack(
     seconds = round(time.monotonic() - start, 3)
     result = report(method, len(tables), columns, state, cross.truth, stages, seconds)
     return replace(result, putative=guess)
-
-
-def likelihood_of(protection: Protection) -> Callable[[int], Likelihood] | None:
-    """What the intruder knows of the mechanism as ``log p(j | i)``, for the best guess.
-
-    None for a mechanism without a ptable (record-level drop/add-up-to-q):
-    the best guess is then the L1-closest table.
-    """
-    mech = protection.mechanism
-    if mech is None:
-        return exact_likelihood
-    if protection.record_level or not (hasattr(mech, "rows") and hasattr(mech, "row_index")):
-        return None
-    return functools.partial(ptable_likelihood, mech)
 
 
 def _check_arguments(requests: Sequence[TableRequest], time_limit: float) -> None:

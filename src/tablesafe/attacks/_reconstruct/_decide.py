@@ -11,10 +11,10 @@ import time
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe.attacks._reconstruct._constraints import System, propagate
 from tablesafe.attacks._reconstruct._pins import pin_cells
 from tablesafe.attacks._reconstruct._result import Progress
 from tablesafe.attacks._reconstruct._search import Search, block_moves, integer_points, slices
+from tablesafe.rules._ceiling._constraints import System, propagate
 
 #: The stages, in the order they run (the keys of the cells each one decided).
 STAGES = (

@@ -43,67 +43,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe.attacks._reconstruct._closest import closest_table
-from tablesafe.attacks._reconstruct._constraints import System
-from tablesafe.attacks._reconstruct._cross import Cross, table_rows
-from tablesafe.attacks._reconstruct._likely import Likelihood, likeliest_table
 from tablesafe.attacks._reconstruct._ranked import ranked_precision
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.output._table import ProtectedTable
+from tablesafe.rules._ceiling._closest import closest_table
+from tablesafe.rules._ceiling._constraints import System, figures
+from tablesafe.rules._ceiling._cross import Cross
+from tablesafe.rules._ceiling._likely import Likelihood, likeliest_table
 
 #: Above this many full cells that can hold records the best guess is the L1-closest table.
 POSTERIOR_MAX_CELLS = 2_000
 
 _Intervals = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]
-
-
-def figures(
-    catalog: Catalog,
-    cross: Cross,
-    tables: Sequence[ProtectedTable],
-    intervals: Sequence[_Intervals],
-    system: System,
-) -> tuple[list[npt.NDArray[np.int64]], npt.NDArray[np.float64]]:
-    """Every published figure the attack reads: the model's variables it sums, and its value.
-
-    A figure published twice (a margin two tables share) counts twice: each
-    publication is a figure the guess should come close to.
-
-    Returns:
-        ``(members, values)``: per figure the variables (indices into
-        ``system.alive``) it sums, and the published value.
-    """
-    var_of = np.full(cross.truth.size, -1, dtype=np.int64)
-    var_of[system.alive] = np.arange(system.alive.size)
-    members: list[npt.NDArray[np.int64]] = []
-    values: list[float] = []
-    for table, (_lo, _hi, used) in zip(tables, intervals, strict=True):
-        assert table.counts is not None  # published_intervals refused tables without counts
-        shown = table.counts.reshape(-1).astype(np.float64)
-        hidden = (
-            table.suppressed.reshape(-1)
-            if table.suppressed is not None
-            else np.zeros(shown.size, dtype=bool)
-        )
-        sz = table.structural_zero.reshape(-1)
-        read = used.reshape(-1) & ~hidden
-        for _gs, flat in table_rows(catalog, cross, table):
-            ok = flat >= 0
-            ok[ok] = read[flat[ok]]
-            cells = flat[ok]
-            variables = var_of[ok]
-            order = np.argsort(cells, kind="stable")
-            cells, variables = cells[order], variables[order]
-            if cells.size == 0:
-                continue
-            starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
-            ends = np.r_[starts[1:], cells.size]
-            for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-                c = int(cells[s])
-                inside = variables[s:e]
-                members.append(np.sort(inside[inside >= 0]))
-                values.append(0.0 if sz[c] else float(shown[c]))
-    return members, np.asarray(values, dtype=np.float64)
 
 
 def independence_guess(cross: Cross) -> npt.NDArray[np.int64]:

@@ -14,10 +14,10 @@ import time
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe.attacks._reconstruct._constraints import System
 from tablesafe.attacks._reconstruct._moves import BlockMoves
 from tablesafe.attacks._reconstruct._result import Progress
 from tablesafe.attacks._reconstruct._solver import Model, repair
+from tablesafe.rules._ceiling._constraints import System
 
 
 class Search:

@@ -42,15 +42,13 @@ import numpy.typing as npt
 from tablesafe._errors import RiskCeilingExceeded
 from tablesafe._protection import Protection
 from tablesafe._request import TableRequest
-from tablesafe.attacks._reconstruct._audit import likelihood_of
-from tablesafe.attacks._reconstruct._closest import closest_table
-from tablesafe.attacks._reconstruct._constraints import System, constraint_system, propagate
-from tablesafe.attacks._reconstruct._cross import Cross, atoms_of, columns_of, table_rows
-from tablesafe.attacks._reconstruct._intervals import published_intervals
-from tablesafe.attacks._reconstruct._likely import Posterior
-from tablesafe.attacks._reconstruct._putative import figures
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.output._table import ProtectedTable
+from tablesafe.rules._ceiling._closest import closest_table
+from tablesafe.rules._ceiling._constraints import System, constraint_system, figures, propagate
+from tablesafe.rules._ceiling._cross import Cross, atoms_of, columns_of, table_rows
+from tablesafe.rules._ceiling._intervals import published_intervals
+from tablesafe.rules._ceiling._likely import Posterior, likelihood_of
 
 __all__ = [
     "MAX_CELLS",

@@ -31,14 +31,16 @@ than the one the tests score (docs/attacks.md, "The best guess").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe.attacks._reconstruct._closest import run_model
-from tablesafe.attacks._reconstruct._constraints import System
+from tablesafe._protection import Protection
+from tablesafe.rules._ceiling._closest import run_model
+from tablesafe.rules._ceiling._constraints import System
 
 __all__ = [
     "PRIOR_WEIGHT",
@@ -46,6 +48,7 @@ __all__ = [
     "Posterior",
     "exact_likelihood",
     "likeliest_table",
+    "likelihood_of",
     "ptable_likelihood",
 ]
 
@@ -368,3 +371,17 @@ class _Model:
             highspy.HighsVarType.kInteger if k else highspy.HighsVarType.kContinuous for k in kinds
         ]
         return lp
+
+
+def likelihood_of(protection: Protection) -> Callable[[int], Likelihood] | None:
+    """What the intruder knows of the mechanism as ``log p(j | i)``, for the best guess.
+
+    None for a mechanism without a ptable (record-level drop/add-up-to-q):
+    the best guess is then the L1-closest table.
+    """
+    mech = protection.mechanism
+    if mech is None:
+        return exact_likelihood
+    if protection.record_level or not (hasattr(mech, "rows") and hasattr(mech, "row_index")):
+        return None
+    return functools.partial(ptable_likelihood, mech)

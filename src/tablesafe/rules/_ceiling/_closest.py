@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe.attacks._highs import silent_highs
-from tablesafe.attacks._reconstruct._constraints import System
+from tablesafe.rules._ceiling._constraints import System
+from tablesafe.rules._ceiling._highs import silent_highs
 
 __all__ = ["closest_table", "run_model"]
 
