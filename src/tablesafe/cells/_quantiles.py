@@ -55,15 +55,17 @@ class RecordValues:
         x: Each record's value.
         weight: Each record's weight, or ``None`` (every weight 1).
         key: Each record's record key.
-        replicate_weights: Each record's replicate weights ``(R, records)``,
-            or ``None`` (listed only for the standard errors of quantiles).
+        replicate_fixed: Each record's replicate weights ``(R, records)`` in
+            fixed point (:func:`~tablesafe.cells._fixed.to_fixed`; SQL engines
+            convert them in the query), or ``None`` (listed only for the
+            standard errors of quantiles).
     """
 
     cell: npt.NDArray[np.int64]
     x: npt.NDArray[np.float64]
     weight: npt.NDArray[np.float64] | None
     key: npt.NDArray[np.int64]
-    replicate_weights: npt.NDArray[np.float64] | None = None
+    replicate_fixed: npt.NDArray[np.int64] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,8 +83,8 @@ class SortedCells:
         start: Per extended cell, where its run starts.
         count: Per extended cell, its number of records.
         record: Each position's record (its row of :class:`RecordValues`).
-        replicate_weights: The records' replicate weights ``(R, records)`` in
-            :class:`RecordValues`' order, or ``None``.
+        replicate_fixed: The records' fixed-point replicate weights ``(R, records)``
+            in :class:`RecordValues`' order, or ``None``.
     """
 
     shape: tuple[int, ...]
@@ -92,7 +94,7 @@ class SortedCells:
     start: npt.NDArray[np.int64]
     count: npt.NDArray[np.int64]
     record: npt.NDArray[np.int64] | None = None
-    replicate_weights: npt.NDArray[np.float64] | None = None
+    replicate_fixed: npt.NDArray[np.int64] | None = None
 
     def weight_before(self, i: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The cumulative fixed-point weight up to (not including) positions ``i``."""
@@ -147,7 +149,7 @@ def sort_cells(
         start=start,
         count=count,
         record=record,
-        replicate_weights=values.replicate_weights,
+        replicate_fixed=values.replicate_fixed,
     )
 
 
@@ -249,8 +251,6 @@ def shares_at_or_below(
         ``(R, cells)`` (NaN where a replicate's weight of the cell is not
         positive), or ``None`` without replicate weights.
     """
-    from tablesafe.cells._fixed import to_fixed
-
     live = position >= 0
     at = np.where(live, position, 0)
     end = cells.start + cells.count
@@ -265,12 +265,36 @@ def shares_at_or_below(
         return out
 
     main = share(cells.cum_weight)
-    if cells.replicate_weights is None or cells.record is None:
+    if cells.replicate_fixed is None or cells.record is None:
         return main, None
-    reps = np.stack(
-        [
-            share(np.cumsum(to_fixed(w)[cells.record], dtype=np.int64))
-            for w in cells.replicate_weights
-        ]
+    return main, _replicate_shares(cells, upto, live)
+
+
+def _replicate_shares(
+    cells: SortedCells, upto: npt.NDArray[np.int64], live: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.float64]:
+    """Step 2 of :func:`shares_at_or_below`: ``F_r`` of every cell, all replicates at once.
+
+    Two sparse products of the cells' records with the replicate weights in
+    fixed point: the weight at or below the quantile, and the cell's. The
+    fixed-point integers and their sums (below 2**52) are exact in doubles,
+    so any order of addition gives the same bits.
+    """
+    from scipy import sparse
+
+    assert cells.replicate_fixed is not None and cells.record is not None
+    size, n = cells.count.size, cells.replicate_fixed.shape[1]
+    # (records, R), C order: a sparse matrix times a dense one runs row by row of it.
+    fixed = np.ascontiguousarray(cells.replicate_fixed.T, dtype=np.float64)
+    cell = np.repeat(np.arange(size, dtype=np.int64), cells.count)
+    below = np.arange(cells.x.size, dtype=np.int64) < upto[cell]
+    ones = np.ones(cell.size)
+    member = sparse.csr_matrix((ones, (cell, cells.record)), shape=(size, n))
+    at_or_below = sparse.csr_matrix(
+        (ones[below], (cell[below], cells.record[below])), shape=(size, n)
     )
-    return main, reps
+    whole = np.asarray(member @ fixed).T  # (R, cells)
+    part = np.asarray(at_or_below @ fixed).T
+    out = np.full(whole.shape, np.nan)
+    np.divide(part, whole, out=out, where=live[None, :] & (whole > 0))
+    return out

@@ -443,7 +443,7 @@ def record_values(
     x: npt.NDArray[np.float64],
     weight: npt.NDArray[np.float64] | None,
     key: npt.NDArray[np.int64],
-    replicate_weights: npt.NDArray[np.float64] | None = None,
+    replicate_fixed: npt.NDArray[np.int64] | None = None,
 ) -> RecordValues:
     """:class:`RecordValues` of records given by their raw codes (an SQL engine's rows).
 
@@ -453,7 +453,8 @@ def record_values(
         x: Each record's value.
         weight: Each record's weight, or ``None``.
         key: Each record's record key.
-        replicate_weights: Each record's replicate weights ``(R, records)``, or ``None``.
+        replicate_fixed: Each record's replicate weights ``(R, records)`` in fixed
+            point (:func:`~tablesafe.cells._fixed.fixed_sql` in the query), or ``None``.
 
     Raises:
         DataError: for a raw code the catalog does not list.
@@ -467,9 +468,9 @@ def record_values(
         x=np.asarray(x, dtype=np.float64),
         weight=None if weight is None else np.asarray(weight, dtype=np.float64),
         key=np.asarray(key, dtype=np.int64),
-        replicate_weights=None
-        if replicate_weights is None
-        else np.asarray(replicate_weights, dtype=np.float64).reshape(-1, rows),
+        replicate_fixed=None
+        if replicate_fixed is None
+        else np.asarray(replicate_fixed, dtype=np.int64).reshape(-1, rows),
     )
 
 

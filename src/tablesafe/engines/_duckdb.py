@@ -466,7 +466,7 @@ class DuckDBEngine(Engine):
             _values(res["ts_x"], float),
             _values(res["ts_w"], float) if magnitude.weight is not None else None,
             _values(res["ts_key"], int),
-            np.stack([_values(res[f"ts_rw{i}"], float) for i in range(len(magnitude.replicates))])
+            np.stack([_values(res[f"ts_rw{i}"], int) for i in range(len(magnitude.replicates))])
             if magnitude.replicates
             else None,
         )

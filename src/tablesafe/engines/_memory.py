@@ -226,8 +226,8 @@ class MemoryEngine(Engine):
             x=sub[magnitude.column].to_numpy(dtype=np.float64),
             weight=None if weight is None else sub[weight].to_numpy(dtype=np.float64),
             key=sub[plan.record_key].to_numpy().astype(np.int64),
-            replicate_weights=np.stack(
-                [sub[c].to_numpy(dtype=np.float64) for c in magnitude.replicates]
+            replicate_fixed=np.stack(
+                [to_fixed(sub[c].to_numpy(dtype=np.float64)) for c in magnitude.replicates]
             )
             if magnitude.replicates
             else None,

@@ -374,7 +374,7 @@ class SparkEngine(Engine):
             np.array(cols[k + 1], dtype=np.float64),
             np.array(cols[k + 2], dtype=np.float64) if magnitude.weight is not None else None,
             np.array(cols[k], dtype=np.int64),
-            np.array(cols[first:width], dtype=np.float64) if magnitude.replicates else None,
+            np.array(cols[first:width], dtype=np.int64) if magnitude.replicates else None,
         )
 
     def select(

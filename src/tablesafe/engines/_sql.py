@@ -148,7 +148,7 @@ def values_sql(
 
     Columns: ``ts_d0 ..`` (each dimension's raw code), ``ts_key`` (the
     record key), ``ts_x`` (the value), where the magnitude plan has a
-    weight, ``ts_w``, and its replicate weights ``ts_rw0 ..``: the input of
+    weight, ``ts_w``, and its replicate weights in fixed point ``ts_rw0 ..``: the input of
     exact quantiles (:mod:`tablesafe.cells._quantiles`), sorted and added up
     in numpy, not here, so every engine gives the same bits.
     """
@@ -158,7 +158,9 @@ def values_sql(
     items += [f"CAST({q(plan.record_key)} AS BIGINT) AS ts_key", f"{x} AS ts_x"]
     if magnitude.weight is not None:
         items.append(f"CAST({q(magnitude.weight)} AS DOUBLE) AS ts_w")
-    items += [f"CAST({q(c)} AS DOUBLE) AS ts_rw{i}" for i, c in enumerate(magnitude.replicates)]
+    items += [
+        f"CAST({fixed_sql(q(c))} AS BIGINT) AS ts_rw{i}" for i, c in enumerate(magnitude.replicates)
+    ]
     params: SQLParams = {} if dialect.named else []
     where = universe_sql(plan, dialect, params)
     sql = f"SELECT {', '.join(items)} FROM {source}"
