@@ -205,6 +205,20 @@ def test_percentages_and_their_precision_in_words(data):
         "Row percentage, upper end of the 95% confidence interval"
     )
     assert table.title == "Weighted count and row percentage by A and B"
+    # The footnotes say what a percentage divides (tested above: the unrounded figures).
+    notes = table.footnotes()["statement"]
+    assert (
+        "Percentages divide this table's weighted counts, before they are rounded, by their "
+        "totals in this table and are rounded to a multiple of 0.01, so they may differ "
+        "slightly from the shares of the rounded figures."
+    ) in notes
+    counts = TableBuilder(data, Protection(destatis(3, 1.0))).build(
+        TableRequest(("A", "B"), statistic="count,percent:row")
+    )
+    assert (
+        "Percentages divide this table's counts by their totals in this table, rounded to a "
+        "multiple of 0.01."
+    ) in counts.footnotes()["statement"]
     import io
 
     import pandas as pd
