@@ -173,3 +173,20 @@ def test_footnotes_state_the_intervals(schools):
         sentence = table.metadata["quantiles"]["intervals"]
         assert sentence in notes and words in sentence and "Woodruff" in sentence
         assert f"at least {protection.se_threshold()}" in sentence
+
+
+def test_a_workbook_shows_quantiles_with_their_published_decimals(schools):
+    # XLSX: medians of a 1-5 scale at 2 significant figures (2.8) have 1 decimal, not the 2
+    # of the means' rounding.
+    import io
+
+    from openpyxl import load_workbook
+
+    mags = MagnitudeProtection(method=MagnitudeMethod.NONE, quantile_rounding="2sf")
+    table = TableBuilder(schools, Protection(None), magnitudes=mags).build(
+        TableRequest(("stype",), statistic="weighted,median:avg_ed")
+    )
+    book = load_workbook(io.BytesIO(table.to_xlsx_bytes()))
+    sheet = next(s for s in book.worksheets if "median" in s.title.lower())
+    cells = [c for row in sheet.iter_rows() for c in row[1:] if isinstance(c.value, float)]
+    assert cells and {c.number_format for c in cells} == {"#,##0.0"}

@@ -83,6 +83,17 @@ def _decimals(table: Published, statistic: str, values: np.ndarray) -> int:
     numbers = [v for v in values.reshape(-1).tolist() if isinstance(v, int | float)]
     if all(float(v).is_integer() for v in numbers if math.isfinite(v)):
         return 0
+    if (
+        read_quantile_column(
+            statistic.removesuffix("_se").removesuffix("_ci_low").removesuffix("_ci_high")
+        )
+        is not None
+    ):
+        # Quantiles keep significant figures: as many decimals as the published ones have.
+        from tablesafe.output._render import _decimals_of
+
+        places = max(_decimals_of(float(v)) for v in numbers if math.isfinite(v))
+        return min(max(places, 1), 3)
     mags = table.metadata.get("magnitudes")
     rounding = mags.get("rounding", {}) if isinstance(mags, Mapping) else {}
     step = str(rounding.get(statistic.partition("_")[0], "0.01"))
