@@ -50,7 +50,7 @@ path = "{demo_dir}"
 [datasets.protection]
 method = "dp"
 epsilon = 1.0
-cap = 5
+cap = 40
 seeds = "keyed"
 secret_file = "secret"
 
@@ -111,7 +111,7 @@ def test_every_table_answered_before_a_kill_9_is_in_the_ledger(demo_dir, tmp_pat
     assert server.process.returncode == -signal.SIGKILL
     assert len(answered) >= 4
     data = ts.Dataset.open(demo_dir)
-    prot = ts.Protection(dp_geometric(1.0, cap=5), seeds="keyed", secret=SECRET.encode())
+    prot = ts.Protection(dp_geometric(1.0, cap=40), seeds="keyed", secret=SECRET.encode())
     builder = ts.TableBuilder(data, prot)
     store = SQLiteState(tmp_path / "state.sqlite")
     try:

@@ -199,6 +199,7 @@ RANGES: dict[str, Range] = {
     "rules.sliver_max_candidates": _i(1, 1_000_000),
     "rules.privacy_budget_epsilon": _r(0, 1_000_000, low_open=True),
     "rules.privacy_budget_epsilon_per_key": _r(0, 1_000_000, low_open=True),
+    "rules.privacy_budget_delta": _r(0, 1, low_open=True, high_open=True),
     "rules.putative_uniques_ceiling": _r(0, 1, low_open=True),
     "rules.putative_max_cells": _i(1, 200_000),
     "rules.max_custom_groups": _i(0, 1000),

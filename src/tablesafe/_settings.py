@@ -559,6 +559,13 @@ class RuleSettings(BaseModel):
         description="The same budget per API key, over the figures that key was given "
         "(none: no budget).",
     )
+    privacy_budget_delta: float = Field(
+        1e-6,
+        **field_bounds("rules.privacy_budget_delta"),
+        description="The delta at which the privacy ledger states epsilon and the budgets cap "
+        "it: a record's figures are composed by privacy loss distributions (dp-accounting) "
+        "into the epsilon that holds at this delta.",
+    )
     putative_uniques_ceiling: float | None = Field(
         None,
         **field_bounds("rules.putative_uniques_ceiling"),

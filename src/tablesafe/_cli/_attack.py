@@ -10,7 +10,7 @@ import click
 
 from tablesafe._cli import PATH, app, number
 from tablesafe._cli._methods import METHODS, protection_options
-from tablesafe._protection_limits import ProtectionMethod
+from tablesafe._protection_limits import RANGES, ProtectionMethod
 from tablesafe._seeds import SeedScheme
 
 if TYPE_CHECKING:
@@ -313,7 +313,8 @@ def _guarded_site(data_dir: Path, config: Path | None, m: int | None, method: st
         "title": "attack",
         "audit_db": str(Path(tmp) / "audit.sqlite"),
         "cache_tables": 0,
-        "rate_limit_per_minute": 1_000_000_000,
+        # The most the setting allows: the attacker's tables are never rate limited.
+        "rate_limit_per_minute": int(RANGES["server.rate_limit_per_minute"].high),
     }
     datasets = [{**settings, "name": "attacked"}, {**settings, "name": "attacked_again"}]
     return load_site_config(data={**base, "server": server, "datasets": datasets})

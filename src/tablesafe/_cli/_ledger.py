@@ -41,26 +41,31 @@ def _budget(value: float | None) -> str:
     return "none" if value is None else f"{value:g}"
 
 
+def _eps(value: float | None) -> str:
+    """An epsilon of the report; ``None`` is one that is infinite (none holds at the delta)."""
+    return "infinite" if value is None else f"{value:.6g}"
+
+
 def _report(out: dict[str, Any]) -> None:
     """The report as text: the dataset's figures, the records' distribution, each key."""
-    bound = "" if out["exact"] else " (upper bound: the search stopped at its node limit)"
+    bound = "" if out["exact"] else " (upper bound: a search stopped, or records differ)"
     lines = [
         f"Privacy ledger of {out['dataset']}: {out['tables']} tables, {out['figures']} distinct "
         "figures",
-        f"  epsilon spent (largest loss of any possible record): {out['epsilon_spent']:.6g}{bound}",
-        f"  delta spent: {out['delta_spent']:.6g}; figures per record (most): "
-        f"{out['figures_per_record']}, of which without an epsilon: "
+        f"  epsilon spent (largest loss of any possible record): {_eps(out['epsilon_spent'])} at "
+        f"delta {out['delta']:g}{bound}",
+        f"  figures per record (most): {out['figures_per_record']}, of which without an epsilon: "
         f"{out['figures_without_epsilon_per_record']}",
-        f"  zCDP: rho {out['zcdp']['rho']:.6g}, i.e. epsilon {out['zcdp']['epsilon']:.6g} at delta "
-        f"{out['zcdp']['delta']:.3g}",
         f"  budget: {_budget(out['budget']['epsilon'])} (left: {_budget(out['epsilon_left'])}); "
         f"per key: {_budget(out['budget']['epsilon_per_key'])}",
         f"  records of the microdata ({out['records']['records']}), by epsilon spent:",
     ]
-    lines += [f"    {d['epsilon']:>10.6g}  {d['records']}" for d in out["records"]["distribution"]]
+    lines += [
+        f"    {_eps(d['epsilon']):>10}  {d['records']}" for d in out["records"]["distribution"]
+    ]
     lines.append("  per key: epsilon spent, tables, figures")
     lines += [
-        f"    {k['key_id']:<20} {k['epsilon_spent']:>10.6g} {k['tables']:>6} {k['figures']:>8}"
+        f"    {k['key_id']:<20} {_eps(k['epsilon_spent']):>10} {k['tables']:>6} {k['figures']:>8}"
         for k in out["keys"]
     ]
     if "note" in out:

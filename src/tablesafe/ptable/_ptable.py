@@ -588,6 +588,31 @@ class PTable:
             object.__setattr__(self, "_figures", fig)
         return fig
 
+    def privacy_profile(self, epsilons: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """``delta(epsilon)`` at each of ``epsilons``: the largest over every pair of neighbours.
+
+        The hockey-stick divergence of each pair ``(i, i + 1)`` in both orders
+        (the pairs :meth:`privacy` examines, which cover every pair of distinct
+        rows), at every epsilon at once: the privacy profile of the worst
+        neighbours, from which the ledger's accountant builds the mechanism's
+        privacy loss distribution (:mod:`tablesafe.rules._ledger_pld`).
+        """
+        factor = np.exp(np.asarray(epsilons, dtype=np.float64))[:, None]
+        best = np.zeros(factor.shape[0])
+        previous = self.distribution(0)
+        for i in range(self._examined_counts()):
+            after = self.distribution(i + 1)
+            support = sorted(set(previous) | set(after))
+            a = np.array([previous.get(j, 0.0) for j in support])
+            b = np.array([after.get(j, 0.0) for j in support])
+            pair = np.maximum(
+                np.maximum(a - factor * b, 0.0).sum(axis=1),
+                np.maximum(b - factor * a, 0.0).sum(axis=1),
+            )
+            best = np.maximum(best, pair)
+            previous = after
+        return best
+
     def share_changed(self) -> list[float]:
         """Per row (:meth:`row_labels`), the probability that a count changes (``v != 0``)."""
         return [float(p[v != 0].sum()) for v, p in list(self.rows) + list(self.residue_rows)]

@@ -10,16 +10,20 @@ by the table around it. The same records asked under another definition
 are another figure (docs/attacks.md, "Asking a cell under several
 definitions").
 
-**Loss of a record.** Basic composition: the sum of the epsilons (and of
-the deltas) of the distinct figures whose definition holds the record. The
-ledger also sums ``epsilon^2 / 2`` (zCDP's rho) and reports the
-(epsilon, delta) it converts to, which is tighter when a record is in many
-figures. A figure with no epsilon (weighted figures and their standard
-errors, sums under the cell-key method, drop/add-up-to-q of records) is
-counted but not composed. For mechanisms that are not DP (ckm, q, PRAM, a
-ptable file) the per-figure (epsilon, delta) are the ptable's figures for
-neighbouring counts (:meth:`tablesafe.ptable.PTable.privacy`): a bound on a
-mechanism that is not DP, said so wherever the ledger is shown.
+**Loss of a record.** The composition of the distinct figures whose
+definition holds it, by a real accountant: each figure's privacy loss
+distribution (from its mechanism's actual output distributions) composed
+over the record's figures, epsilon stated at the site's delta
+(``privacy_budget_delta``, :mod:`tablesafe.rules._ledger_pld`). Figures of
+one mechanism are alike to the accountant, so the loss is a function of how
+many figures of each mechanism the record is in. A figure with no epsilon
+(weighted figures and their standard errors, sums under the cell-key
+method, drop/add-up-to-q of records) is counted but not composed. For
+mechanisms that are not DP (ckm, q, PRAM, a ptable file) the distributions
+are still the ptable's, between neighbouring counts: the figures are those
+of a mechanism that is not DP, said so wherever the ledger is shown (their
+epsilon is infinite at a small delta when an outcome only one neighbour can
+give has a larger chance).
 
 **Which records.** The largest loss is taken over every record that could
 exist (every combination of codes), from the published definitions alone
@@ -42,7 +46,8 @@ import functools
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -53,10 +58,23 @@ from tablesafe._protection import CellwiseMechanism, Protection
 from tablesafe._protection_limits import Additivity
 from tablesafe._request import TabulationPlan
 from tablesafe.catalog._catalog import Catalog
+from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE
 from tablesafe.catalog._variables import Code
 from tablesafe.output._table import ProtectedTable
+from tablesafe.ptable._ptable import PTable
 from tablesafe.rules._guard import _code_key, definition_text
-from tablesafe.rules._ledger_loss import QUANTITIES, Family, Loss, make_family, max_loss
+from tablesafe.rules._ledger_loss import Family, Loss, make_family, max_loss
+from tablesafe.rules._ledger_pld import (
+    ACCOUNTANT,
+    DEFAULT_DELTA,
+    allowed,
+    approx_descriptor,
+    dlap_descriptor,
+    epsilon_at,
+    ptable_descriptor,
+    pure_descriptor,
+    within,
+)
 
 __all__ = [
     "BudgetExhausted",
@@ -86,6 +104,9 @@ class Kind:
         key: A digest of the protection that draws the noise (mechanism,
             parameters, seeds, a hash of the secret): another protection's
             figure of the same cell has other noise.
+        privacy: What one figure spends, as the accountant composes it
+            (:mod:`tablesafe.rules._ledger_pld`'s descriptor); empty where the
+            mechanism states no epsilon.
     """
 
     name: str
@@ -93,6 +114,13 @@ class Kind:
     delta: float | None
     dp: bool
     key: int
+    privacy: str = ""
+
+    def descriptor(self) -> str:
+        """:attr:`privacy`, or for a figure known only by (epsilon, delta) their PLD's."""
+        if self.privacy or self.epsilon is None:
+            return self.privacy
+        return approx_descriptor(self.epsilon, self.delta or 0.0)
 
     def weights(self) -> tuple[float, ...]:
         """Per figure, each of :data:`~tablesafe.rules._ledger_loss.QUANTITIES`."""
@@ -140,7 +168,7 @@ class TableFigures:
         """Everything but the digests as JSON: the state store's row."""
         return json.dumps(
             {
-                "kinds": [[k.name, k.epsilon, k.delta, k.dp, k.key] for k in self.kinds],
+                "kinds": [[k.name, k.epsilon, k.delta, k.dp, k.key, k.privacy] for k in self.kinds],
                 "box": [[c, list(v)] for c, v in self.box],
                 "dims": [[c, [list(m) for m in ms]] for c, ms in self.dims],
                 "groups": [
@@ -166,7 +194,11 @@ class TableFigures:
             flat = np.unpackbits(np.frombuffer(bytes.fromhex(bits), dtype=np.uint8))[:size]
             groups.append(FigureGroup(int(kind), tuple(dims), flat.astype(bool).reshape(shape)))
         return cls(
-            kinds=tuple(Kind(str(n), e, d, bool(p), int(k)) for n, e, d, p, k in doc["kinds"]),
+            # Rows written before the accountant have no descriptor: their (epsilon, delta)'s.
+            kinds=tuple(
+                Kind(str(n), e, d, bool(p), int(k), str(rest[0]) if rest else "")
+                for n, e, d, p, k, *rest in doc["kinds"]
+            ),
             box=tuple((str(c), tuple(v)) for c, v in doc["box"]),
             dims=tuple((str(c), tuple(tuple(m) for m in ms)) for c, ms in doc["dims"]),
             groups=tuple(groups),
@@ -197,12 +229,13 @@ def _kind(
     delta: float | None,
     dp: bool,
     secret: bytes | None,
+    privacy: str = "",
 ) -> Kind:
     secret_hash = "" if not secret else hashlib.blake2b(secret, digest_size=8).hexdigest()
     payload = json.dumps([name, protection, secret_hash], sort_keys=True, default=str)
     if epsilon is not None and not math.isfinite(epsilon):
-        epsilon, delta = None, None
-    return Kind(name, epsilon, delta, dp, _hash64(payload.encode()))
+        epsilon, delta, privacy = None, None, ""
+    return Kind(name, epsilon, delta, dp, _hash64(payload.encode()), privacy if epsilon else "")
 
 
 def _count_kind(protection: Protection, unit: str | None = None) -> Kind:
@@ -210,13 +243,25 @@ def _count_kind(protection: Protection, unit: str | None = None) -> Kind:
     mech = protection.effective_mechanism()
     eps = delta = None
     dp = False
+    descriptor = ""
     privacy = getattr(mech, "privacy", None)
     if isinstance(mech, CellwiseMechanism) and privacy is not None:
         fig = privacy()
         eps, delta = float(fig.epsilon), float(fig.delta)
         dp = isinstance(getattr(mech, "parameters", {}).get("epsilon"), int | float)
+        if isinstance(mech, PTable):
+            descriptor = _ptable_privacy(mech)
     name = "count" if unit is None else f"count:{unit}"
-    return _kind(name, protection.describe(), eps, delta, dp, protection.secret)
+    return _kind(name, protection.describe(), eps, delta, dp, protection.secret, descriptor)
+
+
+def _ptable_privacy(table: PTable) -> str:
+    """The accountant's descriptor of a ptable, computed once per ptable object."""
+    known: str | None = table.__dict__.get("_ledger_privacy")
+    if known is None:
+        known = ptable_descriptor(table)
+        object.__setattr__(table, "_ledger_privacy", known)
+    return known
 
 
 def _noisy_masks(
@@ -265,12 +310,21 @@ def _magnitude_masks(
     desc = magnitudes.describe() if magnitudes is not None else {"method": "none"}
     cells = table.computed if method == "none" else table.computed & ~table.structural_zero
     request = table.request
-    names = [f"sum:{catalog.magnitude(m.split(':', 1)[1]).name}" for m in request.magnitudes]
-    names += list(request.quantiles)
-    return [
-        (_kind(name, desc, eps, 0.0 if eps else None, eps is not None, protection.secret), cells)
-        for name in dict.fromkeys(names)
-    ]
+    names: dict[str, float | None] = {
+        f"sum:{(m := catalog.magnitude(item.split(':', 1)[1])).name}": m.bound
+        for item in request.magnitudes
+    }
+    names.update(dict.fromkeys(request.quantiles))
+    out = []
+    for name, bound in names.items():
+        privacy = ""
+        if eps is not None:
+            # A DP sum's discrete Laplace on its grid; a DP quantile's exponential mechanism.
+            units = math.ceil(bound * MAGNITUDE_SCALE) if bound is not None else 0
+            privacy = dlap_descriptor(eps, units) if units else pure_descriptor(eps)
+        kind = _kind(name, desc, eps, 0.0 if eps else None, eps is not None, protection.secret)
+        out.append((replace(kind, privacy=privacy), cells))
+    return out
 
 
 def table_figures(
@@ -365,16 +419,20 @@ def _order(code: Code) -> tuple[int, int, str]:
 
 # -- the account --------------------------------------------------------------------------
 
-#: The delta zCDP's conversion to (epsilon, delta) adds (Bun & Steinke 2016, Prop. 1.3).
-ZCDP_DELTA = 1e-6
-
 
 @dataclass(frozen=True)
 class Budgets:
-    """A dataset's privacy budgets (``[datasets.rules]``): epsilon, for all keys and per key."""
+    """A dataset's privacy budgets (``[datasets.rules]``): epsilon, for all keys and per key.
+
+    Attributes:
+        epsilon: The dataset's budget on epsilon, or ``None``.
+        epsilon_per_key: Each API key's, or ``None``.
+        delta: The delta at which epsilon is measured (``privacy_budget_delta``).
+    """
 
     epsilon: float | None = None
     epsilon_per_key: float | None = None
+    delta: float = DEFAULT_DELTA
 
 
 class _Digests:
@@ -409,15 +467,34 @@ class _Digests:
             self.chunks[-1] = np.sort(np.concatenate([self.chunks[-1], last]), kind="stable")
 
 
+@dataclass(frozen=True)
+class Worst:
+    """The figures of each mechanism the most loaded possible record is in.
+
+    Attributes:
+        counts: Per descriptor (:mod:`tablesafe.rules._ledger_pld`), how many.
+        exact: Whether one record is in all these counts at once, and every
+            search finished (else each count is the most of some record: the
+            epsilon they compose to is an upper bound).
+    """
+
+    counts: dict[str, int]
+    exact: bool
+
+    def epsilon(self, delta: float) -> float:
+        """The epsilon these figures compose to at ``delta``."""
+        return epsilon_at(self.counts, delta)
+
+
 @dataclass
 class Account:
     """What one microdata identity (or one API key on it) has been given.
 
     Attributes:
         families: The figures, as families (:mod:`tablesafe.rules._ledger_loss`).
-        bound: An upper bound on the largest epsilon of any possible record
-            (each table adds the most it can give one record); it only
-            decides when the exact search is needed.
+        bound: Per descriptor, an upper bound on the figures of that mechanism
+            any possible record is in (each table adds the most it can give
+            one record); it only decides when the exact search is needed.
         tables: Tables that brought new figures.
         figures: Distinct figures.
         kinds: Distinct figures per kind (name, epsilon, delta, dp).
@@ -425,7 +502,7 @@ class Account:
 
     families: list[Family] = field(default_factory=list)
     seen: _Digests = field(default_factory=_Digests)
-    bound: float = 0.0
+    bound: dict[str, float] = field(default_factory=dict)
     tables: int = 0
     figures: int = 0
     kinds: dict[tuple[str, float | None, float | None, bool], int] = field(default_factory=dict)
@@ -450,12 +527,14 @@ class Account:
         for g, end in zip(figures.groups, ends, strict=True):
             counts = np.zeros(g.mask.shape, dtype=np.int64)
             counts[g.mask] = fresh[end - int(g.mask.sum()) : end]
+            kind = figures.kinds[g.kind]
             fam = make_family(
-                figures.kinds[g.kind].weights(),
+                kind.weights(),
                 box,
                 [figures.dims[i] for i in g.dims],
                 counts,
                 new=new,
+                privacy=kind.descriptor(),
             )
             if fam is not None:
                 out.append(fam)
@@ -467,7 +546,8 @@ class Account:
             return
         fams = self.families_for(figures, fresh, new=False)
         self.families.extend(fams)
-        self.bound += sum(f.top(0) for f in fams)
+        for d, n in _tops(fams).items():
+            self.bound[d] = self.bound.get(d, 0.0) + n
         self.seen.add(figures.digests[fresh])
         self.tables += 1
         self.figures += int(fresh.sum())
@@ -481,10 +561,54 @@ class Account:
 
     def largest(self, q: int = 0) -> Loss:
         """The largest quantity ``q`` (:data:`QUANTITIES`) of any possible record."""
-        loss = max_loss(self.families, q)
-        if q == 0 and loss.exact:
-            self.bound = loss.value
-        return loss
+        return max_loss(self.families, q)
+
+    def worst(self) -> Worst:
+        """The figures of each mechanism of the most loaded possible record."""
+        worst = worst_counts(self.families)
+        if worst.exact:
+            self.bound = {d: float(n) for d, n in worst.counts.items()}
+        return worst
+
+
+def _tops(families: list[Family]) -> dict[str, float]:
+    """Per descriptor, the most figures one record can take from ``families`` (a bound)."""
+    out: dict[str, float] = {}
+    for f in families:
+        if f.privacy:
+            out[f.privacy] = out.get(f.privacy, 0.0) + f.top_count()
+    return out
+
+
+def _of(descriptor: str) -> Callable[[Family], float]:
+    """A weight counting the figures of one descriptor."""
+    return lambda f: float(f.privacy == descriptor)
+
+
+def worst_counts(families: list[Family], *, touched_only: bool = False) -> Worst:
+    """Per descriptor, the most figures of it any possible record is in.
+
+    One search per mechanism; with several, one more (every figure weighing
+    1) tells whether one record is in all those counts at once, else the
+    counts are each some record's most and compose to an upper bound.
+
+    Args:
+        families: The figures.
+        touched_only: Only records a ``new`` family holds (a table being checked).
+    """
+    descriptors = sorted({f.privacy for f in families if f.privacy})
+    counts: dict[str, int] = {}
+    exact = True
+    for d in descriptors:
+        loss = max_loss(families, weight=_of(d), touched_only=touched_only)
+        counts[d] = round(loss.value)
+        exact = exact and loss.exact
+    if len(descriptors) > 1 and exact:
+        together = max_loss(
+            families, weight=lambda f: float(bool(f.privacy)), touched_only=touched_only
+        )
+        exact = together.exact and round(together.value) == sum(counts.values())
+    return Worst({d: n for d, n in counts.items() if n}, exact)
 
 
 @dataclass
@@ -534,62 +658,100 @@ class LedgerIndex:
         if not fresh_key.any():
             return False
         if budgets.epsilon is not None:
-            _gate(self.dataset, figures, self.dataset.fresh(figures), budgets.epsilon, None)
+            _gate(self.dataset, figures, self.dataset.fresh(figures), budgets, None)
         if budgets.epsilon_per_key is not None:
-            _gate(self.key(key_id), figures, fresh_key, budgets.epsilon_per_key, key_id)
+            _gate(self.key(key_id), figures, fresh_key, budgets, key_id)
         return True
 
 
-def _within(loss: float, budget: float) -> bool:
-    return loss <= budget * (1 + 1e-9) + 1e-12
+def warm(protection: Protection, magnitudes: Any, catalog: Catalog, budgets: Budgets) -> list[str]:
+    """Prepare what a site's budgets need of the accountant, before its first table.
+
+    Imports ``dp-accounting`` and finds, per budget, the most figures of each
+    of the site's mechanisms a record may be in, so that no table's
+    transaction waits for either. Returns the descriptors prepared.
+    """
+    limits = [b for b in (budgets.epsilon, budgets.epsilon_per_key) if b is not None]
+    if not limits:
+        return []
+    out = [_count_kind(protection).descriptor()]
+    if str(getattr(magnitudes, "method", "none")) == "dp":
+        eps = float(magnitudes.epsilon)
+        out += [
+            dlap_descriptor(eps, math.ceil(m.bound * MAGNITUDE_SCALE))
+            for m in catalog.magnitudes.values()
+        ]
+        out.append(pure_descriptor(eps))
+    out = [d for d in dict.fromkeys(out) if d]
+    for d in out:
+        for budget in limits:
+            allowed(d, float(budget), budgets.delta)
+    return out
 
 
 def _gate(
     account: Account,
     figures: TableFigures,
     fresh: npt.NDArray[np.bool_],
-    budget: float,
+    budgets: Budgets,
     key_id: str | None,
 ) -> None:
-    """Refuse the table if its fresh figures take any possible record past ``budget``."""
+    """Refuse the table if its fresh figures take any possible record past the budget."""
+    budget = budgets.epsilon if key_id is None else budgets.epsilon_per_key
+    assert budget is not None
     new = account.families_for(figures, fresh, new=True)
-    adds = sum(f.top(0) for f in new)
-    if adds == 0 or _within(account.bound + adds, budget):
+    adds = _tops(new)
+    if not adds:
+        return  # nothing the accountant composes
+    bound = {d: account.bound.get(d, 0.0) + n for d, n in adds.items()}
+    bound.update({d: n for d, n in account.bound.items() if d not in bound})
+    if within({d: math.floor(n + 1e-9) for d, n in bound.items()}, budget, budgets.delta):
         return  # cheap: even the most loaded record stays within
-    reach = max_loss(account.families + new, 0, touched_only=True)
-    if _within(reach.value, budget):
+    reach = worst_counts(account.families + new, touched_only=True)
+    if within(reach.counts, budget, budgets.delta):
         return
-    spent = account.largest(0)
-    raise BudgetExhausted(_refusal(reach, spent, budget, key_id))
+    spent = account.worst()
+    raise BudgetExhausted(_refusal(reach, spent, budget, budgets.delta, key_id))
 
 
-def _refusal(reach: Loss, spent: Loss, budget: float, key_id: str | None) -> str:
+def _refusal(reach: Worst, spent: Worst, budget: float, delta: float, key_id: str | None) -> str:
     whose = "the dataset's privacy budget" if key_id is None else "this API key's privacy budget"
     given = "already published" if key_id is None else "this key was already given"
     up_to = "" if reach.exact else "up to "
     at_most = "" if spent.exact else "at most "
-    left = max(budget - spent.value, 0.0)
+    reached, used = reach.epsilon(delta), spent.epsilon(delta)
+    left = max(budget - used, 0.0)
+    why = (
+        " (infinite: the figures' chance of an outcome only one of two neighbouring counts can "
+        "give is above delta)"
+        if math.isinf(reached)
+        else ""
+    )
     return (
         f"this table is refused: its new figures would raise the privacy loss of some records "
-        f"to {up_to}epsilon {reach.value:.4g}, above {whose} of epsilon {budget:g} (each "
-        f"distinct figure counted once; {at_most}{spent.value:.4g} spent, "
+        f"to {up_to}epsilon {reached:.4g} at delta {delta:g}{why}, above {whose} of epsilon "
+        f"{budget:g} (each distinct figure counted once; {at_most}{used:.4g} spent, "
         f"{'at least ' if not spent.exact else ''}{left:.4g} left). Tables {given} are still "
         "answered at no cost; a table of other records, or of fewer new figures, may fit"
     )
 
 
-def summary(account: Account) -> dict[str, Any]:
-    """The account's figures over every possible record: what ``audit ledger`` prints."""
-    losses = {name: account.largest(q) for q, name in enumerate(QUANTITIES)}
-    rho, delta = losses["rho"].value, losses["delta"].value
-    zcdp_eps = rho + 2 * math.sqrt(rho * math.log(1 / ZCDP_DELTA)) if rho > 0 else 0.0
+def summary(account: Account, delta: float = DEFAULT_DELTA) -> dict[str, Any]:
+    """The account's figures over every possible record: what ``audit ledger`` prints.
+
+    ``epsilon_spent`` is the epsilon at ``delta`` of the most loaded possible
+    record, composed by the accountant (:data:`ACCOUNTANT`); ``delta`` is the
+    delta it holds at (a probability, whatever the number of figures).
+    """
+    worst = account.worst()
+    figures, uncovered = account.largest(3), account.largest(4)
     return {
-        "epsilon_spent": losses["epsilon"].value,
-        "delta_spent": delta,
-        "figures_per_record": round(losses["figures"].value),
-        "figures_without_epsilon_per_record": round(losses["uncovered"].value),
-        "zcdp": {"rho": rho, "epsilon": zcdp_eps, "delta": delta + ZCDP_DELTA if rho else 0.0},
-        "exact": all(v.exact for v in losses.values()),
+        "epsilon_spent": worst.epsilon(delta),
+        "delta": delta,
+        "accountant": ACCOUNTANT,
+        "figures_per_record": round(figures.value),
+        "figures_without_epsilon_per_record": round(uncovered.value),
+        "exact": worst.exact and figures.exact and uncovered.exact,
         "tables": account.tables,
         "figures": account.figures,
         "kinds": [

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,6 +71,10 @@ class Family:
             positions) that hold it.
         counts: Figures per cell of the axes' grid (a 0-d array without axes).
         new: Whether the figures belong to the table being checked.
+        overlap: The most categories of its axes one code is in (their product).
+        privacy: What one figure spends, as the accountant composes it
+            (:mod:`tablesafe.rules._ledger_pld`'s descriptor); empty for a
+            figure without a privacy figure.
     """
 
     weights: tuple[float, ...]
@@ -80,10 +84,15 @@ class Family:
     counts: npt.NDArray[np.int64]
     new: bool = False
     overlap: int = field(default=1)
+    privacy: str = ""
 
     def top(self, q: int) -> float:
         """The most quantity ``q`` one record can take from this family."""
-        return self.weights[q] * float(self.counts.max()) * self.overlap
+        return self.weights[q] * self.top_count()
+
+    def top_count(self) -> float:
+        """The most figures of this family one record can be in."""
+        return float(self.counts.max()) * self.overlap
 
 
 @functools.lru_cache(maxsize=4096)
@@ -108,6 +117,7 @@ def make_family(
     counts: npt.NDArray[np.int64],
     *,
     new: bool = False,
+    privacy: str = "",
 ) -> Family | None:
     """A family, its constant axes dropped; ``None`` when it holds no figure.
 
@@ -119,6 +129,7 @@ def make_family(
         dims: Per axis, its column and each category's codes (within ``box``).
         counts: Figures per cell of the dimensions' grid.
         new: Whether the figures belong to the table being checked.
+        privacy: What one figure spends (the accountant's descriptor).
     """
     counts = np.asarray(counts, dtype=np.int64)
     if not counts.any():
@@ -140,7 +151,7 @@ def make_family(
         keep.append(a)
     dropped = tuple(a for a in range(counts.ndim) if a not in keep)
     reduced = counts[tuple(0 if a in dropped else slice(None) for a in range(counts.ndim))]
-    return Family(weights, dict(box), tuple(axes), tuple(slots), reduced, new, overlap)
+    return Family(weights, dict(box), tuple(axes), tuple(slots), reduced, new, overlap, privacy)
 
 
 @dataclass(frozen=True)
@@ -209,6 +220,7 @@ def max_loss(
     families: Sequence[Family],
     q: int = 0,
     *,
+    weight: Callable[[Family], float] | None = None,
     touched_only: bool = False,
     node_limit: int | None = None,
 ) -> Loss:
@@ -217,6 +229,8 @@ def max_loss(
     Args:
         families: The figures published (and those of a table being checked).
         q: Which of :data:`QUANTITIES` (0: epsilon).
+        weight: Instead of ``q``, what one figure of a family weighs (the
+            ledger counts the figures of one privacy descriptor with it).
         touched_only: Only records that take something from a ``new`` family
             (the records a table being checked would spend on).
         node_limit: Nodes to visit before settling for an upper bound
@@ -225,14 +239,15 @@ def max_loss(
     Returns:
         The largest loss (0 when no record takes anything), exact or an upper bound.
     """
-    kept = [f for f in families if f.weights[q] > 0]
+    weigh = weight if weight is not None else (lambda f: f.weights[q])
+    kept = [(w, f) for f in families if (w := weigh(f)) > 0]
     if touched_only:
         # Only records a new family holds count: a family sharing none of them adds nothing.
-        new = [f for f in kept if f.new]
-        kept = [f for f in kept if f.new or any(_meets(f, g) for g in new)]
+        new = [f for _, f in kept if f.new]
+        kept = [(w, f) for w, f in kept if f.new or any(_meets(f, g) for g in new)]
     fams = [
-        _Fam(f.weights[q], f.box, f.axes, f.slots, f.counts, f.new, f.overlap, f.top(q))
-        for f in kept
+        _Fam(w, f.box, f.axes, f.slots, f.counts, f.new, f.overlap, w * f.top_count())
+        for w, f in kept
     ]
     state = _Search(q, touched_only, NODE_LIMIT if node_limit is None else node_limit)
     _descend(state, fams, 0.0, False)

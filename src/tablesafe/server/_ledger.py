@@ -14,6 +14,7 @@ command line only).
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -28,24 +29,24 @@ from tablesafe.engines._base import Engine
 from tablesafe.rules._guard import dataset_identity
 from tablesafe.rules._ledger import LedgerIndex, summary
 from tablesafe.rules._ledger_loss import Family
+from tablesafe.rules._ledger_pld import ACCOUNTANT, DEFAULT_DELTA, epsilon_at
 from tablesafe.state import StateStore
 
 __all__ = ["ACCOUNTING", "NOT_DP", "ledger_report", "records_distribution"]
 
 #: How the loss of a record is composed (in every report).
 ACCOUNTING = (
-    "basic composition: a record's privacy loss is the sum of the epsilons (and of the deltas) "
-    "of the distinct noisy figures whose definition holds it; a figure published again spends "
-    "nothing; epsilon_spent is the largest loss of any possible record (every combination of "
-    "codes), which is what the budgets cap; zcdp converts the sum of epsilon^2/2 (rho) to "
-    "(epsilon, delta)"
+    "a record's privacy loss composes the distinct noisy figures whose definition holds it, by "
+    f"{ACCOUNTANT}; a figure published again spends nothing; epsilon_spent is the largest loss "
+    "of any possible record (every combination of codes), which is what the budgets cap"
 )
 
 #: Said wherever a figure's (epsilon, delta) is not a DP mechanism's design.
 NOT_DP = (
-    "the protection is not differentially private: its epsilon and delta per figure are the "
-    "ptable's figures for neighbouring counts, so these totals are a bound on a mechanism that "
-    "is not DP"
+    "the protection is not differentially private: its figures' privacy loss distributions are "
+    "the ptable's between neighbouring counts, so these totals describe a mechanism that is not "
+    "DP (and are infinite wherever an outcome only one neighbour can give has a chance above "
+    "delta)"
 )
 
 #: Most cells of the tabulation behind the records' distribution.
@@ -91,33 +92,49 @@ def ledger_report(
         ledger.last_id = row_id
     rules = ds.rules
     out: dict[str, Any] = {"dataset": dataset, "accounting": ACCOUNTING}
+    delta = rules.privacy_budget_delta
     out["budget"] = {
         "epsilon": rules.privacy_budget_epsilon,
         "epsilon_per_key": rules.privacy_budget_epsilon_per_key,
+        "delta": delta,
     }
-    out.update(summary(ledger.dataset))
+    out.update(summary(ledger.dataset, delta))
     budget = rules.privacy_budget_epsilon
     out["epsilon_left"] = None if budget is None else max(budget - out["epsilon_spent"], 0.0)
-    out["records"] = records_distribution(engine, data, ledger.dataset.families)
+    out["records"] = records_distribution(engine, data, ledger.dataset.families, delta)
     out["keys"] = [
-        _key(key_id, ledger, rules.privacy_budget_epsilon_per_key) for key_id in ledger.key_ids()
+        _key(key_id, ledger, rules.privacy_budget_epsilon_per_key, delta)
+        for key_id in ledger.key_ids()
     ]
     if any(not k["dp"] and k["epsilon"] is not None for k in out["kinds"]):
         out["note"] = NOT_DP
-    return out
+    safe: dict[str, Any] = _json_safe(out)
+    return safe
 
 
-def _key(key_id: str, ledger: LedgerIndex, budget: float | None) -> dict[str, Any]:
+def _json_safe(value: Any) -> Any:
+    """The report with an infinite epsilon as ``None`` (JSON has no infinity): no epsilon holds."""
+    if isinstance(value, float) and math.isinf(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _key(key_id: str, ledger: LedgerIndex, budget: float | None, delta: float) -> dict[str, Any]:
     account = ledger.key(key_id)
-    eps, figures = account.largest(0), account.largest(3)
+    worst, figures = account.worst(), account.largest(3)
+    eps = worst.epsilon(delta)
     return {
         "key_id": key_id,
-        "epsilon_spent": eps.value,
-        "epsilon_left": None if budget is None else max(budget - eps.value, 0.0),
+        "epsilon_spent": eps,
+        "epsilon_left": None if budget is None else max(budget - eps, 0.0),
         "figures_per_record": round(figures.value),
         "tables": account.tables,
         "figures": account.figures,
-        "exact": eps.exact and figures.exact,
+        "exact": worst.exact and figures.exact,
     }
 
 
@@ -136,8 +153,13 @@ def _atoms(families: list[Family], column: str, codes: tuple[Code, ...]) -> list
     return [tuple(v) for v in groups.values()]
 
 
-def records_distribution(engine: Engine, data: Dataset, families: list[Family]) -> dict[str, Any]:
+def records_distribution(
+    engine: Engine, data: Dataset, families: list[Family], delta: float = DEFAULT_DELTA
+) -> dict[str, Any]:
     """How the epsilon spent is spread over the microdata's records (the owner's figures).
+
+    Each record's figures of each mechanism, composed at ``delta`` as the
+    ledger composes them.
 
     Returns:
         ``records`` (how many), ``epsilon_max`` (the largest loss of a record
@@ -170,9 +192,17 @@ def records_distribution(engine: Engine, data: Dataset, families: list[Family]) 
     n = engine.tabulate(data, plan).n[tuple(slice(0, d.size) for d in dims)]
     where = np.nonzero(n)
     weight = n[where]
-    loss = np.zeros(weight.size)
+    descriptors = sorted({f.privacy for f in families if f.privacy})
+    counts = np.zeros((len(descriptors), weight.size))
     for f in families:
-        loss += _values(f, used, atoms, where)
+        if f.privacy:
+            counts[descriptors.index(f.privacy)] += _values(f, used, atoms, where)
+    # Each distinct combination of counts composed once.
+    combos, which = np.unique(np.rint(counts).astype(np.int64).T, axis=0, return_inverse=True)
+    per = np.array(
+        [epsilon_at(dict(zip(descriptors, map(int, c), strict=True)), delta) for c in combos]
+    )
+    loss = per[which.reshape(-1)] if weight.size else np.zeros(0)
     values, inverse = np.unique(np.round(loss, 9), return_inverse=True)
     records = np.bincount(inverse.reshape(-1), weights=weight).astype(np.int64)
     return {
@@ -190,7 +220,7 @@ def _values(
     atoms: dict[str, list[tuple[Code, ...]]],
     where: tuple[npt.NDArray[np.intp], ...],
 ) -> npt.NDArray[np.float64]:
-    """The epsilon family ``f`` gives each combination of classes at ``where``."""
+    """The figures family ``f`` gives each combination of classes at ``where``."""
     ok = np.ones(where[0].size, dtype=bool)
     for c, allowed in f.box.items():
         inside = np.array([a[0] in allowed for a in atoms[c]])
@@ -208,4 +238,4 @@ def _values(
             has &= slot >= 0
             idx.append(np.maximum(slot, 0))
         total += np.where(has, f.counts[tuple(idx)] if idx else f.counts, 0)
-    return total * f.weights[0]
+    return total

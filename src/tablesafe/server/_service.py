@@ -23,7 +23,7 @@ from tablesafe._errors import ConfigError, RefusedError, TablesafeError, UserErr
 from tablesafe._protection import Protection
 from tablesafe._protection import protection_from_settings as core_protection
 from tablesafe._request import TableRequest, TabulationPlan
-from tablesafe._settings import DatasetSettings, EngineKind, SiteConfig
+from tablesafe._settings import DatasetSettings, EngineKind, RuleSettings, SiteConfig
 from tablesafe.catalog._catalog import Code
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.cells._aggregates import CellAggregates
@@ -39,7 +39,7 @@ from tablesafe.rules._guard import (
     record_sets,
     zero_boxes,
 )
-from tablesafe.rules._ledger import Budgets, TableFigures, table_figures
+from tablesafe.rules._ledger import Budgets, TableFigures, table_figures, warm
 from tablesafe.rules._rules import check_universe_size, table_universe_size
 from tablesafe.server._auth import Principal
 from tablesafe.server._bodies import TableBody
@@ -54,6 +54,15 @@ class NotFound(UserError):
     """No such dataset, job, path or static file (HTTP 404, error type ``NotFound``)."""
 
     status_code = 404
+
+
+def _budgets(rules: RuleSettings) -> Budgets:
+    """The privacy budgets a dataset's rules set."""
+    return Budgets(
+        rules.privacy_budget_epsilon,
+        rules.privacy_budget_epsilon_per_key,
+        rules.privacy_budget_delta,
+    )
 
 
 def site_protection(dataset: DatasetSettings, site: SiteConfig) -> Protection:
@@ -170,6 +179,9 @@ class TableService:
             self._served[ds.name] = _Served(
                 ds, dataset, builder, ds.title or dataset.catalog.title or ds.name
             )
+            # The accountant's distributions and each budget's count, before any table's
+            # transaction needs them (the first use imports dp-accounting: seconds).
+            warm(protection, builder.magnitude_protection, dataset.catalog, _budgets(ds.rules))
 
     def close(self) -> None:
         """Close the engines' connections and the state store."""
@@ -437,7 +449,7 @@ class TableService:
         """
         identity = self.identity(s.settings.name)
         rules = s.settings.rules
-        budgets = Budgets(rules.privacy_budget_epsilon, rules.privacy_budget_epsilon_per_key)
+        budgets = _budgets(rules)
         with self.guard.transaction(identity) as tx:
             if tx.ledger.check(who.id, figures, budgets):
                 tx.spend(who.id, figures, s.settings.name)

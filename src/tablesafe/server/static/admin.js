@@ -76,10 +76,11 @@
     box.replaceChildren();
     const figures = el("dl", undefined, { class: "legend", id: "ledger-figures" });
     for (const [field, label, value] of [
-      ["epsilon_spent", "Epsilon spent (largest loss of any record)", num(report.epsilon_spent)],
+      // null: no epsilon holds at the ledger's delta (a protection that is not DP).
+      ["epsilon_spent", "Epsilon spent (largest loss of any record)", report.epsilon_spent === null ? "infinite" : num(report.epsilon_spent)],
       ["budget", "Budget", budgetWords(report.budget)],
       ["epsilon_left", "Epsilon left", report.epsilon_left === null ? "no budget set" : num(report.epsilon_left)],
-      ["delta_spent", "Delta spent", num(report.delta_spent)],
+      ["delta", "Delta (epsilon holds at this delta)", num(report.delta)],
       ["tables", "Tables that spent something", String(report.tables)],
       ["figures", "Distinct figures published", String(report.figures)],
       ["figures_per_record", "Most figures holding one record", String(report.figures_per_record)],
@@ -94,7 +95,7 @@
       box.appendChild(note);
     }
     box.appendChild(el("p", `How it is counted: ${report.accounting}.`, { class: "footnote" }));
-    const rows = report.keys.map((k) => [k.key_id, num(k.epsilon_spent),
+    const rows = report.keys.map((k) => [k.key_id, k.epsilon_spent === null ? "infinite" : num(k.epsilon_spent),
       k.epsilon_left === null ? "no budget set" : num(k.epsilon_left),
       String(k.figures_per_record), String(k.tables), String(k.figures)]);
     const table = textTable("Privacy loss per key",
