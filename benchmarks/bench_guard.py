@@ -49,9 +49,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 import tablesafe.rules._guard as guard
 import tablesafe.rules._guard_families as families
+
 import tablesafe.rules._ledger as ledger
 import tablesafe.server._service as service_module
 import tablesafe.state._store as store

@@ -209,7 +209,6 @@ def _report_state(args: argparse.Namespace, times: dict[str, list[float]]) -> No
 
 def _bench_set(seed: int):
     import numpy as np
-
     from tablesafe.rules._guard import BUCKETS, RecordSet, fingerprint
 
     rng = np.random.default_rng(seed)

@@ -23,7 +23,7 @@ def _service(demo_dir, tmp_path, limit: int) -> TableService:
 def _watch(service: TableService, inside) -> dict[str, int]:
     """Count the builds under way (``inside`` runs in each); the most seen at once."""
     served = service.served("demo")
-    run = served.builder.run
+    run = served.builder.prepare
     seen = {"now": 0, "most": 0}
     lock = threading.Lock()
 
@@ -38,7 +38,7 @@ def _watch(service: TableService, inside) -> dict[str, int]:
             with lock:
                 seen["now"] -= 1
 
-    served.builder.run = watched  # type: ignore[method-assign]
+    served.builder.prepare = watched  # type: ignore[method-assign]
     return seen
 
 

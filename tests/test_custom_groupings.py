@@ -160,25 +160,30 @@ def test_limits_are_the_sites_rules(demo_dir, tmp_path):
         assert "does not allow custom groupings" in r.json()["error"]["message"]
 
 
-def test_a_group_a_few_records_away_from_an_answered_one_is_a_sliver(demo_dir, tmp_path):
-    """Groups 0-29 then 0-30 in one region differ by the region's 30-year-olds."""
+def test_a_group_a_few_records_away_from_an_answered_one_is_measured_once(demo_dir, tmp_path):
+    """Groups 0-29 then 0-30 in one region differ by the region's 30-year-olds: the
+    second group is one difference of inner cells (one noisy measurement, left to the
+    mechanism, as the cell itself would be); measuring them again is withheld."""
     frame = pd.read_parquet(demo_dir / "microdata.parquet", columns=["AGE", "REGION"])
     few = int(((frame["AGE"] == 30) & (frame["REGION"] == 1)).sum())
-    assert 0 < few < 100
+    assert 7 <= few < 100
     body = {"dimensions": ["AGEB"], "universe": {"REGION": [1]}, "groupings": [grouping(29)]}
     moved = {**body, "groupings": [grouping(30)]}
-    # The guard refuses a difference of 1 .. m-1 records: m = few + 1 refuses it ...
-    rules = {"sliver_min_difference": few + 1, "sliver_scope": "key"}
+    again = {"dimensions": ["SEX"], "universe": {"REGION": [1], "AGE": [30]}}
+    # A block of fewer than m records, by its protected count: m = few + 1 withholds it ...
+    rules = {"sliver_min_difference": few + 1, "sliver_scope": "key", "min_universe_size": 0}
     with make_client(demo_dir, tmp_path / "a", rules) as c:
         assert post(c, body).status_code == 200
-        r = post(c, moved)
-        assert r.status_code == 403, r.text
-        assert "differs by fewer than" in r.json()["error"]["message"]
-        assert post(c, moved, "bob").status_code == 200  # sliver_scope "key": per key
-    # ... and m = few lets it through (the difference is exactly m records).
-    with make_client(demo_dir, tmp_path / "b", {"sliver_min_difference": few}) as c:
-        assert post(c, body).status_code == 200
         assert post(c, moved).status_code == 200
+        r = post(c, again)
+        assert r.status_code == 403, r.text
+        assert "fewer than" in r.json()["error"]["message"]
+        assert post(c, again, "bob").status_code == 200  # sliver_scope "key": per key
+    # ... and m = few - 6 does not: its protected count is beyond any of fewer than m.
+    rules = {"sliver_min_difference": few - 6, "min_universe_size": 0}
+    with make_client(demo_dir, tmp_path / "b", rules) as c:
+        for b in (body, moved, again):
+            assert post(c, b).status_code == 200
 
 
 def test_custom_grouping_values_and_python_api():

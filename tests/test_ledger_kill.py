@@ -20,7 +20,7 @@ import pytest
 
 import tablesafe as ts
 from tablesafe.mechanisms import dp_geometric
-from tablesafe.rules._guard import dataset_identity
+from tablesafe.rules._admission import dataset_identity
 from tablesafe.rules._ledger import LedgerIndex, table_figures
 from tablesafe.server import hash_key
 from tablesafe.state import SQLiteState

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 import tablesafe as ts
 from tablesafe._cli import app as cli
 from tablesafe.mechanisms import dp_geometric
-from tablesafe.rules._guard import dataset_identity
+from tablesafe.rules._admission import dataset_identity
 from tablesafe.rules._ledger import BudgetExhausted, Budgets, table_figures
 from tablesafe.rules._ledger_pld import ACCOUNTANT, epsilon_at, ptable_descriptor
 from tablesafe.server import create_app

@@ -21,7 +21,7 @@ from tablesafe._errors import ConfigError, RefusedError
 from tablesafe._settings import load_site_config
 from tablesafe.server import create_app, hash_key
 from tablesafe.state import MemoryRates, PostgresState, SQLiteState, open_state
-from test_guard import _full_frame, _sliver_pairs, _store_set
+from test_guard import _full_frame, _sliver_pairs
 from test_server import ADMIN_KEY, USER_KEY, error_of
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -137,12 +137,17 @@ def test_concurrent_hits_on_two_stores_allow_exactly_the_limit(backend):
     assert sum(results) == 60 and len(results) == 200
 
 
-# -- the sliver guard ----------------------------------------------------------------------------
+# -- the account of published figures -------------------------------------------------------------
 
 
-def test_two_stores_see_each_others_sets_and_serialise(backend):
+def _row(i: int) -> tuple[int, str, int, int]:
+    """A published figure as the store keeps it: (digest, definition, count, cell key)."""
+    return (1000 + i, f'[["AGE",[{i}]]]', 50 + i, 7 * i)
+
+
+def test_two_stores_see_each_others_publications_and_serialise(backend):
     """A transaction waits for another process's lock of the identity, then reads what it
-    committed; a refusal writes nothing; another identity is apart."""
+    committed; a refusal writes nothing; another identity is apart; decisions are kept."""
     a, b = backend(), backend()
     inside, seen = threading.Event(), []
 
@@ -150,12 +155,13 @@ def test_two_stores_see_each_others_sets_and_serialise(backend):
         with a.transaction("micro") as tx:
             inside.set()
             threading.Event().wait(0.3)  # hold the lock while the other asks for it
-            tx.remember("k1", [_store_set(50, 1)])
+            tx.publish("*", "k1", [_row(1)])
+            tx.decide("*", 11, b"\x01")
 
     def second() -> None:
         inside.wait()
         with b.transaction("micro") as tx:
-            seen.append(len(tx.index))
+            seen.append(len(tx.publications("*", 0)))
 
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
     for t in threads:
@@ -164,24 +170,29 @@ def test_two_stores_see_each_others_sets_and_serialise(backend):
         t.join()
     assert seen == [1]
     with pytest.raises(RefusedError), b.transaction("micro") as tx:
-        tx.remember("k2", [_store_set(60, 2)])
+        tx.publish("*", "k2", [_row(2)])
         raise RefusedError("refused")
     with a.transaction("micro") as tx:
-        assert len(tx.index) == 1
+        ((row_id, row),) = tx.publications("*", 0)
+        assert row == _row(1)
+        assert tx.publications("*", row_id) == []
+        assert tx.decision("*", 11) == b"\x01" and tx.decision("*", 12) is None
+        tx.publish("*", "k3", [_row(1)])  # published again: kept as it was
     with a.transaction("other") as tx:
-        assert len(tx.index) == 0
+        assert tx.publications("*", 0) == []
+    with b.transaction("micro") as tx:
+        assert len(tx.publications("*", 0)) == 1
 
 
-def test_guard_transactions_on_two_stores_are_one_after_another(backend):
-    """40 transactions on 8 threads over two stores, each reading how many sets are
-    published and adding one: serial, each saw 0, 1, ..., 39 sets."""
+def test_transactions_on_two_stores_are_one_after_another(backend):
+    """40 transactions on 8 threads over two stores, each reading how many figures are
+    published and adding one: serial, each saw 0, 1, ..., 39 figures."""
     stores = [backend(), backend()]
-    sets = [_store_set(40 + i, 100 + i) for i in range(40)]
 
     def one(i: int) -> int:
         with stores[i % 2].transaction("micro") as tx:
-            seen = len(tx.index)
-            tx.remember(f"k{i}", [sets[i]])
+            seen = len(tx.publications("*", 0))
+            tx.publish("*", f"k{i}", [_row(i)])
             return seen
 
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -189,7 +200,7 @@ def test_guard_transactions_on_two_stores_are_one_after_another(backend):
     assert sorted(seen) == list(range(40))
     fresh = backend()  # a replica started later reads them all
     with fresh.transaction("micro") as tx:
-        assert len(tx.index) == 40
+        assert len(tx.publications("*", 0)) == 40
 
 
 # -- schemas and configuration -------------------------------------------------------------------
@@ -222,8 +233,8 @@ def test_a_sqlite_audit_database_from_before_the_store_keeps_working(tmp_path):
     finally:
         store.close()
     con = sqlite3.connect(path)
-    # the ledger 2, the jobs 3, fair jobs 4
-    assert con.execute("PRAGMA user_version").fetchone()[0] == 4
+    # the ledger 2, the jobs 3, fair jobs 4, the account of published figures 5
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 5
     con.close()
 
 
@@ -258,7 +269,7 @@ def test_postgres_replicas_starting_together_migrate_once(postgres):
         s.close()
     with psycopg.connect(url) as con:
         versions = con.execute("SELECT version FROM schema_version").fetchall()
-    assert versions == [(1,), (2,), (3,), (4,)]
+    assert versions == [(1,), (2,), (3,), (4,), (5,)]
 
 
 def _site(tmp_path, demo_dir, state=None, **server):

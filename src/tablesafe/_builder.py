@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -35,17 +36,16 @@ from tablesafe._protection import CellwiseMechanism, Protection
 from tablesafe._protection_limits import Additivity
 from tablesafe._request import MAX_DIMENSIONS, Margins, Statistic, TableRequest, TabulationPlan
 from tablesafe._rounding import Rounding
-from tablesafe._seeds import (
-    SeedScheme,
-    canonical_definitions,
-    cell_key_uniforms,
-    definition_words,
-    dynamic_streams,
-    keyed_words,
-)
+from tablesafe._seeds import SeedScheme, dynamic_streams
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._custom import check_grouping_limits
 from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._definitions import (
+    DefinitionSpace,
+    cell_definitions,
+    definition_text,
+    domain_text,
+)
 from tablesafe.catalog._units import Unit
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.mechanisms._additivity import aggregate_margins, controlled_rounding, fit_to_margins
@@ -54,11 +54,11 @@ from tablesafe.mechanisms._weighted import (
     enclosing_means,
     protected_weighted,
     replicate_figures,
-    weight_uniforms,
 )
 from tablesafe.output._footnotes import SE_UNWEIGHTED
 from tablesafe.output._table import ProtectedTable
 from tablesafe.output._tabulation import Tabulation
+from tablesafe.output._withheld import withhold
 
 if TYPE_CHECKING:
     # The rules are a pydantic model: a table without a site's rules imports no pydantic.
@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Built",
     "CellwiseMechanism",
+    "Prepared",
     "Protection",
     "TableBuilder",
     "structural_zero_mask",
@@ -115,6 +116,26 @@ def structural_zero_mask(catalog: Catalog, plan: TabulationPlan) -> npt.NDArray[
             at = tuple(-1 if i in axes else slice(0, inner_shape[i]) for i in range(n))
             mask[at] = inner.all(axis=axes) if axes else inner
     return mask
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request checked and bound, its grouping sets tabulated: before any protection.
+
+    Attributes:
+        request: The checked request.
+        work: The request the table is built for (with replicates where the
+            precision rule needs standard errors not asked for).
+        plan: Its plan.
+        full: The plan the engine ran (every grouping set).
+        aggregates: The exact aggregates of every grouping set (the owner's).
+    """
+
+    request: TableRequest
+    work: TableRequest
+    plan: TabulationPlan
+    full: TabulationPlan
+    aggregates: CellAggregates
 
 
 @dataclass(frozen=True)
@@ -282,15 +303,21 @@ class TableBuilder:
         """The path of one table, every stage downward (DESIGN, "The path of one table").
 
         Check the request (unless ``checked``: :meth:`check` gave it), bind it
-        into a plan, tabulate every grouping set, protect, apply the
-        universe-size rule on the table's protected total, then the small-cell
-        rule on the protected counts (the rules where the builder has them).
+        into a plan, tabulate every grouping set (:meth:`prepare`), then
+        protect and apply the rules where the builder has them (:meth:`finish`).
 
         Args:
             request: The table asked for.
             checked: Whether :meth:`check` already gave ``request``.
-            universe_rule: Whether to apply the universe-size rule here (the
-                server applies it itself, to account a refusal in the ledger).
+            universe_rule: Whether to apply the universe-size rule here.
+
+        Raises:
+            RequestError, RefusedError, ComputationError: with a message for the user.
+        """
+        return self.finish(self.prepare(request, checked=checked), universe_rule=universe_rule)
+
+    def prepare(self, request: TableRequest, *, checked: bool = False) -> Prepared:
+        """Check and bind ``request``, and tabulate every grouping set of its plan.
 
         Raises:
             RequestError, RefusedError, ComputationError: with a message for the user.
@@ -301,7 +328,34 @@ class TableBuilder:
         work = replace(request, replicates=True) if self._precision_needs_se(request) else request
         plan, full = self.plans(work)
         agg = self.engine.tabulate(self.dataset, full)
-        table = self.protect(work, plan, agg)
+        return Prepared(request, work, plan, full, agg)
+
+    def cells(self, prepared: Prepared) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """A prepared table's cells (computed), and its structural zeros among them."""
+        plan = prepared.plan
+        computed = _computed(prepared.aggregates.shape, plan.grouping_sets)
+        return computed, computed & structural_zero_mask(self.dataset.catalog, plan)
+
+    def finish(
+        self,
+        prepared: Prepared,
+        withheld: npt.NDArray[np.bool_] | None = None,
+        *,
+        universe_rule: bool = True,
+    ) -> Built:
+        """Protect a prepared table, withholding ``withheld``, then apply the builder's rules.
+
+        The universe-size rule (on the table's protected total), the small-cell
+        rule on the protected counts and the precision rule, where the builder
+        has rules.
+        """
+        request, work, plan, agg = (
+            prepared.request,
+            prepared.work,
+            prepared.plan,
+            prepared.aggregates,
+        )
+        table = self.protect(work, plan, agg, withheld)
         rules = self.rules
         if rules is not None:
             from tablesafe.rules._precision import apply_precision_rule
@@ -370,9 +424,22 @@ class TableBuilder:
         return plan, full_plan
 
     def protect(
-        self, request: TableRequest, plan: TabulationPlan, agg: CellAggregates
+        self,
+        request: TableRequest,
+        plan: TabulationPlan,
+        agg: CellAggregates,
+        withheld: npt.NDArray[np.bool_] | None = None,
     ) -> ProtectedTable:
-        """Protect aggregates computed for every grouping set of ``plan``'s dimensions."""
+        """Protect aggregates computed for every grouping set of ``plan``'s dimensions.
+
+        Args:
+            request: The request.
+            plan: Its plan.
+            agg: The aggregates of every grouping set.
+            withheld: Cells the account of published figures withholds
+                (:func:`tablesafe.rules._account.withheld_cells`): in an
+                additive table the margins add up the inner cells published.
+        """
         prot = self.protection
         computed = _computed(agg.shape, plan.grouping_sets)
         is_inner = agg.is_inner()
@@ -385,7 +452,7 @@ class TableBuilder:
             # Asked for, none given: the table says why rather than leave them out silently.
             meta["se_unavailable"] = SE_UNWEIGHTED
         counts, weighted, reps, perturbed, adjusted = self._protect_counts(
-            request, plan, agg, computed, is_inner, sz, want_w, meta
+            request, plan, agg, computed, is_inner, sz, want_w, meta, withheld
         )
         se = ci_low = ci_high = None
         raw_weighted, noise = weighted, None
@@ -403,7 +470,7 @@ class TableBuilder:
         mag_columns, sensitive, counts_of = self._magnitude_figures(
             request, figures, computed, (is_inner, sz), want_w, meta
         )
-        return ProtectedTable(
+        table = ProtectedTable(
             request=request,
             dimensions=plan.dimensions,
             computed=computed,
@@ -426,10 +493,13 @@ class TableBuilder:
             sensitive=sensitive,
             base_counts=np.where(computed, counts, 0),
             estimate_counts={c: np.where(computed, v, 0) for c, v in counts_of.items()} or None,
-            withheld=self._withheld_bases(counts_of, computed),
+            suppressed_bases=self._withheld_bases(counts_of, computed),
             catalog=self.dataset.catalog,
             protected=self.protects(request),
         )
+        if withheld is not None and withheld.any():
+            table = withhold(table, withheld & computed, additive=self._additive())
+        return table
 
     def protects(self, request: TableRequest) -> bool:
         """Whether every figure the table of ``request`` publishes is protected.
@@ -479,6 +549,7 @@ class TableBuilder:
         sz: npt.NDArray[np.bool_],
         want_w: bool,
         meta: dict[str, Any],
+        withheld: npt.NDArray[np.bool_] | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray, np.ndarray]:
         """Step 2 of protect: the protected counts, record-level or cell-wise.
 
@@ -488,12 +559,14 @@ class TableBuilder:
         """
         shape = agg.shape
         if self.protection.record_level:
-            counts, weighted, reps = self._records(request, plan, agg, sz, want_w)
+            counts, weighted, reps = self._records(request, plan, agg, sz, want_w, withheld)
             meta["additivity"] = "aggregate (record level)"
             perturbed = np.where(computed, counts != agg.n, False)
             adjusted = np.zeros(shape, dtype=bool)
         else:
-            counts, weighted, reps, adjusted = self._cells(agg, plan, computed, is_inner, sz, meta)
+            counts, weighted, reps, adjusted = self._cells(
+                agg, plan, computed, is_inner, sz, meta, withheld
+            )
             perturbed = (counts != agg.n) & computed
             adjusted &= computed
         if np.any(counts[computed] < 0):
@@ -965,6 +1038,7 @@ class TableBuilder:
         is_inner: npt.NDArray[np.bool_],
         sz: npt.NDArray[np.bool_],
         meta: dict[str, Any],
+        withheld: npt.NDArray[np.bool_] | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray]:
         """Cell-wise mechanism and additivity: counts, weighted figures, replicates, adjusted."""
         prot = self.protection
@@ -984,9 +1058,9 @@ class TableBuilder:
             if prot.seeds == SeedScheme.CELLKEY:
                 # Sampled ptables look cells up by key; an empty cell's stands in
                 # from its definition's draw (all empty cells have key 0).
-                keys = np.where(agg.n == 0, np.floor(u * 2.0**32).astype(np.uint32), agg.cell_key)[
-                    target
-                ]
+                from_u = np.floor(u[target] * 2.0**32).astype(np.uint32)
+                by_definition = (agg.n[target] == 0) | prot.keyed_by_definition
+                keys = np.where(by_definition, from_u, agg.cell_key[target])
             drawn = mech.perturbation(agg.n[target], u[target], keys)
             v[target] = np.asarray(drawn, dtype=np.int64)
             if not prot.perturbs_empty_cells:
@@ -1030,9 +1104,9 @@ class TableBuilder:
         # Aggregate and IPF tables are additive: every margin is the sum of its
         # inner cells, for all arrays of the table at once.
         if prot.additivity == Additivity.IPF:
-            _, weighted, reps = _add_up(None, weighted, reps, sets)
+            _, weighted, reps = _add_up(None, weighted, reps, sets, withheld)
             return counts, weighted, reps, adjusted
-        counts_sum, weighted, reps = _add_up(counts, weighted, reps, sets)
+        counts_sum, weighted, reps = _add_up(counts, weighted, reps, sets, withheld)
         assert counts_sum is not None
         return counts_sum, weighted, reps, adjusted
 
@@ -1079,33 +1153,30 @@ class TableBuilder:
             # Li & Krenzke's salts: b"" for a count (b"count" for drop/add-up-to-q).
             named = tuple(b"" if s == b"count" and not prot.record_level else s for s in salts)
             return dynamic_streams(agg.cell_key, prot.secret, named, inner_only=inner_only)
-        if prot.seeds == SeedScheme.KEYED:
-            assert prot.secret is not None
-            out = [keyed_words(agg.cell_key, agg.n, prot.secret, s, where=inner)[0] for s in salts]
-        else:
-            out = [
-                cell_key_uniforms(agg.cell_key)
-                if s == b"count"
-                else weight_uniforms(agg.cell_key, SeedScheme.CELLKEY, None)
-                for s in salts
-            ]
-        if prot.secret is not None:
-            empty = agg.n == 0 if inner is None else (agg.n == 0) & inner
-            if empty.any():
-                defs = self.definitions(plan, empty)
-                for s, u in zip(salts, out, strict=True):
-                    u[empty] = definition_words(defs, prot.secret, s)[:, 0]
-        return out
+        return prot.uniforms(
+            agg.n, agg.cell_key, salts, lambda mask: self.definitions(plan, mask), where=inner
+        )
 
     def definitions(self, plan: TabulationPlan, mask: npt.NDArray[np.bool_]) -> list[bytes]:
-        """The canonical definitions of the cells of ``mask`` (:func:`canonical_definitions`)."""
-        cat = self.dataset.catalog
-        return canonical_definitions(
+        """The canonical definitions of the cells of ``mask``, as the bytes draws are keyed to.
+
+        :func:`~tablesafe.catalog._definitions.cell_definitions` under the
+        catalog's declared zeros, after the plan's domain (a table of another
+        unit, or the records holding a value of a magnitude, counts other things).
+        """
+        found = cell_definitions(
+            self.definition_space,
             [(d.column, d.members) for d in plan.dimensions],
             plan.universe,
-            {v.column: v.codes for v in cat.source_variables},
-            np.nonzero(mask),
+            tuple(c.tolist() for c in np.nonzero(mask)),
         )
+        prefix = domain_text(plan.unit, plan.present).encode()
+        return [prefix + (b"empty" if d is None else definition_text(d).encode()) for d in found]
+
+    @functools.cached_property
+    def definition_space(self) -> DefinitionSpace:
+        """The catalog's columns, codes and declared zeros (canonical definitions)."""
+        return DefinitionSpace.of(self.dataset.catalog)
 
     def _records(
         self,
@@ -1114,6 +1185,7 @@ class TableBuilder:
         agg: CellAggregates,
         sz: npt.NDArray[np.bool_],
         want_w: bool,
+        withheld: npt.NDArray[np.bool_] | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """Record-level drop/add-up-to-q (Li & Krenzke 2016); see :mod:`.mechanisms._records`.
 
@@ -1162,7 +1234,7 @@ class TableBuilder:
                 kept_r = agg.replicate_sums[(slice(None), *inner)] + sign * chosen.replicate_sums
                 reps = np.zeros((kept_r.shape[0], *shape))
                 reps[(slice(None), *inner)] = weighted[inner] + (kept_r - kept)
-        total, weighted, reps = _add_up(counts, weighted, reps, sets)
+        total, weighted, reps = _add_up(counts, weighted, reps, sets, withheld)
         assert total is not None
         return total, weighted, reps
 
@@ -1268,12 +1340,19 @@ def _add_up(
     weighted: np.ndarray | None,
     reps: np.ndarray | None,
     sets: tuple[tuple[int, ...], ...],
+    withheld: npt.NDArray[np.bool_] | None = None,
 ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
-    """Margins as sums of inner cells, for every array of a table in one pass."""
+    """Margins as sums of inner cells, for every array of a table in one pass.
+
+    Inner cells ``withheld`` are left out of the sums: margins add up the
+    inner cells a table publishes.
+    """
     arrays = [a for a in (counts, weighted) if a is not None]
     stack = [a.astype(np.float64)[None] for a in arrays]
     if reps is not None:
         stack.append(reps)
+    if withheld is not None and withheld.any():
+        stack = [np.where(withheld, 0.0, a) for a in stack]
     if not stack:
         return None, None, None
     summed = aggregate_margins(np.concatenate(stack), sets, lead=1)

@@ -26,8 +26,14 @@ import numpy.typing as npt
 from tablesafe._errors import ParameterError, choice
 from tablesafe._protection_limits import Additivity, ProtectionMethod, check_number
 from tablesafe._rounding import Rounding
-from tablesafe._seeds import SeedScheme
+from tablesafe._seeds import (
+    SeedScheme,
+    cell_key_uniforms,
+    definition_words,
+    keyed_words,
+)
 from tablesafe.mechanisms._records import DropAddRecords
+from tablesafe.mechanisms._weighted import weight_uniforms
 
 if TYPE_CHECKING:
     from tablesafe._settings import ProtectionSettings
@@ -160,6 +166,104 @@ class Protection:
         """
         return self.secret is not None
 
+    @property
+    def keyed_by_definition(self) -> bool:
+        """Whether every figure's noise is keyed to its canonical definition (DP mechanisms).
+
+        DESIGN decision 2: under DP the noise of a figure is a keyed hash of
+        its canonical definition, not of its record set: noise that depends on
+        which records a cell holds breaks DP's analysis (two definitions of
+        one record set would share a draw, which tells an empty difference
+        from a non-empty one with certainty). The other mechanisms keep
+        record-set consistency (the same records, the same noise).
+        """
+        mech = self.mechanism
+        if not isinstance(mech, CellwiseMechanism) or self.secret is None:
+            return False
+        return isinstance(getattr(mech, "parameters", {}).get("epsilon"), int | float)
+
+    def uniforms(
+        self,
+        n: npt.NDArray[np.int64],
+        cell_key: npt.NDArray[np.uint32],
+        salts: tuple[bytes, ...],
+        definitions: Callable[[npt.NDArray[np.bool_]], list[bytes]],
+        *,
+        where: npt.NDArray[np.bool_] | None = None,
+    ) -> list[npt.NDArray[np.float64]]:
+        """Per salt, each cell's uniform: the one owner of which draw a cell gets.
+
+        Under cell-key seeds ``(cell_key + 0.5) / 2**32`` (a ``b"count"`` salt;
+        other salts are the weight stream's, :mod:`tablesafe.mechanisms._weighted`);
+        under keyed seeds a keyed hash of the cell's record set (key sum and
+        count); a cell without records, and every cell where the noise is
+        :attr:`keyed_by_definition`, from a keyed hash of its canonical
+        definition. Dynamic seeds depend on the table around a cell and are
+        the builder's (the workbench's) alone.
+
+        Args:
+            n: Record counts, any shape.
+            cell_key: Cell keys, the same shape.
+            salts: One stream per salt (``b"count"``, ``b"weight"``, ...).
+            definitions: The canonical definitions (bytes) of the cells of a mask, in
+                ``np.nonzero`` order; asked only for the cells that need them.
+            where: Compute only these cells (the rest are NaN); default all.
+        """
+        mask = np.ones(n.shape, dtype=bool) if where is None else where
+        if self.keyed_by_definition:
+            out = [np.full(n.shape, np.nan) for _ in salts]
+            by_definition = mask
+        else:
+            if self.seeds == SeedScheme.KEYED:
+                assert self.secret is not None
+                out = [keyed_words(cell_key, n, self.secret, s, where=mask)[0] for s in salts]
+            else:
+                out = [
+                    cell_key_uniforms(cell_key)
+                    if s == b"count"
+                    else weight_uniforms(cell_key, SeedScheme.CELLKEY, None)
+                    for s in salts
+                ]
+            by_definition = (n == 0) & mask if self.secret is not None else np.zeros_like(mask)
+        if by_definition.any():
+            assert self.secret is not None
+            defs = definitions(by_definition)
+            for s, u in zip(salts, out, strict=True):
+                u[by_definition] = definition_words(defs, self.secret, s)[:, 0]
+        return out
+
+    def inner_counts(
+        self,
+        n: npt.NDArray[np.int64],
+        cell_key: npt.NDArray[np.uint32],
+        definitions: Callable[[npt.NDArray[np.bool_]], list[bytes]],
+    ) -> npt.NDArray[np.int64]:
+        """The protected count of each cell published as an inner cell (1-D arrays).
+
+        The same function of a cell's count, key and definition as the builder
+        applies (:class:`~tablesafe.TableBuilder`): the account of published
+        figures reads it for record sets no table published (the difference
+        of two figures), so its decisions rest on protected counts only.
+        Structural zeros are the caller's (they are never perturbed).
+        """
+        mech = self.mechanism
+        if mech is None:
+            return n.astype(np.int64)
+        if isinstance(mech, DropAddRecords):
+            (u,) = self.uniforms(n, cell_key, (b"count",), definitions)
+            q = mech.q(n)
+            d = np.floor(u * (2 * q + 1)).astype(np.int64) - q
+            return np.asarray(n + d, dtype=np.int64)
+        (u,) = self.uniforms(n, cell_key, (b"count",), definitions)
+        keys = None
+        if self.seeds == SeedScheme.CELLKEY:
+            by_definition = (n == 0) | self.keyed_by_definition
+            keys = np.where(by_definition, np.floor(u * 2.0**32).astype(np.uint32), cell_key)
+        v = np.asarray(mech.perturbation(n, u, keys), dtype=np.int64)
+        if not self.perturbs_empty_cells:
+            v = np.where(n == 0, 0, v)
+        return np.asarray(np.maximum(n + v, 0), dtype=np.int64)
+
     def effective_mechanism(self) -> CellwiseMechanism | DropAddRecords | None:
         """The mechanism as applied: with row 0 fixed at 0 where empty cells stay 0."""
         mech = self.mechanism
@@ -181,6 +285,23 @@ class Protection:
         if mech is None or self.record_level or dist is None:
             return 0
         return max((int(v) for v, p in dist(0).items() if p > 0), default=0)
+
+    def reach_above(self, m: int) -> int:
+        """The most the mechanism can add to a count below ``m`` (0 for no protection).
+
+        A block whose protected count is at least ``m`` plus this holds at least
+        ``m`` records, whatever the noise: the account of published figures
+        calls a block small below that (:mod:`tablesafe.rules._account`).
+        """
+        mech = self.effective_mechanism()
+        if mech is None or m <= 0:
+            return 0
+        if isinstance(mech, DropAddRecords):
+            return int(mech.q(np.array([m - 1]))[0])
+        dist = getattr(mech, "distribution", None)
+        if dist is None:
+            raise ParameterError("the mechanism states no distribution of its perturbations")
+        return max(max(int(v) for v, p in dist(i).items() if p > 0) - i for i in range(m))
 
     def se_threshold(self) -> int:
         """The smallest protected count whose standard error is published."""

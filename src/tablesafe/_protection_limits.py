@@ -197,6 +197,7 @@ RANGES: dict[str, Range] = {
     "rules.query_timeout_seconds": _r(0, 86_400, low_open=True),
     "rules.sliver_min_difference": _i(0, 1_000_000),
     "rules.sliver_max_candidates": _i(1, 1_000_000),
+    "rules.max_withheld_share": _r(0, 1),
     "rules.privacy_budget_epsilon": _r(0, 1_000_000, low_open=True),
     "rules.privacy_budget_epsilon_per_key": _r(0, 1_000_000, low_open=True),
     "rules.privacy_budget_delta": _r(0, 1, low_open=True, high_open=True),

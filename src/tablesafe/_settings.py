@@ -523,27 +523,31 @@ class RuleSettings(BaseModel):
     sliver_min_difference: int = Field(
         10,
         **field_bounds("rules.sliver_min_difference"),
-        description="A universe, or a record set a table breaks down (its universe, or one "
-        "category of one of its dimensions), that differs from one already published by "
-        "fewer than this many records (but at least one) is refused (0 turns the guard off).",
+        description="m: a table's figure that, with the figures already published, would "
+        "make a block of records with a protected count below m derivable by difference, or "
+        "measure one again, is withheld (0 turns the account's check off; docs/attacks.md).",
     )
     sliver_scope: SliverScope = Field(
         SliverScope.DATASET,
-        description="Which earlier tables the sliver guard compares with: every table "
+        description="Which published figures a table is checked against: every figure "
         "published from the dataset, whoever asked (dataset), or the same API key's only (key).",
+    )
+    max_withheld_share: float = Field(
+        0.1,
+        **field_bounds("rules.max_withheld_share"),
+        description="A table whose withheld cells are more than this share of its cells is "
+        "refused whole (403), with what would pass; below it the table is published with "
+        "those cells withheld.",
     )
     sliver_cells: bool = Field(
         True,
-        description="Also compare the record sets of published cells (every slice of a table: "
-        "each cell of each grouping set but the inner cells), not only universes and merged "
-        "groups.",
+        description="No longer used: every figure a table publishes is checked. Accepted so "
+        "that older site configurations load.",
     )
     sliver_max_candidates: int = Field(
         2000,
         **field_bounds("rules.sliver_max_candidates"),
-        description="No longer used: the sliver guard has no comparison budget (key sketches "
-        "leave only true candidates for an exact count). Accepted so that older site "
-        "configurations load.",
+        description="No longer used. Accepted so that older site configurations load.",
     )
     privacy_budget_epsilon: float | None = Field(
         None,

@@ -27,7 +27,7 @@ from tablesafe._errors import TablesafeError, UserError
 #: this map against the full registration).
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "api-key": ("_server",),
-    "attack": ("_attack", "_reconstruct", "_attack_tables"),
+    "attack": ("_attack", "_reconstruct", "_attack_tables", "_attack_groups"),
     "audit": ("_server", "_reconstruct", "_ledger"),
     "catalog": ("_catalog",),
     "cyclic": ("_cyclic",),

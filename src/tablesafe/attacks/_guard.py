@@ -39,8 +39,8 @@ from tablesafe._errors import RefusedError, RequestError
 from tablesafe._request import TableRequest
 from tablesafe.catalog._catalog import Catalog, Code
 from tablesafe.catalog._dataset import Dataset
+from tablesafe.catalog._definitions import DefinitionSpace
 from tablesafe.output._table import ProtectedTable
-from tablesafe.rules._guard import publicly_empty, zero_boxes
 
 __all__ = [
     "Ask",
@@ -370,7 +370,7 @@ def refusal_zeros(
     wide_codes = list(cat.variable(wide).codes)
     gen = resolve_generator(rng)
     data = microdata(dataset)
-    zeros = zero_boxes(cat)
+    space = DefinitionSpace.of(cat)
     counts = {"zeros": 0, "hidden": 0, "hidden_refused": 0, "empty": 0, "empty_refused": 0}
     for _ in range(tables):
         stratum, a_var, b_var = (str(v) for v in gen.choice(small, size=3, replace=False))
@@ -389,7 +389,7 @@ def refusal_zeros(
                 if int(table.counts[i, j]) != 0:
                     continue
                 cell = {**universe, a_var: [a], b_var: [b]}
-                if publicly_empty(_box(cat, cell), zeros):
+                if space.empty(_box(cat, cell)):
                     continue  # a structural zero: the catalog says it is empty
                 inside = (data[stratum] == r) & data[wide].isin(window)
                 truth = int((inside & (data[a_var] == a) & (data[b_var] == b)).sum())

@@ -171,19 +171,6 @@ class Engine(ABC):
             "spark engine"
         )
 
-    def bucket_counts(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates | None:
-        """Counts of every cell of ``plan``, whose last dimension is the record key's bucket.
-
-        The last dimension's column is not in the microdata: it is the record
-        key modulo the number of its codes (``0 .. B-1``), the sliver guard's
-        key sketch (:mod:`tablesafe.engines._sketch`). Only ``n`` is needed.
-
-        Returns:
-            The aggregates, or ``None`` for an engine that cannot compute them
-            (the default; Spark): the guard then counts every candidate.
-        """
-        return None
-
     def close(self) -> None:  # noqa: B027 (a no-op default: most engines hold nothing)
         """Release what the engine holds (connections, sessions); a no-op by default."""
 

@@ -51,7 +51,6 @@ from tablesafe.cells._magnitude_sums import MagnitudePlan, merge_top
 from tablesafe.cells._quantiles import RecordValues
 from tablesafe.cells._selection import SelectedSums
 from tablesafe.engines._base import DatasetSummary, Engine, assemble_grouped, group_sums
-from tablesafe.engines._sketch import BUCKET_COLUMN
 
 __all__ = ["CubeCache"]
 
@@ -171,46 +170,6 @@ class CubeCache(Engine):
             self._cubes.clear()
         self.engine.close()
 
-    def bucket_counts(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates | None:
-        """The sliver guard's key-bucket counts, derived from a cube with the bucket as a column.
-
-        Every table the guard checks asks for them (:func:`~tablesafe.engines._sketch.key_buckets`),
-        so a scan of the microdata per table would cost more than the table itself
-        (docs/benchmarks.md, "Replicas"). The bucket cube is the table's cube with
-        the bucket (record key mod B) as one more column: counts and key sums, built
-        by the wrapped engine's ``bucket_counts`` once per set of columns, and exact
-        as any cube (integer sums of cells that partition the records).
-        """
-        cube_plan = self._bucket_cube_plan(dataset, plan)
-        cube = None
-        if cube_plan is not None:
-            try:
-                cube = self._cube(dataset, cube_plan, buckets=True)
-            except ComputationError:
-                cube = None  # too slow over all records: the table's own query may not be
-        if cube is None:
-            return self.engine.bucket_counts(dataset, plan)
-        return _derive(cube, plan)
-
-    def _bucket_cube_plan(self, dataset: Dataset, plan: TabulationPlan) -> TabulationPlan | None:
-        """The cube plan of a bucket plan (the bucket its last dimension), or ``None``."""
-        if not plan.dimensions or plan.dimensions[-1].column != BUCKET_COLUMN:
-            return None
-        if plan.unit is not None or plan.present:
-            return None  # units and item non-response: left to the engine
-        bucket = plan.dimensions[-1]
-        table = replace(plan, dimensions=plan.dimensions[:-1], grouping_sets=((),))
-        base = self._cube_plan(dataset, table)
-        if base is None:
-            return None
-        cells = bucket.size + 1
-        for d in base.dimensions:
-            cells *= d.size + 1
-        if cells > self.max_cube_cells:
-            return None
-        dims = (*base.dimensions, bucket)
-        return replace(base, dimensions=dims, grouping_sets=(tuple(range(len(dims))),))
-
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """The aggregates of ``plan``, derived from its cube when one serves."""
         cube_plan = self._cube_plan(dataset, plan)
@@ -261,17 +220,10 @@ class CubeCache(Engine):
             else (plan.unit[0], tuple(dict.fromkeys([*columns, *plan.unit[1]]))),
         )
 
-    def _cube(
-        self, dataset: Dataset, cube_plan: TabulationPlan, *, buckets: bool = False
-    ) -> _Cube | None:
-        """The cube of ``cube_plan``: cached, or built once (``None`` if it cannot serve).
-
-        With ``buckets``, a bucket cube (its last column the key's bucket),
-        built by the engine's ``bucket_counts``.
-        """
+    def _cube(self, dataset: Dataset, cube_plan: TabulationPlan) -> _Cube | None:
+        """The cube of ``cube_plan``: cached, or built once (``None`` if it cannot serve)."""
         st = dataset.path.stat()
         key = (
-            buckets,
             str(dataset.path.resolve()),
             st.st_size,
             st.st_mtime_ns,
@@ -306,15 +258,13 @@ class CubeCache(Engine):
                     return cube
                 self.misses += 1
             try:
-                build = self.engine.bucket_counts if buckets else self.engine.tabulate
-                agg = build(dataset, cube_plan)
+                agg = self.engine.tabulate(dataset, cube_plan)
             except ComputationError:
                 with self._lock:
                     self._failed.add(key)
                     self._building.pop(key, None)
                 raise
-            # An engine without sketches (Spark) gives no bucket counts: no cube.
-            cube = None if agg is None else _rows_of(cube_plan, agg)
+            cube = _rows_of(cube_plan, agg)
             if cube is not None:
                 cube = replace(cube, catalog=dataset.catalog)
             with self._lock:

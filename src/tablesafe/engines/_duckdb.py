@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Sequence
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,6 @@ from tablesafe.engines._sql import (
     Dialect,
     ranking_sql,
     tabulation_sql,
-    unit_source,
     values_sql,
 )
 
@@ -420,38 +418,6 @@ class DuckDBEngine(Engine):
             cur.close()
         values = [_values(res[c], int) for c in res if c.startswith("ts_v")]
         return ranked_sums(plan, _values(res["cell"], int), _values(res["ts_n"], int), values)
-
-    def bucket_counts(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
-        """Counts per cell and key bucket: the plan's query over the records with a bucket column.
-
-        The last dimension's column is the bucket, ``record key % B`` for its
-        ``B`` codes (:meth:`Engine.bucket_counts`).
-        """
-        self.ensure_valid(dataset)
-        bucket = plan.dimensions[-1]
-        key = _ident(plan.record_key)
-        dims = [d.column for d in plan.dimensions[:-1]]
-        used = dict.fromkeys(
-            [*dims, *(c for c, _ in plan.universe), *(c for c, _ in plan.present), plan.record_key]
-        )
-        columns = ", ".join(_ident(c) for c in used)
-        # A table of households: the bucket of each household's key, once per household.
-        scan = unit_source(plan, self._scan(dataset), _DIALECT)
-        source = (
-            f"(SELECT {columns}, CAST({key} % {int(bucket.size)} AS BIGINT) "
-            f"AS {_ident(bucket.column)} FROM {scan})"
-        )
-        sql, params = tabulation_sql(replace(plan, unit=None), source, _DIALECT)
-        res = self._run(sql, params, timeout=self._timeout, fetch="numpy")
-        return assemble_grouped(
-            plan,
-            grouping=_values(res["ts_grouping"], int),
-            codes=[_values(res[d.column]) for d in plan.dimensions],
-            n=_values(res["ts_n"], int),
-            key_sum=_values(res["ts_key"], int),
-            weight_sum=None,
-            replicate_sums=None,
-        )
 
     def record_values(
         self, dataset: Dataset, plan: TabulationPlan, magnitude: MagnitudePlan

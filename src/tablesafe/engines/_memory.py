@@ -233,19 +233,6 @@ class MemoryEngine(Engine):
             else None,
         )
 
-    def bucket_counts(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
-        """Counts per cell and key bucket (``record key % B``, the last dimension's ``B`` codes)."""
-        self.ensure_valid(dataset)
-        buckets = plan.dimensions[-1].size
-        sub, flat, shape = self._cells(dataset, replace(plan, dimensions=plan.dimensions[:-1]))
-        bucket = sub[plan.record_key].to_numpy().astype(np.int64) % buckets
-        size = int(np.prod(shape)) * buckets
-        n = np.bincount(flat * buckets + bucket, minlength=size).astype(np.int64)
-        n = n.reshape((*shape, buckets))
-        return CellAggregates.from_inner(
-            plan.dimensions, plan.grouping_sets, n=n, key_sum=np.zeros(n.shape, dtype=np.uint64)
-        )
-
     def tabulate(self, dataset: Dataset, plan: TabulationPlan) -> CellAggregates:
         """Aggregate the inner cells with numpy and add up the margins."""
         self.ensure_valid(dataset)
@@ -278,7 +265,6 @@ class MemoryEngine(Engine):
         )
         if not plan.magnitudes:
             return agg
-        from dataclasses import replace
 
         from tablesafe.catalog._magnitudes import from_magnitude_fixed, magnitude_fixed
         from tablesafe.cells._magnitude_sums import (

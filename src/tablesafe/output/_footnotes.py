@@ -31,7 +31,7 @@ from tablesafe.mechanisms._magnitudes import MagnitudeMethod, SensitiveAction
 __all__ = ["FLAG_COLUMNS", "SE_UNWEIGHTED", "footnote_lines", "footnotes"]
 
 #: Flag columns of a published table and their legend entries.
-FLAG_COLUMNS = ("structural_zero", "suppressed")
+FLAG_COLUMNS = ("structural_zero", "suppressed", "withheld", "excludes_withheld")
 
 #: Why a table of statistic ``count`` asked with standard errors has none (``meta.se_unavailable``).
 SE_UNWEIGHTED = (
@@ -177,6 +177,9 @@ def footnotes(
     rule = metadata.get("small_cell_rule")
     if isinstance(rule, Mapping):
         _small_cell_notes(rule, suppressed_display, additive, statement, flags)
+    withheld = metadata.get("withheld")
+    if isinstance(withheld, Mapping):
+        _withheld_notes(withheld, statement, flags)
     mags = metadata.get("magnitudes")
     if isinstance(mags, Mapping):
         _magnitude_notes(mags, magnitudes, statement, flags)
@@ -331,6 +334,29 @@ def _small_cell_notes(
         + (", and totals include them." if additive else ".")
     )
     flags["suppressed"] = f"a protected count from 1 to {upper}, {shown}"
+
+
+def _withheld_notes(
+    withheld: Mapping[str, Any], statement: list[str], flags: dict[str, str]
+) -> None:
+    """What the account of published figures withheld (``meta.withheld``), and its flags."""
+    cells = int(withheld.get("cells", 0))
+    noun = "cell is" if cells == 1 else "cells are"
+    sentence = (
+        f"{cells} {noun} withheld: together with figures already published, they would let "
+        "differences isolate a few records."
+    )
+    if withheld.get("margins_excluding"):
+        sentence += (
+            " Totals add up the cells published: a total marked excludes_withheld leaves the "
+            "withheld cells out, and its sums, means and quantiles are withheld too."
+        )
+    elif withheld.get("margins") == "withheld with their cells":
+        sentence += " Totals over a withheld cell are withheld too."
+    statement.append(sentence)
+    flags["withheld"] = "withheld: publishing it would isolate a few records by difference"
+    if withheld.get("margins_excluding"):
+        flags["excludes_withheld"] = "a total of the cells published only (some are withheld)"
 
 
 def _magnitude_notes(

@@ -30,6 +30,10 @@ marks the flagged cells by their position in ``value`` (the codes are in
     where the site shows "np", the value where it flags (a standard error never
     published, under the site's count, is a plain ``null``).
 
+``C``
+    withheld by the account of published figures (with figures already
+    published, it would let differences isolate a few records); ``null``.
+
 A base (``n_VAR``, ``weighted_VAR``) the small-cell rule withholds is ``Q``
 too. The metric dimension's ``category.unit`` gives each statistic's unit
 (label, decimals where its rounding is to a base, ``%`` for percentages).
@@ -63,6 +67,7 @@ __all__ = ["STATUS", "jsonstat_bytes", "jsonstat_dataset", "statistic_dimension_
 STATUS = {
     "structural_zero": "M",
     "suppressed": "Q",
+    "withheld": "C",
     "sensitive": "d",
     "unreliable": "U",
 }
@@ -167,7 +172,7 @@ def _cells(table: Published, kept: list[np.ndarray]) -> tuple[list[Any], dict[st
             if table.unreliable_display is not None:
                 values[..., s][hit] = None
     for s, stat in enumerate(names):
-        withheld = (table.withheld or {}).get(stat)
+        withheld = (table.suppressed_bases or {}).get(stat)
         if withheld is not None:
             # A base the small-cell rule withholds (null already): suppressed, as a count is.
             status[..., s][withheld[grid] & computed] = STATUS["suppressed"]
@@ -175,6 +180,11 @@ def _cells(table: Published, kept: list[np.ndarray]) -> tuple[list[Any], dict[st
         hidden = table.suppressed[grid] & computed
         values[hidden] = None
         status[hidden] = table.suppressed_display or STATUS["suppressed"]
+    if table.withheld is not None:
+        # Withheld by the account of published figures: every statistic null, status C.
+        hidden = table.withheld[grid] & computed
+        values[hidden] = None
+        status[hidden] = STATUS["withheld"]
     status[table.structural_zero[grid] & computed] = STATUS["structural_zero"]
     flat = status.reshape(-1)
     marked = {str(i): str(flat[i]) for i in np.nonzero(flat != "")[0].tolist()}
@@ -240,8 +250,10 @@ def _status_legend(table: Published, notes: Mapping[str, Any]) -> dict[str, str]
     out = {STATUS["structural_zero"]: str(flags["structural_zero"])}
     if "suppressed" in flags:
         out[table.suppressed_display or STATUS["suppressed"]] = str(flags["suppressed"])
-    if any(w.any() for w in (table.withheld or {}).values()):
+    if any(w.any() for w in (table.suppressed_bases or {}).values()):
         out[STATUS["suppressed"]] = str(flags.get("suppressed", WITHHELD))
+    if "withheld" in flags:
+        out[STATUS["withheld"]] = str(flags["withheld"])
     sensitive = [f"{k}: {v}" for k, v in flags.items() if k.startswith("sensitive_")]
     if sensitive:
         out[STATUS["sensitive"]] = "; ".join(sensitive)

@@ -14,6 +14,8 @@ cell                       OBS_VALUE   OBS_STATUS   CONF_STATUS
 structural zero            0           M            F (free)
 suppressed (small count;   empty       Q            C (confidential)
 a base of few records)
+withheld (the account of   empty       Q            C (confidential)
+published figures)
 sensitive sum or mean      as shown    as shown     C where the site blanks it, F where shown
 not published (an SE       empty       O            F
 below the site's count)
@@ -231,7 +233,7 @@ def _rows(table: Published) -> dict[str, np.ndarray]:
             comment[hit, s] = next(
                 (str(v) for k, v in flags.items() if k == "np" or k.startswith("unreliable_")), ""
             )
-        withheld = (table.withheld or {}).get(name)
+        withheld = (table.suppressed_bases or {}).get(name)
         if withheld is not None:
             # A base the small-cell rule withholds is suppressed, as a count is: Q and C.
             hit = withheld.reshape(-1)[cells]
@@ -244,6 +246,13 @@ def _rows(table: Published) -> dict[str, np.ndarray]:
         obs[hidden] = "Q"
         conf[hidden] = "C"
         comment[hidden] = flags.get("suppressed", "")
+    if table.withheld is not None:
+        # Withheld by the account of published figures: missing, confidential.
+        hidden = table.withheld.reshape(-1)[cells]
+        values[hidden] = None
+        obs[hidden] = "Q"
+        conf[hidden] = "C"
+        comment[hidden] = flags.get("withheld", "")
     zero = table.structural_zero.reshape(-1)[cells]
     obs[zero] = "M"
     comment[zero] = flags["structural_zero"]

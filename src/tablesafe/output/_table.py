@@ -85,7 +85,7 @@ class ProtectedTable:
             column (``weighted``, ``percent_row``, ``mean_VAR``...), or ``None``.
         base_counts: The protected counts behind each cell's estimates (for the
             precision rule; not exported: a request may not ask for counts), or ``None``.
-        withheld: By column, cells the small-cell rule withholds beyond
+        suppressed_bases: By column, cells the small-cell rule withholds beyond
             ``suppressed``: a base (``n_VAR``, ``weighted_VAR``) of 1 to
             ``min_cell_size - 1`` records with a value, in a cell whose own count
             is shown (SDMX ``Q``/``C``, JSON-stat ``Q``), or ``None``.
@@ -102,6 +102,11 @@ class ProtectedTable:
             says (:meth:`~tablesafe.TableBuilder.protects`); an unprotected table
             says so in every format (``"protected": false``, an ``UNPROTECTED``
             title, and a first ``#`` line in CSV).
+        withheld: Cells left out because publishing them would let differences
+            of published figures isolate a few records (:mod:`tablesafe.output._withheld`):
+            every statistic blank, in every export; or ``None``.
+        excludes_withheld: Margins that add up only the cells published (some
+            of their cells are withheld), or ``None``.
     """
 
     request: TableRequest
@@ -128,9 +133,11 @@ class ProtectedTable:
     unreliable_display: str | None = None
     base_counts: npt.NDArray[np.int64] | None = field(default=None, repr=False)
     estimate_counts: Mapping[str, npt.NDArray[np.int64]] | None = field(default=None, repr=False)
-    withheld: Mapping[str, npt.NDArray[np.bool_]] | None = None
+    suppressed_bases: Mapping[str, npt.NDArray[np.bool_]] | None = None
     catalog: Catalog | None = field(default=None, repr=False)
     protected: bool = field(kw_only=True)
+    withheld: npt.NDArray[np.bool_] | None = None
+    excludes_withheld: npt.NDArray[np.bool_] | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -223,6 +230,12 @@ class ProtectedTable:
                 values = cols[name].astype(object)
                 values[suppressed] = shown
                 cols[name] = values
+        if self.withheld is not None and self.withheld.any():
+            hidden = at(self.withheld)
+            for name in list(cols):
+                values = cols[name].astype(object)
+                values[hidden] = None
+                cols[name] = values
         return cols
 
     def to_frame(
@@ -277,6 +290,10 @@ class ProtectedTable:
             cols["structural_zero"] = at(self.structural_zero)
             if self.suppressed is not None:
                 cols["suppressed"] = at(self.suppressed)
+            if self.withheld is not None:
+                cols["withheld"] = at(self.withheld)
+            if self.excludes_withheld is not None:
+                cols["excludes_withheld"] = at(self.excludes_withheld)
             for name, flag in (self.sensitive or {}).items():
                 cols[f"sensitive_{name}"] = at(flag)
             if self.unreliable_display is None:

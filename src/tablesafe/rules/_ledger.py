@@ -58,11 +58,11 @@ from tablesafe._protection import CellwiseMechanism, Protection
 from tablesafe._protection_limits import Additivity
 from tablesafe._request import TabulationPlan
 from tablesafe.catalog._catalog import Catalog
+from tablesafe.catalog._definitions import code_order, definition_text
 from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE
 from tablesafe.catalog._variables import Code
 from tablesafe.output._table import ProtectedTable
 from tablesafe.ptable._ptable import PTable
-from tablesafe.rules._guard import _code_key, definition_text
 from tablesafe.rules._ledger_loss import Family, Loss, make_family, max_loss
 from tablesafe.rules._ledger_pld import (
     ACCOUNTANT,
@@ -83,6 +83,7 @@ __all__ = [
     "Kind",
     "LedgerIndex",
     "TableFigures",
+    "TableShape",
     "table_figures",
 ]
 
@@ -264,8 +265,38 @@ def _ptable_privacy(table: PTable) -> str:
     return known
 
 
+@dataclass(frozen=True)
+class TableShape:
+    """What the ledger reads of a table: which cells it publishes and what statistics.
+
+    Attributes:
+        request: The request (its statistic, sums and quantiles).
+        computed: The cells of the table.
+        structural_zero: Its structural zeros.
+        weighted: Whether it publishes weighted figures.
+        withheld: Cells withheld (not published), or None.
+    """
+
+    request: Any
+    computed: npt.NDArray[np.bool_]
+    structural_zero: npt.NDArray[np.bool_]
+    weighted: bool
+    withheld: npt.NDArray[np.bool_] | None = None
+
+    @classmethod
+    def of(cls, table: ProtectedTable) -> TableShape:
+        """The shape of a protected table."""
+        return cls(
+            table.request,
+            table.computed,
+            table.structural_zero,
+            table.weighted is not None,
+            table.withheld,
+        )
+
+
 def _noisy_masks(
-    table: ProtectedTable,
+    table: TableShape,
     protection: Protection,
     magnitudes: Any,
     catalog: Catalog,
@@ -281,6 +312,8 @@ def _noisy_masks(
     another kind.
     """
     computed = table.computed
+    if table.withheld is not None:
+        computed = computed & ~table.withheld
     inner = np.zeros_like(computed)
     inner[tuple(slice(0, s - 1) for s in computed.shape)] = True
     sz = table.structural_zero
@@ -288,7 +321,7 @@ def _noisy_masks(
     additive = protection.record_level or protection.additivity == Additivity.AGGREGATE
     count = computed if mech is None else (inner if additive else computed) & ~sz
     out = [(_count_kind(protection, unit), count)]
-    if table.weighted is not None:
+    if table.weighted:
         indep = protection.additivity == Additivity.INDEPENDENT and not protection.record_level
         cells = computed if mech is None else ((computed if indep else inner) & ~sz)
         desc = {"protection": protection.describe(), "weight_noise": protection.weight_noise}
@@ -298,7 +331,7 @@ def _noisy_masks(
 
 
 def _magnitude_masks(
-    table: ProtectedTable, protection: Protection, magnitudes: Any, catalog: Catalog
+    table: TableShape, protection: Protection, magnitudes: Any, catalog: Catalog
 ) -> list[tuple[Kind, npt.NDArray[np.bool_]]]:
     """Sums (means are sums over counts) and quantiles: a figure per cell computed each.
 
@@ -308,7 +341,8 @@ def _magnitude_masks(
     method = str(getattr(magnitudes, "method", "none"))
     eps = float(magnitudes.epsilon) if method == "dp" else None
     desc = magnitudes.describe() if magnitudes is not None else {"method": "none"}
-    cells = table.computed if method == "none" else table.computed & ~table.structural_zero
+    computed = table.computed if table.withheld is None else table.computed & ~table.withheld
+    cells = computed if method == "none" else computed & ~table.structural_zero
     request = table.request
     names: dict[str, float | None] = {
         f"sum:{(m := catalog.magnitude(item.split(':', 1)[1])).name}": m.bound
@@ -329,7 +363,7 @@ def _magnitude_masks(
 
 def table_figures(
     plan: TabulationPlan,
-    table: ProtectedTable,
+    table: ProtectedTable | TableShape,
     protection: Protection,
     catalog: Catalog,
     *,
@@ -345,7 +379,8 @@ def table_figures(
         magnitudes: The protection of sums and means, if the table has any.
     """
     unit = None if plan.unit is None else str(plan.unit[0])
-    masks = _noisy_masks(table, protection, magnitudes, catalog, unit)
+    shape = table if isinstance(table, TableShape) else TableShape.of(table)
+    masks = _noisy_masks(shape, protection, magnitudes, catalog, unit)
     return _figures(plan, catalog, masks)
 
 
@@ -410,7 +445,7 @@ def _piece(column: str, codes: frozenset[Code], full: frozenset[Code]) -> int:
     """One column's condition, digested as the guard's canonical form writes it (0: all codes)."""
     if codes >= full:
         return 0
-    return _hash64(definition_text(((column, tuple(sorted(codes, key=_code_key))),)).encode())
+    return _hash64(definition_text(((column, tuple(sorted(codes, key=code_order))),)).encode())
 
 
 def _order(code: Code) -> tuple[int, int, str]:

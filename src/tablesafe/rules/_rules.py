@@ -1,4 +1,4 @@
-"""Disclosure rules: limits on requests, small cells, and the sliver guard.
+"""Disclosure rules: limits on requests, the universe size, small cells.
 
 The rules are the data owner's (site configuration, :class:`RuleSettings`)
 and are enforced before anything is returned:
@@ -13,10 +13,11 @@ and are enforced before anything is returned:
 * protected counts below ``min_cell_size`` (but not zero) are suppressed or
   shown as ``"<k"``; the rule looks at protected counts only, so applying it
   reveals nothing beyond the protected table itself;
-* the **sliver guard** (:mod:`tablesafe.rules._guard`, applied by the server,
-  whose state it needs): no record set a table publishes (its universe, every
-  slice) may differ from published ones by 1 .. m-1 records, pairwise or as
-  a parent minus its children. See docs/attacks.md for what a refusal reveals.
+* the **account of published figures** (:mod:`tablesafe.rules._account`,
+  admitted by :mod:`tablesafe.rules._admission` in the state store's
+  transaction): a table's figure that, with what was published, would make a
+  small block of records derivable by difference, or measure one again, is
+  withheld; a table with too many withheld cells is refused.
 """
 
 from __future__ import annotations

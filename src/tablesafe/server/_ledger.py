@@ -26,7 +26,7 @@ from tablesafe._settings import SiteConfig
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._variables import Code
 from tablesafe.engines._base import Engine
-from tablesafe.rules._guard import dataset_identity
+from tablesafe.rules._admission import dataset_identity
 from tablesafe.rules._ledger import LedgerIndex, summary
 from tablesafe.rules._ledger_loss import Family
 from tablesafe.rules._ledger_pld import ACCOUNTANT, DEFAULT_DELTA, epsilon_at

@@ -3,9 +3,13 @@
 One :class:`TableService` serves every dataset of a site configuration. For
 each table request it enforces the rules in this order, before anything is
 returned: request limits (dimensions, cells; before any microdata is read),
-tabulation (with the query timeout), universe size, sliver guard, then
-protection and the small-cell rule. Every request, answered or refused, is
-written to the audit log.
+tabulation (with the query timeout), protection with the small-cell and
+precision rules, the universe-size rule and the putative-risk ceiling (a
+refusal by either spends the table's figures in the ledger), then, in one
+transaction of the state store, the account of published figures (which
+cells are withheld, or a refusal) and the privacy ledger; a table with cells
+withheld is protected again over the cells it publishes. Every
+request, answered or refused, is written to the audit log.
 """
 
 from __future__ import annotations
@@ -13,33 +17,20 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from threadpoolctl import threadpool_limits
-
-from tablesafe._builder import TableBuilder
+from tablesafe._builder import Prepared, TableBuilder
 from tablesafe._errors import ConfigError, RefusedError, TablesafeError, UserError
 from tablesafe._protection import Protection
 from tablesafe._protection import protection_from_settings as core_protection
-from tablesafe._request import TableRequest, TabulationPlan
+from tablesafe._request import Statistic, TableRequest
 from tablesafe._settings import DatasetSettings, EngineKind, RuleSettings, SiteConfig
-from tablesafe.catalog._catalog import Code
 from tablesafe.catalog._dataset import Dataset
-from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.engines._base import Engine
-from tablesafe.engines._sketch import key_buckets
 from tablesafe.output._table import ProtectedTable
-from tablesafe.rules._guard import (
-    BUCKETS,
-    GuardCounts,
-    RecordSet,
-    dataset_identity,
-    guard_check,
-    record_sets,
-    zero_boxes,
-)
-from tablesafe.rules._ledger import Budgets, TableFigures, table_figures, warm
+from tablesafe.rules._admission import Accounts, EngineCounts, admit, dataset_identity
+from tablesafe.rules._ledger import Budgets, TableFigures, TableShape, table_figures, warm
 from tablesafe.rules._rules import check_universe_size, table_universe_size
 from tablesafe.server._auth import Principal
 from tablesafe.server._bodies import TableBody
@@ -79,13 +70,8 @@ def site_protection(dataset: DatasetSettings, site: SiteConfig) -> Protection:
     return core_protection(dataset.protection, secret=site.secret(dataset), resolve=site.resolve)
 
 
-# A cached answer: the protected table, the record sets it publishes (for the guard) and
-# its noisy figures (for the privacy ledger).
-_Entry = tuple[ProtectedTable, list[RecordSet], TableFigures]
-
-
-#: How many exact counts the guard keeps between tables (a few MB).
-_COUNTS_MEMO = 20_000
+# A cached answer: the protected table and its noisy figures (for the privacy ledger).
+_Entry = tuple[ProtectedTable, TableFigures]
 
 
 @dataclass
@@ -94,33 +80,15 @@ class _Served:
     dataset: Dataset
     builder: TableBuilder
     title: str
-    # The microdata's identity (the guard's memory), computed when first needed.
+    # The microdata's identity (the account's key), computed when first needed.
     identity: str | None = None
-
-    # Exact counts the guard asked the engine for (the microdata do not change
-    # while served); cleared when it grows past _COUNTS_MEMO entries.
-    _counts: dict[Any, Any] = field(default_factory=dict)
-
-    def counts_memo(self) -> dict[Any, Any]:
-        """The guard's memo of exact counts, bounded."""
-        if len(self._counts) > _COUNTS_MEMO:
-            self._counts.clear()
-        return self._counts
-
-    @functools.cached_property
-    def all_codes(self) -> dict[str, tuple[Code, ...]]:
-        """Every code of each source column: the guard's families (read once)."""
-        return {v.column: v.codes for v in self.dataset.catalog.source_variables}
+    # This process's mirror of the account of published figures.
+    accounts: Accounts = field(default_factory=Accounts)
 
     @functools.cached_property
     def risk_gate(self) -> RiskGate:
         """The putative-risk ceiling's memory of this dataset's published tables."""
         return RiskGate()
-
-    @functools.cached_property
-    def zeros(self) -> list[dict[str, frozenset[Code]]]:
-        """The catalog's structural zeros as boxes: the guard's (read once)."""
-        return zero_boxes(self.dataset.catalog)
 
 
 class TableService:
@@ -137,13 +105,8 @@ class TableService:
 
     def __init__(self, site: SiteConfig, state: StateStore | None = None) -> None:
         self.site = site
-        # A service answers requests on many threads at once: numpy's BLAS
-        # threads on top of them oversubscribe the cores, and the guard's small
-        # products (a family's basis) took 7 times longer with them on a busy
-        # 2-core machine. Set once, before any request (docs/benchmarks.md).
-        threadpool_limits(1, user_api="blas")
         self.state = state or open_state(site)
-        # The audit log and the guard's store are the state store's (one place, one transaction).
+        # The audit log and the account are the state store's (one place, one transaction).
         self.audit = self.guard = self.state
         self._served: dict[str, _Served] = {}
         # Keyed on the whole checked request (frozen, hashable): every field that
@@ -341,130 +304,125 @@ class TableService:
 
     def _table(self, who: Principal, name: str, request: TableRequest) -> ProtectedTable:
         s = self._served[name]
-        rules = s.settings.rules
         request = s.builder.check(request)
         cache_key = (name, request)
         cached = self._cached(cache_key)
-        if cached is None:
-            built = s.builder.run(request, checked=True, universe_rule=False)
-            figures = table_figures(
-                built.plan,
-                built.table,
-                s.builder.protection,
-                s.dataset.catalog,
-                magnitudes=s.builder.magnitude_protection,
-            )
-            self._universe_rule(s, who, built.table, figures)
-            self._risk_ceiling(s, who, request, built.table, figures)
-            sets = (
-                self._record_sets(s, request, built.plan, built.aggregates)
-                if rules.sliver_min_difference
-                else []
-            )
-            entry = (built.table, sets, figures)
+        if cached is not None:
+            table, figures = cached
+            # The cells it withholds are its stored decision; its figures are
+            # published already, and the ledger counts them for this key too.
+            self._admit(s, who, None, figures)
         else:
-            entry = cached
-        table, sets, figures = entry
-        self._guard(s, who, sets, figures)
-        if cached is None:
-            self._store(cache_key, entry)
+            prepared = s.builder.prepare(request, checked=True)
+            # Protected first (DESIGN's path: mechanism, then rules); a table with
+            # cells withheld is protected again with its margins over the rest.
+            table = s.builder.finish(prepared, universe_rule=False).table
+            try:
+                self._universe_rule(s, table)
+                self._risk_ceiling(s, request, table)
+            except RefusedError:
+                # Decided on the table's own figures: they spend as if published
+                # (the account records nothing: nothing was published).
+                self._admit(s, who, None, self._figures(s, prepared, None))
+                raise
+            withheld = self._admit(s, who, prepared, None)
+            if withheld is not None and withheld.any():
+                table = s.builder.finish(prepared, withheld, universe_rule=False).table
+            self._store(cache_key, (table, self._figures(s, prepared, withheld)))
         self.tally.add(name, cached=cached is not None)
         return table
 
-    def _record_sets(
-        self, s: _Served, request: TableRequest, plan: TabulationPlan, agg: CellAggregates
-    ) -> list[RecordSet]:
-        """The record sets a table publishes, with their key sketches (one more query)."""
-        full = replace(plan, grouping_sets=agg.grouping_sets, magnitudes=())
-        sketch = key_buckets(s.builder.engine, s.dataset, full, BUCKETS)
-        custom = {g.name: g for g in request.groupings}
-        merged = {
-            i: frozenset(g.code for g in custom[d.name].groups)
-            | (frozenset({"other"}) if custom[d.name].other else frozenset())
-            for i, d in enumerate(plan.dimensions)
-            if d.name in custom
-        }
-        return record_sets(plan, agg, sketch, s.dataset.catalog, merged)
+    def _figures(self, s: _Served, prepared: Prepared, withheld: Any) -> TableFigures:
+        """A table's noisy figures (the ledger's), from its plan and the cells it publishes."""
+        plan, work = prepared.plan, prepared.work
+        computed, structural_zero = s.builder.cells(prepared)
+        shape = TableShape(
+            work,
+            computed,
+            structural_zero,
+            work.statistic != Statistic.COUNT and s.dataset.catalog.weight is not None,
+            withheld,
+        )
+        return table_figures(
+            plan,
+            shape,
+            s.builder.protection,
+            s.dataset.catalog,
+            magnitudes=s.builder.magnitude_protection,
+        )
 
-    def _universe_rule(
-        self, s: _Served, who: Principal, table: ProtectedTable, figures: TableFigures
-    ) -> None:
-        """The universe-size rule, on the table's protected total; a refusal spends the table.
-
-        The refusal is a function of the table's own noisy figures, so the
-        ledger counts them as if the table were published (the same request
-        refused again spends nothing); when they do not fit a budget,
-        BudgetExhausted is raised in the refusal's place.
-        """
-        if s.settings.rules.min_universe_size <= 0:
-            return
-        try:
-            check_universe_size(table_universe_size(table), s.settings.rules)
-        except RefusedError:
-            self._guard(s, who, [], figures)
-            raise
-
-    def _risk_ceiling(
+    def _admit(
         self,
         s: _Served,
         who: Principal,
-        request: TableRequest,
-        table: ProtectedTable,
-        figures: TableFigures,
-    ) -> None:
-        """The putative-risk ceiling (:mod:`._risk_gate`); a refusal spends the table.
+        prepared: Prepared | None,
+        figures: TableFigures | None,
+    ) -> Any:
+        """The account of published figures and the privacy ledger, in one transaction.
 
-        The gate reads the table's own figures, so a refusal spends them in
-        the ledger as the universe-size rule's does.
-        """
-        ceiling = s.settings.rules.putative_uniques_ceiling
-        if ceiling is None:
-            return
-        try:
-            s.risk_gate.check(
-                self.state,
-                s.settings.name,
-                s.builder,
-                request,
-                table,
-                ceiling=ceiling,
-                min_cell_size=s.settings.rules.min_cell_size,
-                max_cells=s.settings.rules.putative_max_cells,
-            )
-        except RefusedError:
-            self._guard(s, who, [], figures)
-            raise
+        The account first (which cells the table withholds, or a refusal:
+        :func:`tablesafe.rules._admission.admit`), then the ledger on the
+        figures the table publishes (its budgets decide on published
+        definitions alone); a refusal by either writes nothing.
 
-    def _guard(
-        self, s: _Served, who: Principal, sets: list[RecordSet], figures: TableFigures
-    ) -> None:
-        """The privacy ledger and the sliver guard: checked and written in one transaction.
-
-        The ledger first (its budgets decide on published definitions alone),
-        then the guard; a refusal by either writes nothing.
+        Returns:
+            The cells withheld (extended shape), or None for a cached table.
 
         Raises:
             BudgetExhausted: for a table whose new figures take a record past a budget.
-            RefusedError: for a table that makes a sliver with published ones.
+            RefusedError: for a table that would withhold too many cells.
         """
         identity = self.identity(s.settings.name)
         rules = s.settings.rules
         budgets = _budgets(rules)
+        withheld = None
         with self.guard.transaction(identity) as tx:
+            if prepared is not None:
+                computed, structural_zero = s.builder.cells(prepared)
+                withheld = admit(
+                    tx,
+                    s.accounts,
+                    key_id=who.id,
+                    plan=prepared.plan,
+                    agg=prepared.aggregates,
+                    cells=computed & ~structural_zero,
+                    protection=s.builder.protection,
+                    space=s.builder.definition_space,
+                    rules=rules,
+                    counted=EngineCounts(s.builder.engine, s.dataset, prepared.full),
+                ).withheld
+                figures = self._figures(s, prepared, withheld)
+            assert figures is not None
             if tx.ledger.check(who.id, figures, budgets):
                 tx.spend(who.id, figures, s.settings.name)
-            if rules.sliver_min_difference <= 0:
-                return
-            fresh = guard_check(
-                tx.index,
-                sets,
-                key_id=who.id,
-                rules=s.settings.rules,
-                counts=GuardCounts(s.builder.engine, s.dataset, _memo=s.counts_memo()),
-                all_codes=s.all_codes,
-                zeros=s.zeros,
-            )
-            tx.remember(who.id, fresh)
+        return withheld
+
+    def _universe_rule(self, s: _Served, table: ProtectedTable) -> None:
+        """The universe-size rule, on the table's protected total.
+
+        The decision is a function of the table's own noisy figures, which
+        the ledger has already counted (a refused table spends as an answered
+        one would; the same request refused again spends nothing).
+        """
+        if s.settings.rules.min_universe_size <= 0:
+            return
+        check_universe_size(table_universe_size(table), s.settings.rules)
+
+    def _risk_ceiling(self, s: _Served, request: TableRequest, table: ProtectedTable) -> None:
+        """The putative-risk ceiling (:mod:`._risk_gate`) on the table's own figures."""
+        ceiling = s.settings.rules.putative_uniques_ceiling
+        if ceiling is None:
+            return
+        s.risk_gate.check(
+            self.state,
+            s.settings.name,
+            s.builder,
+            request,
+            table,
+            ceiling=ceiling,
+            min_cell_size=s.settings.rules.min_cell_size,
+            max_cells=s.settings.rules.putative_max_cells,
+        )
 
     def _cached(self, key: tuple[str, TableRequest]) -> _Entry | None:
         with self._cache_lock:

@@ -2,7 +2,8 @@
 
 One file holds every table (by default the site's ``[server] audit_db``, as
 before the store had a name): ``requests``, ``revoked_keys``,
-``reconstructions``, ``guard_sets`` and ``rate_counts``. Several processes
+``reconstructions``, ``publications``, ``decisions``, ``ledger_tables``,
+``jobs`` and ``rate_counts``. Several processes
 on one machine may share the file (SQLite serialises their writes: every
 write transaction is ``BEGIN IMMEDIATE``, waited for up to a minute, never
 failed at once); replicas on several machines need PostgreSQL.
@@ -20,7 +21,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tablesafe._errors import ConfigError
-from tablesafe.rules._guard import BUCKETS
 from tablesafe.state._store import Sql, StateStore
 
 __all__ = ["SQLiteState"]
@@ -105,9 +105,15 @@ def _jobs(con: sqlite3.Connection) -> None:
             con.execute(statement)
 
 
-#: The schema's migrations, oldest first: version i + 1 is ``MIGRATIONS[i]``. A new
-#: table is one more function here and one more script in
-#: :data:`tablesafe.state._postgres.MIGRATIONS`.
+def _publications(con: sqlite3.Connection) -> None:
+    """Version 5: the account of every published figure and the stored decisions (issue 37)."""
+    from tablesafe.state._store import PUBLICATIONS_SCHEMA
+
+    for statement in PUBLICATIONS_SCHEMA.split(";"):
+        if statement.strip():
+            con.execute(statement)
+
+
 def _fair_jobs(con: sqlite3.Connection) -> None:
     """Version 4: what a job builds (identical jobs of a key are one), workers' heartbeats."""
     from tablesafe.state._jobs import JOB_SCHEMA_4
@@ -117,7 +123,16 @@ def _fair_jobs(con: sqlite3.Connection) -> None:
             con.execute(statement)
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_first, _ledger, _jobs, _fair_jobs]
+#: The schema's migrations, oldest first: version i + 1 is ``MIGRATIONS[i]``. A new
+#: table is one more function here and one more script in
+#: :data:`tablesafe.state._postgres.MIGRATIONS`.
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _first,
+    _ledger,
+    _jobs,
+    _fair_jobs,
+    _publications,
+]
 
 
 class SQLiteState(StateStore):
@@ -126,14 +141,13 @@ class SQLiteState(StateStore):
     Args:
         path: The database file (created if missing, with its folder);
             ``":memory:"`` keeps everything in memory for the life of the store.
-        buckets: Buckets of the guard's key sketches.
 
     Raises:
         ConfigError: if the file's schema is newer than this tablesafe knows.
     """
 
-    def __init__(self, path: str | Path, buckets: int = BUCKETS) -> None:
-        super().__init__(buckets)
+    def __init__(self, path: str | Path) -> None:
+        super().__init__()
         self.path = str(path)
         self.location = self.path
         self._memory = self.path == ":memory:"

@@ -24,7 +24,6 @@ the same from either database.
 
 from __future__ import annotations
 
-import gc
 import json
 import threading
 import time
@@ -35,16 +34,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import numpy as np
-
-from tablesafe.rules._guard import BUCKETS, RecordSet, SetIndex, parse_definition
 from tablesafe.rules._ledger import LedgerIndex, TableFigures
 from tablesafe.state._rates import MINUTE_MS, minute_and_rest
 
-__all__ = ["MCP_TABLE_ENDPOINTS", "GuardTransaction", "Sql", "StateStore"]
-
-#: Sets and families added to the guard's indexes after which the collector is told they stay.
-_FREEZE_AFTER = 1_000
+__all__ = [
+    "MCP_TABLE_ENDPOINTS",
+    "PUBLICATIONS_SCHEMA",
+    "GuardTransaction",
+    "Publication",
+    "Sql",
+    "StateStore",
+]
 
 #: One request counted in a bucket unless the limit is reached, in one statement:
 #: ``previous_weight`` of the previous minute's counter, plus this minute's, below the limit.
@@ -59,9 +59,6 @@ ON CONFLICT (bucket, minute) DO UPDATE SET n = rate_counts.n + 1
 WHERE rate_counts.n + (SELECT n FROM prev) < ?
 RETURNING n
 """
-
-#: Guard rows written by one statement (9 parameters each: under SQLite's 32,766).
-_ROWS_PER_INSERT = 500
 
 #: The endpoint of a table request, as the audit log writes it.
 _TABLES_ENDPOINT = "POST /api/datasets/%/tables"
@@ -100,14 +97,60 @@ class Sql(Protocol):
         ...
 
 
-class GuardTransaction(Protocol):
-    """One check of the sliver guard and the privacy ledger, inside the store's transaction."""
+#: The account of published figures and the stored decisions (issue 37), one schema
+#: for both backends (PostgreSQL's migration swaps the id and BLOB types).
+PUBLICATIONS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS publications (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    identity TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    digest BIGINT NOT NULL,
+    definition TEXT NOT NULL,
+    n BIGINT NOT NULL,
+    cell_key BIGINT NOT NULL,
+    key_id TEXT NOT NULL,
+    time TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS publications_digest ON publications (identity, scope, digest);
+CREATE INDEX IF NOT EXISTS publications_order ON publications (identity, scope, id);
+CREATE TABLE IF NOT EXISTS decisions (
+    identity TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    digest BIGINT NOT NULL,
+    withheld BLOB NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (identity, scope, digest)
+);
+DROP TABLE IF EXISTS guard_sets
+"""
 
-    index: SetIndex
+#: A published figure as stored: (digest, canonical definition's text, true count, cell key).
+Publication = tuple[int, str, int, int]
+
+
+class GuardTransaction(Protocol):
+    """One admission of a table, inside the store's transaction for its microdata identity.
+
+    Reads see every row committed so far, by any process; writes are made
+    when the transaction commits, and a refusal (an exception) writes nothing.
+    """
+
     ledger: LedgerIndex
 
-    def remember(self, key_id: str, sets: Sequence[RecordSet]) -> None:
-        """Write ``sets`` when the transaction commits."""
+    def publications(self, scope: str, after: int) -> list[tuple[int, Publication]]:
+        """The published figures of ``scope`` with an id above ``after``, in id order."""
+        ...
+
+    def publish(self, scope: str, key_id: str, rows: Sequence[Publication]) -> None:
+        """Record ``rows`` as published (a digest already recorded is kept as it was)."""
+        ...
+
+    def decision(self, scope: str, digest: int) -> bytes | None:
+        """The stored decision of a table (which cells it withholds), or None."""
+        ...
+
+    def decide(self, scope: str, digest: int, withheld: bytes) -> None:
+        """Store a table's decision, so that it is answered again the same way."""
         ...
 
     def spend(self, key_id: str, figures: TableFigures, dataset: str | None = None) -> None:
@@ -117,13 +160,33 @@ class GuardTransaction(Protocol):
 
 @dataclass
 class _Transaction:
-    index: SetIndex
+    sql: Sql
+    identity: str
     ledger: LedgerIndex
-    rows: list[tuple[str, RecordSet]] = field(default_factory=list)
+    rows: list[tuple[str, str, Publication]] = field(default_factory=list)
+    decided: list[tuple[str, int, bytes]] = field(default_factory=list)
     spent: list[tuple[str, TableFigures, str | None]] = field(default_factory=list)
 
-    def remember(self, key_id: str, sets: Sequence[RecordSet]) -> None:
-        self.rows.extend((key_id, s) for s in sets)
+    def publications(self, scope: str, after: int) -> list[tuple[int, Publication]]:
+        rows = self.sql.execute(
+            "SELECT id, digest, definition, n, cell_key FROM publications "
+            "WHERE identity = ? AND scope = ? AND id > ? ORDER BY id",
+            (self.identity, scope, int(after)),
+        ).fetchall()
+        return [(int(i), (int(d), str(t), int(n), int(k))) for i, d, t, n, k in rows]
+
+    def publish(self, scope: str, key_id: str, rows: Sequence[Publication]) -> None:
+        self.rows.extend((scope, key_id, row) for row in rows)
+
+    def decision(self, scope: str, digest: int) -> bytes | None:
+        row = self.sql.execute(
+            "SELECT withheld FROM decisions WHERE identity = ? AND scope = ? AND digest = ?",
+            (self.identity, scope, int(digest)),
+        ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def decide(self, scope: str, digest: int, withheld: bytes) -> None:
+        self.decided.append((scope, digest, withheld))
 
     def spend(self, key_id: str, figures: TableFigures, dataset: str | None = None) -> None:
         self.spent.append((key_id, figures, dataset))
@@ -131,10 +194,9 @@ class _Transaction:
 
 @dataclass
 class _Shard:
-    """One microdata identity in this process: its lock, the guard's index, the ledger."""
+    """One microdata identity in this process: its lock and the ledger."""
 
     lock: threading.Lock
-    index: SetIndex
     ledger: LedgerIndex = field(default_factory=LedgerIndex)
 
 
@@ -149,18 +211,14 @@ class StateStore(ABC):
     of the reconstruction audit, and the sliver guard's published record sets
     (checked and remembered in one transaction per microdata identity).
 
-    Args:
-        buckets: Buckets of the guard's key sketches.
     """
 
     #: Where the store is, for messages (a file, or a URL without a password).
     location: str
 
-    def __init__(self, buckets: int = BUCKETS) -> None:
-        self.buckets = buckets
+    def __init__(self) -> None:
         self._shards: dict[str, _Shard] = {}
         self._shards_lock = threading.Lock()
-        self._unfrozen = 0  # sets added to the indexes since the last gc.freeze()
         self._rate_minute = -1  # the minute whose older counters this process last deleted
 
     # -- what a backend supplies ----------------------------------------------------------
@@ -339,40 +397,30 @@ class StateStore(ABC):
             {"time": t, "served_until": u, "tables": int(n), **json.loads(r)} for t, u, n, r in rows
         ]
 
-    # -- the sliver guard ------------------------------------------------------------------------
+    # -- the account of published figures, and the ledger ----------------------------------
 
     def transaction(self, identity: str) -> AbstractContextManager[GuardTransaction]:
-        """Serialise one check of the guard and its write for the microdata ``identity``.
+        """Serialise one admission of a table and its writes for the microdata ``identity``.
 
         Threads of this process wait on a lock per identity; other processes
-        and replicas wait on the backend's lock of the identity. Inside, the
-        yielded index holds every set committed so far, by any process (this
-        process's index first reads the rows committed since it last looked);
-        sets given to ``remember`` are written when the block ends without an
-        exception. A refusal (an exception) writes nothing.
+        and replicas wait on the backend's lock of the identity. Inside, reads
+        see every row committed so far by any process (the ledger's index
+        first reads the rows committed since it last looked); what is given
+        to ``publish``, ``decide`` and ``spend`` is written when the block
+        ends without an exception. A refusal (an exception) writes nothing.
         """
         return self._guarded(identity)
 
     @contextmanager
     def _guarded(self, identity: str) -> Iterator[GuardTransaction]:
         shard = self._shard(identity)
-        read = 0
-        with shard.lock:
-            made = shard.index.families_made
-            try:
-                with self._guard_write(identity) as sql:
-                    read = _catch_up(sql, identity, shard.index)
-                    _ledger_catch_up(sql, identity, shard.ledger)
-                    tx = _Transaction(shard.index, shard.ledger)
-                    yield tx
-                    _write_sets(sql, identity, tx.rows)
-                    _write_ledger(sql, identity, tx.spent)
-            finally:
-                # Counted whether the table was answered or refused: the rows read
-                # are in the index either way (its own rows are read back by the
-                # next catch-up), and so are the families the check made (up to a
-                # few hundred a check, each a handful of objects the collector walks).
-                self._grown(read + shard.index.families_made - made)
+        with shard.lock, self._guard_write(identity) as sql:
+            _ledger_catch_up(sql, identity, shard.ledger)
+            tx = _Transaction(sql, identity, shard.ledger)
+            yield tx
+            _write_publications(sql, identity, tx.rows)
+            _write_decisions(sql, identity, tx.decided)
+            _write_ledger(sql, identity, tx.spent)
 
     def ledger_rows(
         self, identity: str, after: int = 0
@@ -397,83 +445,41 @@ class StateStore(ABC):
         with self._shards_lock:
             shard = self._shards.get(identity)
             if shard is None:
-                shard = _Shard(threading.Lock(), SetIndex(buckets=self.buckets))
-                self._shards[identity] = shard
+                shard = self._shards[identity] = _Shard(threading.Lock())
             return shard
 
-    def _grown(self, rows: int) -> None:
-        """Count sets and families added to the indexes; past ``_FREEZE_AFTER``, freeze them.
 
-        The sets live as long as the process. Python's full collection walked
-        100,000 of them in 0.3 to 1.5 s, a request's worth of latency now and
-        then (docs/benchmarks.md); frozen, the collector no longer walks them.
-        Every 1,000 and not 10,000: a full collection walks what was added
-        since the last freeze; in ``benchmarks/bench_guard.py``'s probes the
-        full collections took 60 to 95 ms at 10,000, none ran at 1,000
-        (docs/benchmarks.md). The price: a freeze also keeps whatever cyclic
-        garbage requests under way hold (about 25 objects a freeze through
-        the HTTP app), under 1% of what the index keeps for the same tables.
-        """
-        with self._shards_lock:
-            self._unfrozen += rows
-            if self._unfrozen < _FREEZE_AFTER:
-                return
-            self._unfrozen = 0
-        gc.freeze()
+#: Published figures written by one statement (8 parameters each: under SQLite's 32,766).
+_ROWS_PER_INSERT = 1000
 
 
-def _catch_up(sql: Sql, identity: str, index: SetIndex) -> int:
-    """Add to ``index`` the sets of ``identity`` committed since it last read; how many."""
-    rows = sql.execute(
-        "SELECT id, key_id, fingerprint, size, sketch, columns, definition, ancestors "
-        "FROM guard_sets WHERE identity = ? AND id > ? ORDER BY id",
-        (identity, index.last_id),
-    ).fetchall()
-    index.add(
-        (
-            int(row_id),
-            str(key_id),
-            RecordSet(
-                definition=parse_definition(definition),
-                columns=frozenset(json.loads(columns)),
-                size=int(size),
-                fingerprint=bytes(fp),
-                sketch=None if sketch is None else np.frombuffer(bytes(sketch), dtype="<i4"),
-                ancestors=frozenset(
-                    bytes(ancestors[i : i + 16]) for i in range(0, len(ancestors), 16)
-                ),
-            ),
-        )
-        for row_id, key_id, fp, size, sketch, columns, definition, ancestors in rows
-    )
-    return len(rows)
-
-
-def _write_sets(sql: Sql, identity: str, rows: Sequence[tuple[str, RecordSet]]) -> None:
+def _write_publications(
+    sql: Sql, identity: str, rows: Sequence[tuple[str, str, Publication]]
+) -> None:
     now = _now()
     values = [
-        (
-            identity,
-            now,
-            key_id,
-            s.fingerprint,
-            s.size,
-            None if s.sketch is None else np.asarray(s.sketch, dtype="<i4").tobytes(),
-            json.dumps(sorted(s.columns)),
-            s.text,
-            b"".join(sorted(s.ancestors)),
-        )
-        for key_id, s in rows
+        (identity, scope, digest, text, n, cell_key, key_id, now)
+        for scope, key_id, (digest, text, n, cell_key) in rows
     ]
-    # Many rows to one statement: one round trip to PostgreSQL for a table's sets
-    # (one statement per row took 1.2 ms for 13 sets on loopback, as much as the check).
+    # Many rows to one statement: one round trip to PostgreSQL for a table's figures.
     for start in range(0, len(values), _ROWS_PER_INSERT):
         chunk = values[start : start + _ROWS_PER_INSERT]
         sql.execute(
-            "INSERT INTO guard_sets (identity, time, key_id, fingerprint, size, sketch, columns, "
-            "definition, ancestors) VALUES "
-            + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk)),
+            "INSERT INTO publications (identity, scope, digest, definition, n, cell_key, key_id, "
+            "time) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+            + " ON CONFLICT (identity, scope, digest) DO NOTHING",
             [v for row in chunk for v in row],
+        )
+
+
+def _write_decisions(sql: Sql, identity: str, decided: Sequence[tuple[str, int, bytes]]) -> None:
+    now = _now()
+    for scope, digest, withheld in decided:
+        sql.execute(
+            "INSERT INTO decisions (identity, scope, digest, withheld, time) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (identity, scope, digest) DO NOTHING",
+            (identity, scope, int(digest), withheld, now),
         )
 
 

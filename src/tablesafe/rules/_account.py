@@ -1,0 +1,681 @@
+"""The account of every published figure, and what a new table may add to it.
+
+DESIGN decision 10: every figure a table publishes (inner cell, margin,
+merged group, hierarchy level, universe total) is recorded as the records it
+covers, its canonical definition (:mod:`tablesafe.catalog._definitions`), in
+the state store's ``publications`` table, per microdata identity. A new
+table's figures are checked against all of them, and written, in one
+transaction of the state store.
+
+**What a user can combine.** Figures whose definitions agree on every column
+but one, ``c``, form a *family* (:mod:`tablesafe.rules._family`): any
+combination of them is published by difference. For every family a new
+table's figures join, they are taken in order (inner cells, then margins,
+finer first) and each new figure ``X`` is *unsafe* when:
+
+1. **it makes a small block derivable**: with ``X``, a block of codes of ``c``
+   (within the family's context) becomes a combination of published figures
+   that neither the published figures nor the table alone give (a set minus a
+   union of published parts: a merged group minus an inner cell, a universe
+   minus a narrower one, a parent minus its children); or
+2. **it measures a small block again**: ``X`` is already a combination of
+   published figures (a merged group of published categories, a hierarchy
+   level of published children, a merged universe), so ``X`` minus them is a
+   fresh measurement of every derivable block inside it; averaging many such
+   measurements gives a count exactly.
+
+A block is *small* when its **protected count** (what the site would publish
+for it as an inner cell, :meth:`tablesafe.Protection.inner_counts`) is one
+the mechanism could give a block of fewer than ``m`` records
+(``sliver_min_difference``): below ``m`` plus the most the mechanism adds to
+such a count (:meth:`tablesafe.Protection.reach_above`), 0 included; a block
+the catalog's declared zeros say holds no record is not small. The decision
+reads definitions (the request, the catalog, what was published) and
+protected counts, never a true count, so a withheld cell tells no more than
+the protected count of the block would, and an empty difference is treated
+as a small one.
+
+**What a table publishes of itself is not a sliver.** A table's own figures
+combine exactly under additive protection (its margins are sums of its inner
+cells); under independent perturbation a margin is a measurement of its own
+and is checked like any other. A published figure that is the whole family's
+context (the records a new table breaks down by ``c``, a figure the table
+publishes again as its margin) is left out of the family: breaking a
+published figure down by a variable is ordinary use, and each breakdown adds
+one difference (docs/attacks.md, "What remains").
+
+**Repeats.** A figure already published under the same canonical definition
+is not new; a request answered once is answered again with the same cells
+withheld (its decision is stored with it).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from tablesafe._request import TabulationPlan
+from tablesafe.catalog._definitions import (
+    DIGEST_MODULUS,
+    Definition,
+    DefinitionSpace,
+    cell_definitions,
+    condition_digest,
+    definition_digest,
+    definition_text,
+    domain_text,
+    mark_digest,
+    parse_definition,
+    signed64,
+)
+from tablesafe.catalog._variables import Code
+from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.rules._family import Name, Span, Vector, indicator, partition
+
+__all__ = [
+    "Account",
+    "Figure",
+    "PublishedRow",
+    "family_key",
+    "figure_rows",
+    "table_figures",
+    "unsafe_figures",
+    "withheld_cells",
+]
+
+_KEY_MODULUS = 2**32
+_DEBUG = bool(os.environ.get("TABLESAFE_DEBUG_ACCOUNT"))
+
+
+@dataclass(frozen=True, eq=False)
+class Figure:
+    """One figure a new table would publish, as the account sees it (the owner's view).
+
+    Attributes:
+        index: Its flat index in the table's extended arrays.
+        domain: What it counts (:func:`~tablesafe.catalog._definitions.domain_text`).
+        definition: Its canonical definition.
+        n: Its true count (the account is the owner's: never published).
+        cell_key: Its cell key.
+        inner: Whether it is an inner cell.
+        order: Its place when a family is checked (inner cells first, finer margins next).
+    """
+
+    index: int
+    domain: str
+    definition: Definition
+    n: int
+    cell_key: int
+    inner: bool
+    order: tuple[int, int, int]
+
+    @functools.cached_property
+    def text(self) -> str:
+        """What the account stores: the domain, then the definition's text."""
+        return self.domain + definition_text(self.definition)
+
+    @functools.cached_property
+    def digest(self) -> int:
+        """The account's key for it (:func:`~tablesafe.catalog._definitions.definition_digest`)."""
+        return definition_digest(self.domain, self.definition)
+
+
+def table_figures(
+    plan: TabulationPlan,
+    agg: CellAggregates,
+    space: DefinitionSpace,
+    cells: npt.NDArray[np.bool_],
+) -> list[Figure]:
+    """The figures a table publishes: every cell of ``cells`` some record could be in.
+
+    Args:
+        plan: The table's plan.
+        agg: Its exact aggregates (every grouping set).
+        space: The catalog's definition space.
+        cells: The cells it publishes (computed, not structural zeros).
+    """
+    coords = np.nonzero(cells)
+    found = cell_definitions(
+        space,
+        [(d.column, d.members) for d in plan.dimensions],
+        plan.universe,
+        tuple(c.tolist() for c in coords),
+    )
+    domain = domain_text(plan.unit, plan.present)
+    shape = agg.shape
+    flat = np.ravel_multi_index(coords, shape)
+    totals = [s - 1 for s in shape]
+    out = []
+    for at, definition, index in zip(zip(*coords, strict=True), found, flat.tolist(), strict=True):
+        if definition is None:
+            continue
+        free = sum(1 for i, j in enumerate(at) if j == totals[i])
+        out.append(
+            Figure(
+                index=index,
+                domain=domain,
+                definition=definition,
+                n=int(agg.n[at]),
+                cell_key=int(agg.cell_key[at]),
+                inner=free == 0,
+                order=(0 if free == 0 else 1, free, index),
+            )
+        )
+    return out
+
+
+def family_key(whole: int, column: str) -> int:
+    """The key of the family along ``column`` whose context has digest ``whole`` (signed)."""
+    return signed64(whole + mark_digest("column:" + column))
+
+
+def _split(text: str) -> tuple[str, Definition]:
+    """A stored text as its domain and its definition."""
+    at = text.index("[")
+    return text[:at], parse_definition(text[at:])
+
+
+@dataclass(frozen=True)
+class PublishedRow:
+    """One figure as the state store keeps it: the account's memory.
+
+    Attributes:
+        digest: :attr:`Figure.digest`.
+        text: :attr:`Figure.text`.
+        n: Its true count.
+        cell_key: Its cell key.
+    """
+
+    digest: int
+    text: str
+    n: int
+    cell_key: int
+
+
+def figure_rows(figures: Iterable[Figure]) -> list[PublishedRow]:
+    """The rows the state store writes for ``figures``."""
+    return [PublishedRow(f.digest, f.text, f.n, f.cell_key) for f in figures]
+
+
+@dataclass
+class Account:
+    """The figures published from one microdata identity, in this process's memory.
+
+    Mirrors the state store's ``publications`` rows (read in order by id; the
+    store's transaction reads what other processes committed first). Each
+    figure is kept as its digest, count and cell key, and registered in the
+    families of the columns it names (a family's whole context is found by
+    its digest).
+
+    Attributes:
+        last_id: The id of the last row read.
+    """
+
+    last_id: int = 0
+    _rows: dict[int, int] = field(default_factory=dict)
+    _n: list[int] = field(default_factory=list)
+    _keys: list[int] = field(default_factory=list)
+    _digests: list[int] = field(default_factory=list)
+    _families: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    _codesets: list[frozenset[Code]] = field(default_factory=list)
+    _codeset_ids: dict[frozenset[Code], int] = field(default_factory=dict)
+    _counts: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self._n)
+
+    def __contains__(self, digest: int) -> bool:
+        return digest in self._rows
+
+    def add(self, rows: Iterable[tuple[int, PublishedRow]]) -> None:
+        """Add rows read from the store (id, row), in id order; a digest already held is skipped."""
+        for row_id, row in rows:
+            self.last_id = max(self.last_id, row_id)
+            if row.digest in self._rows:
+                continue
+            at = len(self._n)
+            self._rows[row.digest] = at
+            self._n.append(row.n)
+            self._keys.append(row.cell_key)
+            self._digests.append(row.digest)
+            _, definition = _split(row.text)
+            for column, codes in definition:
+                whole = row.digest - condition_digest(column, codes)
+                key = family_key(whole, column)
+                self._families.setdefault(key, []).append((at, self._codeset(frozenset(codes))))
+
+    def _codeset(self, codes: frozenset[Code]) -> int:
+        found = self._codeset_ids.get(codes)
+        if found is None:
+            found = self._codeset_ids[codes] = len(self._codesets)
+            self._codesets.append(codes)
+        return found
+
+    def members(self, key: int) -> list[tuple[int, frozenset[Code]]]:
+        """The published figures of family ``key`` that name its column: (row, codes)."""
+        return [(at, self._codesets[cs]) for at, cs in self._families.get(key, ())]
+
+    def has_family(self, key: int) -> bool:
+        """Whether some published figure names the column of family ``key``."""
+        return key in self._families
+
+    def row(self, digest: int) -> int | None:
+        """The row of a published figure, or None."""
+        return self._rows.get(digest)
+
+    def digest(self, row: int) -> int:
+        """A published figure's digest."""
+        return self._digests[row]
+
+    def count(self, row: int) -> tuple[int, int]:
+        """A published figure's true count and cell key."""
+        return self._n[row], self._keys[row]
+
+    def remembered(self, text: str) -> int | None:
+        """A block's protected count decided before (it never changes for one microdata)."""
+        return self._counts.get(text)
+
+    def remember(self, text: str, count: int) -> None:
+        """Keep a block's protected count (a bounded memo)."""
+        if len(self._counts) > 200_000:
+            self._counts.clear()
+        self._counts[text] = count
+
+
+#: A block's protected count: (domain, canonical definition, true count, cell key) -> count.
+Protected = Callable[[str, Definition, int, int], int]
+#: A block's true count and cell key from the engine, where no exact combination gives them.
+Counted = Callable[[str, Definition], tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class AccountRules:
+    """How the account decides.
+
+    Attributes:
+        threshold: A block whose protected count is below it is small (``m`` plus
+            the mechanism's reach above counts below ``m``).
+        fresh_margins: Whether a table's margins carry noise of their own
+            (independent perturbation, IPF): then they are checked like inner cells.
+    """
+
+    threshold: int
+    fresh_margins: bool
+
+
+@dataclass
+class _Check:
+    account: Account
+    figures: Sequence[Figure]
+    space: DefinitionSpace
+    rules: AccountRules
+    protected: Protected
+    counted: Counted
+    mine: set[int]  # digests the new table publishes as margins (it breaks them down)
+
+
+def unsafe_figures(
+    account: Account,
+    figures: Sequence[Figure],
+    space: DefinitionSpace,
+    rules: AccountRules,
+    protected: Protected,
+    counted: Counted,
+) -> set[int]:
+    """The positions in ``figures`` of the new table's unsafe figures (module docstring).
+
+    Args:
+        account: What was published from the microdata.
+        figures: The new table's figures (:func:`table_figures`).
+        space: The catalog's definition space.
+        rules: The threshold and the kind of margins.
+        protected: A block's protected count.
+        counted: A block's true count and cell key, from the engine.
+    """
+    margins = {f.digest for f in figures if not f.inner}
+    check = _Check(account, figures, space, rules, protected, counted, margins)
+    unsafe: set[int] = set()
+    for key, whole, column, members in _touched(check):
+        first = figures[members[0][0]]
+        context = _context(first.definition, column)
+        old = _old_members(check, key, whole)
+        if old:
+            unsafe |= _family(check, first.domain, context, column, old, members)
+    return unsafe
+
+
+def _context(definition: Definition, column: str) -> Definition:
+    """A definition without its condition on ``column`` (the family's context)."""
+    return tuple((c, v) for c, v in definition if c != column)
+
+
+def _touched(
+    check: _Check,
+) -> Iterator[tuple[int, int, str, list[tuple[int, frozenset[Code] | None]]]]:
+    """The families the new table adds a figure to that some published figure may be in.
+
+    Every figure is in one family per catalog column: along a column it names,
+    within its other conditions; along one it does not, within itself (as
+    every code). Keys are computed for all at once (digests add up), and a
+    family is kept only where the new table adds a figure not published
+    before and the account has a figure in it. Sorted by key.
+
+    Yields:
+        The family's key, its context's digest, its column, and the new
+        table's figures in it (position, codes or None for every code).
+    """
+    figures, account = check.figures, check.account
+    columns = tuple(check.space.all_codes)
+    n, k = len(figures), len(columns)
+    if not n:
+        return
+    parts = np.zeros((n, k), dtype=np.uint64)
+    named = np.zeros((n, k), dtype=bool)
+    index = {c: j for j, c in enumerate(columns)}
+    totals = np.empty(n, dtype=np.uint64)
+    for i, f in enumerate(figures):
+        totals[i] = np.uint64(f.digest % DIGEST_MODULUS)
+        for c, codes in f.definition:
+            j = index[c]
+            parts[i, j] = np.uint64(condition_digest(c, codes))
+            named[i, j] = True
+    marks = np.array([mark_digest("column:" + c) for c in columns], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        wholes = totals[:, None] - parts  # parts are 0 where a column is not named
+        keys = wholes + marks[None, :]
+    new = np.array([f.digest not in account for f in figures], dtype=bool)
+    flat = keys.reshape(-1)
+    order = np.argsort(flat, kind="stable")
+    unique, starts = np.unique(flat[order], return_index=True)
+    # Families with something new in them, found for all at once.
+    fresh = np.maximum.reduceat(np.repeat(new, k)[order], starts)
+    bounds = [*starts.tolist(), len(order)]
+    whole_of = wholes.reshape(-1)[order[starts]]
+    for u in np.flatnonzero(fresh).tolist():
+        whole, skey = signed64(int(whole_of[u])), signed64(int(unique[u]))
+        if not account.has_family(skey) and account.row(whole) is None:
+            continue  # no published figure in it
+        cells = order[bounds[u] : bounds[u + 1]]
+        rows, cols = cells // k, cells % k
+        column = columns[int(cols[0])]
+        members = [
+            (int(r), frozenset(dict(figures[int(r)].definition)[column]) if named[r, j] else None)
+            for r, j in zip(rows.tolist(), cols.tolist(), strict=True)
+        ]
+        yield skey, whole, column, members
+
+
+def _old_members(check: _Check, key: int, whole: int) -> list[tuple[int, frozenset[Code]]]:
+    """The published figures of a family, as (row, codes); ``frozenset()`` stands for every code.
+
+    A published figure the new table publishes again as a margin is left out:
+    a table breaking a published figure down is left to the breakdown's own
+    figures (the module docstring).
+    """
+    account = check.account
+    old = [
+        (row, codes) for row, codes in account.members(key) if account.digest(row) not in check.mine
+    ]
+    row = account.row(whole)
+    if row is not None and whole not in check.mine:
+        old.append((row, frozenset()))
+    return old
+
+
+def _family(
+    check: _Check,
+    domain: str,
+    context: Definition,
+    column: str,
+    old: list[tuple[int, frozenset[Code]]],
+    members: list[tuple[int, frozenset[Code] | None]],
+) -> set[int]:
+    """The unsafe figures of the new table in one family (module docstring, rules 1 and 2)."""
+    every = frozenset(check.space.all_codes[column])
+    olds = [(row, codes or every) for row, codes in old]
+    news = sorted(
+        ((pos, codes or every) for pos, codes in members), key=lambda m: check.figures[m[0]].order
+    )
+    family = _FamilyCheck(check, domain, context, column, partition([c for _, c in olds + news]))
+    for row, codes in olds:
+        family.publish(("o", row), codes)
+    # The table's inner cells published already are published: they are known first.
+    for pos, codes in news:
+        f = check.figures[pos]
+        if f.digest in check.account and f.inner:
+            family.join(pos, codes)
+    family.derivable = _derivable(family.known, family.blocks, set())
+    unsafe = set()
+    for pos, codes in news:
+        f = check.figures[pos]
+        if f.digest in check.account:
+            if not f.inner:
+                family.join(pos, codes)  # a margin published already: the table's own sum
+        elif not family.admit(pos, codes):
+            unsafe.add(pos)
+    return unsafe
+
+
+class _FamilyCheck:
+    """One family as a new table's figures join it, one at a time.
+
+    Attributes:
+        known: The span of what is published, with the figures admitted so far.
+        own: The span of the new table's inner cells admitted so far.
+        derivable: The blocks ``known`` derives.
+    """
+
+    def __init__(
+        self,
+        check: _Check,
+        domain: str,
+        context: Definition,
+        column: str,
+        block_of: dict[Code, int],
+    ) -> None:
+        self.check, self.column, self.block_of = check, column, block_of
+        self.blocks = sorted(set(block_of.values()))
+        codes_of: dict[int, set[Code]] = {}
+        for code, b in block_of.items():
+            codes_of.setdefault(b, set()).add(code)
+        self.sizes = _Blocks(check, domain, context, column, codes_of)
+        self.known, self.own = Span(), Span()
+        self.derivable: set[int] = set()
+        self.members: dict[Name, frozenset[int]] = {}
+
+    def publish(self, name: Name, codes: frozenset[Code]) -> None:
+        """A published figure of the family is known."""
+        self.members[name] = self.blocks_of(codes)
+        if self.known.add(self.vector(codes), name):
+            self.derivable = _derivable(self.known, self.blocks, self.derivable)
+
+    def vector(self, codes: frozenset[Code]) -> Vector:
+        """The indicator of a set of codes over the family's blocks."""
+        return indicator(self.blocks_of(codes))
+
+    def blocks_of(self, codes: frozenset[Code]) -> frozenset[int]:
+        """The blocks a set of codes is made of."""
+        return frozenset(self.block_of[c] for c in codes)
+
+    def join(self, pos: int, codes: frozenset[Code]) -> None:
+        """The new table's figure at ``pos`` joins the family (published, or admitted).
+
+        Where the table is additive, each of its figures is a sum of its inner
+        cells: what the table's own figures give one another is no difference
+        of the table with what was published (``own``). Where margins carry
+        noise of their own, only the inner cells are so.
+        """
+        f = self.check.figures[pos]
+        self.publish(("t", pos), codes)
+        if f.inner or not self.check.rules.fresh_margins:
+            self.own.add(self.vector(codes), ("t", pos))
+
+    def admit(self, pos: int, codes: frozenset[Code]) -> bool:
+        """Whether the new table's figure at ``pos`` is safe here; if so it joins the family."""
+        f = self.check.figures[pos]
+        v = self.vector(codes)
+        if self.known.contains(v):
+            if not self._again(f, codes, v):
+                return False
+            self.join(pos, codes)
+            return True
+        if f.inner:
+            # A first difference of inner cells is one more noisy measurement of
+            # a block the site would publish as a cell: left to the mechanism
+            # (docs/attacks.md, "What remains"). A margin or universe total
+            # that first isolates a small block is a sliver.
+            self.join(pos, codes)
+            return True
+        trial = self.known.copy()
+        trial.add(v, ("t", pos))
+        now = _derivable(trial, self.blocks, self.derivable)
+        inside = self.blocks_of(codes)
+        fresh = [
+            b
+            for b in sorted(now - self.derivable)
+            if frozenset((b,)) != inside and not self.own.contains(indicator((b,)))
+        ]
+        if any(self.sizes.small(frozenset((b,)), trial) for b in fresh):
+            _debug("(ii) new", f, self.sizes)
+            return False
+        self.join(pos, codes)
+        return True
+
+    def _again(self, f: Figure, codes: frozenset[Code], v: Vector) -> bool:
+        """Rule 2: a figure the published ones already determine measures them again."""
+        check = self.check
+        summed = not f.inner and not check.rules.fresh_margins and self.own.contains(v)
+        # A category of several codes the catalog declares (a hierarchy level, a
+        # grouping) can be asked only in as many ways as the catalog has groupings,
+        # and less its other published parts it is a wide difference: bounded.
+        declared = len(codes) > 1 and codes in check.space.categories.get(self.column, ())
+        if summed or declared:
+            return True
+        # The blocks it measures again: its own, and those of the published
+        # figures it is a combination of (their differences with it are new).
+        involved = set(self.blocks_of(codes))
+        for name in self.known.express(v) or {}:
+            involved |= self.members.get(name, frozenset())
+        if self.sizes.measures_small(frozenset(involved), self.derivable, self.known):
+            _debug("(i) again", f, self.sizes)
+            return False
+        return True
+
+
+def _debug(rule: str, figure: Figure, family: _Blocks) -> None:
+    if _DEBUG:
+        where = (family.context, family.column)
+        print(f"  {rule}: {figure.definition} in family {where}", file=sys.stderr)
+
+
+def _derivable(span: Span, blocks: Sequence[int], known: set[int]) -> set[int]:
+    """The blocks whose indicator is in ``span`` (``known``: some already found so)."""
+    return known | span.derivable()
+
+
+@dataclass
+class _Blocks:
+    """The blocks of one family: their definitions and protected counts."""
+
+    check: _Check
+    domain: str
+    context: Definition
+    column: str
+    codes_of: dict[int, set[Code]]
+
+    def measures_small(self, inside: frozenset[int], derivable: set[int], known: Span) -> bool:
+        """Whether some derivable part of ``inside`` (blocks, and what is left) is small."""
+        parts = [frozenset((b,)) for b in sorted(inside) if b in derivable]
+        rest = inside - {b for p in parts for b in p}
+        if rest and known.contains(indicator(rest)):
+            parts.append(frozenset(rest))
+        return any(self.small(p, known) for p in parts)
+
+    def small(self, blocks: frozenset[int], span: Span) -> bool:
+        """Whether ``blocks`` (derivable in ``span``) hold a small protected count."""
+        check = self.check
+        codes = frozenset(c for b in blocks for c in self.codes_of[b])
+        box = {**dict(self.context), self.column: codes}
+        definition = check.space.canonical(box)
+        if definition is None:
+            return False  # the declared zeros say it holds no record
+        text = self.domain + definition_text(definition)
+        count = check.account.remembered(text)
+        if count is None:
+            n, key = self._count(blocks, span, definition)
+            count = check.protected(self.domain, definition, n, key)
+            check.account.remember(text, count)
+        if count < check.rules.threshold and _DEBUG:
+            print("    small block", self.domain, definition, "p =", count, file=sys.stderr)
+        return count < check.rules.threshold
+
+    def _count(self, blocks: frozenset[int], span: Span, definition: Definition) -> tuple[int, int]:
+        """The true count and cell key of ``blocks``: the same combination of the figures'."""
+        combination = span.express(indicator(blocks))
+        if combination is None or any(c.denominator != 1 for c in combination.values()):
+            return self.check.counted(self.domain, definition)
+        n = key = 0
+        for (side, at), coefficient in combination.items():
+            if side == "o":
+                fn, fk = self.check.account.count(at)
+            else:
+                f = self.check.figures[at]
+                fn, fk = f.n, f.cell_key
+            n += int(coefficient) * fn
+            key += int(coefficient) * fk
+        return n, key % _KEY_MODULUS
+
+
+def withheld_cells(
+    figures: Sequence[Figure],
+    unsafe: set[int],
+    shape: tuple[int, ...],
+    *,
+    additive: bool,
+) -> npt.NDArray[np.bool_]:
+    """The cells a table withholds: its unsafe figures and what would give them away.
+
+    In an additive table a margin is the sum of its inner cells, so an unsafe
+    margin withholds every inner cell it adds up (the margins around them are
+    then sums of the cells published, and say so). Where margins are
+    perturbed on their own, a margin over a withheld inner cell is withheld
+    too (its value less the cells shown would estimate the withheld one), and
+    so is every inner cell under a withheld margin.
+    """
+    withheld = np.zeros(shape, dtype=bool)
+    for pos in unsafe:
+        withheld.flat[figures[pos].index] = True
+    k = len(shape)
+    inner = tuple(slice(0, s - 1) for s in shape)
+    for _ in range(2 if not additive else 1):
+        # Down: every inner cell under a withheld margin.
+        below = np.zeros(tuple(s - 1 for s in shape), dtype=bool)
+        for at in zip(*np.nonzero(withheld), strict=True):
+            index = tuple(slice(None) if j == shape[i] - 1 else j for i, j in enumerate(at))
+            below[index] = True
+        withheld[inner] |= below
+        if additive:
+            break
+        # Up: every margin over a withheld inner cell.
+        cells = withheld[inner]
+        for axes in _subsets(k):
+            if not axes:
+                continue
+            any_withheld = cells.any(axis=axes, keepdims=True)
+            at = tuple(
+                slice(s - 1, s) if i in axes else slice(0, s - 1) for i, s in enumerate(shape)
+            )
+            withheld[at] |= any_withheld
+    return withheld
+
+
+def _subsets(k: int) -> list[tuple[int, ...]]:
+    import itertools
+
+    return [c for r in range(k + 1) for c in itertools.combinations(range(k), r)]

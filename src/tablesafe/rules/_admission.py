@@ -1,0 +1,252 @@
+"""The admission of a table's figures: decided and written in one transaction.
+
+DESIGN decision 10: one admission checks a new table's figures against the
+account of every figure published from its microdata
+(:mod:`tablesafe.rules._account`), decides which cells it withholds, refuses
+it whole past the site's share, and records what it publishes, inside one
+transaction of the state store (:meth:`tablesafe.state.StateStore.transaction`),
+so no timing of requests, keys or replicas gets past a rule that holds for
+requests one at a time.
+
+A table answered once is answered again the same way: its decision (which
+cells it withholds) is stored under a digest of its figures, and read back
+for every later request with the same figures, whatever was published since.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from tablesafe._errors import RefusedError
+from tablesafe._protection import Protection
+from tablesafe._protection_limits import Additivity
+from tablesafe._request import DimensionPlan, TabulationPlan
+from tablesafe._settings import RuleSettings, SliverScope
+from tablesafe.catalog._definitions import Definition, DefinitionSpace, definition_text
+from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.rules._account import (
+    Account,
+    AccountRules,
+    Figure,
+    PublishedRow,
+    table_figures,
+    unsafe_figures,
+    withheld_cells,
+)
+
+if TYPE_CHECKING:
+    from tablesafe.catalog._dataset import Dataset
+    from tablesafe.engines._base import Engine
+
+__all__ = ["Accounts", "Admitted", "admit", "dataset_identity", "table_digest"]
+
+#: A published figure as the state store keeps it: (digest, text, true count, cell key).
+Publication = tuple[int, str, int, int]
+
+
+class Transaction(Protocol):
+    """What the admission needs of the state store's transaction."""
+
+    def publications(self, scope: str, after: int) -> list[tuple[int, Publication]]:
+        """Published figures of ``scope`` after id ``after``."""
+        ...
+
+    def publish(self, scope: str, key_id: str, rows: Sequence[Publication]) -> None:
+        """Record rows as published when the transaction commits."""
+        ...
+
+    def decision(self, scope: str, digest: int) -> bytes | None:
+        """A table's stored decision."""
+        ...
+
+    def decide(self, scope: str, digest: int, withheld: bytes) -> None:
+        """Store a table's decision when the transaction commits."""
+        ...
+
+
+@dataclass
+class Accounts:
+    """This process's mirror of the account, per scope (the dataset, or an API key)."""
+
+    by_scope: dict[str, Account] = field(default_factory=dict)
+
+    def caught_up(self, tx: Transaction, scope: str) -> Account:
+        """The account of ``scope`` with every row committed so far (read in the transaction)."""
+        account = self.by_scope.setdefault(scope, Account())
+        rows = tx.publications(scope, account.last_id)
+        account.add((i, PublishedRow(*row)) for i, row in rows)
+        return account
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A table's admission: the cells it withholds (extended shape), and whether it was new."""
+
+    withheld: npt.NDArray[np.bool_]
+    decided_now: bool
+
+
+def table_digest(figures: Sequence[Figure], shape: tuple[int, ...]) -> int:
+    """A table's key among stored decisions: its shape and its figures, cell by cell."""
+    h = hashlib.blake2b(digest_size=8, person=b"tablesafe-table")
+    h.update(repr(shape).encode())
+    for f in figures:
+        h.update(f.index.to_bytes(8, "little"))
+        h.update(f.digest.to_bytes(8, "little", signed=True))
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+def admit(
+    tx: Transaction,
+    accounts: Accounts,
+    *,
+    key_id: str,
+    plan: TabulationPlan,
+    agg: CellAggregates,
+    cells: npt.NDArray[np.bool_],
+    protection: Protection,
+    space: DefinitionSpace,
+    rules: RuleSettings,
+    counted: Any,
+) -> Admitted:
+    """Decide which cells of a table are withheld, and record what it publishes.
+
+    Args:
+        tx: The state store's transaction for the table's microdata.
+        accounts: This process's mirror of the account.
+        key_id: The API key asking (the account's scope under ``sliver_scope = "key"``).
+        plan: The table's plan.
+        agg: Its exact aggregates (every grouping set).
+        cells: The cells it publishes (computed, not structural zeros).
+        protection: The site's protection (a block's protected count).
+        space: The catalog's definition space.
+        rules: The site's rules for the dataset.
+        counted: ``counted(domain, definition) -> (n, cell key)``, from the engine.
+
+    Raises:
+        RefusedError: when more than ``max_withheld_share`` of the cells would be withheld.
+    """
+    shape = agg.shape
+    if rules.sliver_min_difference <= 0:
+        return Admitted(np.zeros(shape, dtype=bool), False)
+    scope = "*" if rules.sliver_scope == SliverScope.DATASET else f"key:{key_id}"
+    account = accounts.caught_up(tx, scope)
+    figures = table_figures(plan, agg, space, cells)
+    digest = table_digest(figures, shape)
+    stored = tx.decision(scope, digest)
+    if stored is not None:
+        return Admitted(_unpack(stored, shape), False)
+    additive = protection.record_level or protection.additivity == Additivity.AGGREGATE
+    # Small: a protected count that some count below m could have been given.
+    m = rules.sliver_min_difference
+    account_rules = AccountRules(m + protection.reach_above(m), fresh_margins=not additive)
+
+    def protected(domain: str, definition: Definition, n: int, key: int) -> int:
+        text = (domain + definition_text(definition)).encode()
+        counts = protection.inner_counts(
+            np.array([n], dtype=np.int64), np.array([key], dtype=np.uint32), lambda _: [text]
+        )
+        return int(counts[0])
+
+    unsafe = unsafe_figures(account, figures, space, account_rules, protected, counted)
+    withheld = withheld_cells(figures, unsafe, shape, additive=additive) & cells
+    total = int(cells.sum())
+    if total and withheld.sum() > rules.max_withheld_share * total:
+        examples = " and ".join(_label(plan, shape, figures[p].index) for p in sorted(unsafe)[:2])
+        raise RefusedError(
+            f"{int(withheld.sum())} of this table's {total} cells would have to be withheld "
+            f"(this site publishes a table with at most {rules.max_withheld_share:.0%} of its "
+            f"cells withheld): with figures already published from this dataset, {examples} "
+            f"would let differences isolate fewer than {rules.sliver_min_difference} records. "
+            "Ask for coarser categories, a wider universe or fewer dimensions"
+        )
+    from tablesafe.output._withheld import margins_over
+
+    left_out = withheld | (margins_over(withheld) if additive else withheld)
+    published = [f for f in figures if not left_out.flat[f.index]]
+    tx.publish(scope, key_id, [(f.digest, f.text, f.n, f.cell_key) for f in published])
+    tx.decide(scope, digest, _pack(withheld))
+    return Admitted(withheld, True)
+
+
+def _label(plan: TabulationPlan, shape: tuple[int, ...], index: int) -> str:
+    """A cell of the request's own table in words (never a count, never another request)."""
+    at = np.unravel_index(index, shape)
+    parts = [
+        f"{d.name} = {d.codes[int(j)]}"
+        for d, j in zip(plan.dimensions, at, strict=True)
+        if int(j) < d.size
+    ]
+    if not parts:
+        return "this table's universe"
+    return f"the records with {' and '.join(parts)} in this table's universe"
+
+
+def _pack(withheld: npt.NDArray[np.bool_]) -> bytes:
+    return np.packbits(withheld.reshape(-1)).tobytes()
+
+
+def _unpack(stored: bytes, shape: tuple[int, ...]) -> npt.NDArray[np.bool_]:
+    size = int(np.prod(shape))
+    bits = np.unpackbits(np.frombuffer(stored, dtype=np.uint8), count=size)
+    return bits.astype(bool).reshape(shape)
+
+
+@dataclass
+class EngineCounts:
+    """A block's true count and cell key from the engine (one query each, remembered).
+
+    Args:
+        engine: The dataset's engine.
+        dataset: The dataset.
+        plan: The table's plan (its unit: a household table counts households).
+    """
+
+    engine: Engine
+    dataset: Dataset
+    plan: TabulationPlan
+    _memo: dict[Any, tuple[int, int]] = field(default_factory=dict)
+
+    def __call__(self, domain: str, definition: Definition) -> tuple[int, int]:
+        key = (domain, definition)
+        if key not in self._memo:
+            cat = self.dataset.catalog
+            first = cat.variable(self.plan.dimensions[0].name)
+            plan = replace(
+                self.plan,
+                dimensions=(DimensionPlan.from_variable(first),),
+                universe=definition,
+                grouping_sets=((0,), ()),
+                weight=None,
+                replicates=(),
+                magnitudes=(),
+                present=(),
+            )
+            agg = self.engine.tabulate(self.dataset, plan)
+            self._memo[key] = (int(agg.n[-1]), int(agg.cell_key[-1]))
+        return self._memo[key]
+
+
+def dataset_identity(engine: Engine, dataset: Dataset) -> str:
+    """The microdata's identity: a hash of its record count and record-key sum (any engine).
+
+    It depends on the records alone, not on the dataset's name or catalog:
+    every dataset that serves the same records shares the account.
+    """
+    cat = dataset.catalog
+    plan = TabulationPlan(
+        dimensions=(DimensionPlan.from_variable(cat.source_variables[0]),),
+        universe=(),
+        grouping_sets=((0,), ()),
+        record_key=cat.record_key,
+        weight=None,
+    )
+    agg = engine.tabulate(dataset, plan)
+    payload = f"{int(agg.n[-1])}:{int(agg.cell_key[-1])}".encode()
+    return hashlib.blake2b(payload, digest_size=16, person=b"tablesafe-data").hexdigest()

@@ -1,0 +1,155 @@
+"""One family of published figures: exact linear algebra over the codes of one column.
+
+Figures whose definitions agree on every column but one, ``c``, are a
+*family*: each is the records of a common context with ``c`` in a set of
+codes, so any combination of them with integer (or rational) coefficients
+is a figure too. The account (:mod:`tablesafe.rules._account`) asks two
+questions of a family when a new table adds figures to it:
+
+* **What becomes derivable.** The codes of ``c`` split into *blocks*, the
+  partition the family's sets generate; a block is *derivable* when its
+  indicator is a linear combination of the sets' (a set minus a union of
+  published parts, a parent minus its children).
+* **What is measured again.** A new set that is already a combination of
+  published ones is a fresh noisy measurement of something the published
+  figures determine: differences with it measure every derivable block
+  inside it once more (the average of many such measurements is exact).
+
+Everything is exact: vectors over blocks with integer coordinates, or
+:class:`fractions.Fraction` where a division leaves one, in reduced row
+echelon form, each row carrying the combination of sets it stands for (so a
+block's count and key sum follow from the sets' by the same combination). No
+floating point, no tolerance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from tablesafe.catalog._variables import Code
+
+__all__ = ["Name", "Span", "Vector", "indicator", "partition"]
+
+#: A sparse vector: coordinate -> non-zero coefficient (an int where it is one: exact and fast).
+Vector = dict[int, int | Fraction]
+#: A set's name in a span: ("o", row) for a published figure, ("t", position) for a new one.
+Name = tuple[str, int]
+#: A combination of the sets a row stands for: set name -> coefficient.
+Combination = dict[Name, int | Fraction]
+
+
+def partition(sets: Iterable[frozenset[Code]]) -> dict[Code, int]:
+    """The blocks the sets generate: each code -> its block's number.
+
+    Two codes share a block when every set holds both or neither. Blocks are
+    numbered in the order their first code appears in the sets given.
+    """
+    signature: dict[Code, list[int]] = {}
+    for i, s in enumerate(sets):
+        for code in s:
+            signature.setdefault(code, []).append(i)
+    blocks: dict[tuple[int, ...], int] = {}
+    out: dict[Code, int] = {}
+    for code, sig in signature.items():
+        out[code] = blocks.setdefault(tuple(sig), len(blocks))
+    return out
+
+
+def _axpy(
+    target: dict[Any, int | Fraction], factor: int | Fraction, row: dict[Any, int | Fraction]
+) -> None:
+    """``target += factor * row``, dropping zeros (for vectors and combinations alike)."""
+    for k, v in row.items():
+        new = target.get(k, 0) + factor * v
+        if new:
+            target[k] = _tidy(new)
+        else:
+            target.pop(k, None)
+
+
+def _tidy(value: int | Fraction) -> int | Fraction:
+    """A Fraction that is a whole number as an int (ints keep the arithmetic fast)."""
+    if isinstance(value, Fraction) and value.denominator == 1:
+        return int(value)
+    return value
+
+
+@dataclass
+class Span:
+    """The exact span of a set of vectors, in reduced row echelon form.
+
+    ``rows`` maps each pivot coordinate to (row, combination): every row has
+    a 1 at its pivot and 0 at every other row's pivot; the combination says
+    which of the added vectors (by the ids given to :meth:`add`) it is.
+    Copies share their rows (rows are replaced, never changed in place).
+    """
+
+    rows: dict[int, tuple[Vector, Combination]] = field(default_factory=dict)
+
+    def copy(self) -> Span:
+        """An independent span with the same rows."""
+        return Span(dict(self.rows))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def reduce(self, vector: Vector) -> tuple[Vector, Combination]:
+        """``vector`` minus its part in the span, and the combination subtracted (negated)."""
+        rest = dict(vector)
+        used: Combination = {}
+        for pivot in sorted(set(rest) & self.rows.keys()):
+            factor = rest.get(pivot)
+            if not factor:
+                continue
+            row, comb = self.rows[pivot]
+            _axpy(rest, -factor, row)
+            _axpy(used, factor, comb)
+        return rest, used
+
+    def derivable(self) -> set[int]:
+        """The coordinates whose unit vector is in the span.
+
+        In reduced form a unit vector reduces to nothing exactly when its
+        coordinate is a pivot whose row is that unit vector: no reduction needed.
+        """
+        return {p for p, (row, _) in self.rows.items() if len(row) == 1}
+
+    def contains(self, vector: Vector) -> bool:
+        """Whether ``vector`` is a linear combination of the span's vectors."""
+        return not self.reduce(vector)[0]
+
+    def express(self, vector: Vector) -> Combination | None:
+        """The combination of added vectors equal to ``vector`` (None: not in the span)."""
+        rest, used = self.reduce(vector)
+        return None if rest else used
+
+    def add(self, vector: Vector, name: Name) -> bool:
+        """Add ``vector`` (called ``name``); whether the span grew."""
+        rest, used = self.reduce(vector)
+        if not rest:
+            return False
+        comb: Combination = {name: 1}
+        _axpy(comb, -1, used)
+        pivot = min(rest)
+        lead = rest[pivot]
+        scale: int | Fraction = lead if lead in (1, -1) else Fraction(1) / lead
+        row = {k: _tidy(v * scale) for k, v in rest.items()}
+        comb = {k: _tidy(v * scale) for k, v in comb.items()}
+        # Keep the form reduced: clear the new pivot from every other row.
+        for p, (other, other_comb) in list(self.rows.items()):
+            factor = other.get(pivot)
+            if factor:
+                new_row, new_comb = dict(other), dict(other_comb)
+                _axpy(new_row, -factor, row)
+                _axpy(new_comb, -factor, comb)
+                self.rows[p] = (new_row, new_comb)
+        self.rows[pivot] = (row, comb)
+        return True
+
+
+def indicator(blocks: Sequence[int] | frozenset[int]) -> Vector:
+    """The 0/1 vector of a set of blocks."""
+    return dict.fromkeys(blocks, 1)
