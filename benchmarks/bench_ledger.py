@@ -94,8 +94,7 @@ def site(folder: Path):
 
 def serve(folder: Path, reqs: list[Any], budget: float, where: Path) -> dict[str, Any]:
     """Each table's time and the ledger's for it, in one process."""
-    from tablesafe.rules._guard import dataset_identity
-
+    from tablesafe.rules._admission import dataset_identity
     from tablesafe.rules._ledger import Budgets, table_figures
     from tablesafe.state import SQLiteState
 

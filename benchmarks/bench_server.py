@@ -52,7 +52,6 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -137,8 +136,10 @@ def _state_ops(store, sets: list, rounds: int) -> list[float]:
         store.revoked("sha256:" + "0" * 64)
         store.hit("bench", 10**9)
         with store.transaction("bench-identity") as tx:
-            # A new table's sets each time (another fingerprint), as a busy site writes.
-            tx.remember("bench", [replace(s, fingerprint=os.urandom(16)) for s in sets])
+            # A new table's figures each time (other digests), as a busy site writes.
+            tx.publications("*", 10**12)
+            salt = int.from_bytes(os.urandom(7), "little")
+            tx.publish("bench", "bench", [(d ^ salt, t, n, k) for d, t, n, k in sets])
         store.record(key_id="bench", endpoint="POST /api/datasets/demo/tables", status=200,
                      outcome="ok", dataset="demo", request={"i": i})  # fmt: skip
         out.append(time.perf_counter() - t0)
@@ -169,7 +170,7 @@ def state_cost(args: argparse.Namespace, data_dir: Path, pool: list[dict]) -> No
 
     cluster = None if args.postgres else Cluster(binaries()).start()
     url = args.postgres or cluster.database()
-    sets = [_bench_set(i) for i in range(13)]  # a 2-way table's universe and slices
+    sets = [_bench_figure(i) for i in range(27)]  # a 2-way table's cells and margins
     times: dict[str, list[float]] = {"sqlite": [], "postgresql": [], "app sqlite": [],
                                      "app postgresql": []}  # fmt: skip
     try:
@@ -207,19 +208,9 @@ def _report_state(args: argparse.Namespace, times: dict[str, list[float]]) -> No
           f"ratio {med['app postgresql'] / med['app sqlite']:.2f}")  # fmt: skip
 
 
-def _bench_set(seed: int):
-    import numpy as np
-    from tablesafe.rules._guard import BUCKETS, RecordSet, fingerprint
-
-    rng = np.random.default_rng(seed)
-    keys = rng.integers(0, 2**32, size=500 + seed, dtype=np.int64)
-    return RecordSet(
-        definition=(("ID", (f"set{seed}",)),),
-        columns=frozenset({"SEX"}),
-        size=len(keys),
-        fingerprint=fingerprint(len(keys), int(keys.sum()) % 2**32),
-        sketch=np.bincount(keys % BUCKETS, minlength=BUCKETS).astype(np.int64),
-    )
+def _bench_figure(i: int) -> tuple[int, str, int, int]:
+    """A published figure as the state store keeps it: (digest, definition, count, cell key)."""
+    return (i, f'[["AGEGRP",[{i % 8}]],["SEX",[{i % 2 + 1}]]]', 500 + i, 7919 * i)
 
 
 def main() -> None:
