@@ -374,9 +374,15 @@ def test_withheld_cells_are_blank_and_flagged_in_every_format(demo_dir, tmp_path
     hidden = [c for c in cells if c["withheld"]]
     assert hidden and all(c["n"] is None and c["weighted"] is None for c in hidden)
     assert all(c["percent_row"] is None for c in hidden)
-    assert any("withheld" in s for s in json.loads(table.render("json"))["meta"]["footnotes"]["statement"])
+    assert any(
+        "withheld" in s for s in json.loads(table.render("json"))["meta"]["footnotes"]["statement"]
+    )
     csv = table.to_csv()
-    header = csv.splitlines()[0].split(",") if not csv.startswith("#") else csv.splitlines()[1].split(",")
+    header = (
+        csv.splitlines()[0].split(",")
+        if not csv.startswith("#")
+        else csv.splitlines()[1].split(",")
+    )
     assert "withheld" in header and "excludes_withheld" in header
     stat = json.loads(table.render("jsonstat"))
     marked = [int(i) for i, v in stat["status"].items() if v == "C"]
