@@ -305,7 +305,7 @@ def test_dp_keyed_by_definition_keeps_its_stated_delta_between_equal_sets(tmp_pa
     from tablesafe.catalog._custom import CustomGroup, CustomGrouping
 
     dataset = write_dataset(tmp_path / "data", _pairs_frame(), PAIRS)
-    protection = {"method": "dp", "epsilon": 1.0, "cap": 5, "seeds": "keyed",
+    protection = {"method": "dp", "epsilon": 1.0, "cap": 40, "seeds": "keyed",
                   "secret_env": SECRET_ENV}  # fmt: skip
     service = _service(
         dataset.path.parent, tmp_path, protection,

@@ -249,6 +249,7 @@ RANGES: dict[str, Range] = {
     "attack.min_difference": _i(0, 1_000_000),
     "attack.pairs": _i(1, 100_000),
     "attack.tries": _i(1, 100_000),
+    "attack.partners": _i(1, 1000),
     "attack.all_k_way": _i(1, 4),
     "attack.min_cell_size": _i(0, 1_000_000),
     "attack.time_limit": _r(0, 86_400, low_open=True),

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tablesafe._cli import PATH
+from tablesafe._cli import PATH, number
 from tablesafe._cli._attack import _guard_ask, _guarded_site, attack_app
 
 if TYPE_CHECKING:
@@ -32,8 +32,13 @@ _VARIANTS = ("group", "group-2d", "merged-universe", "hierarchy")
 )
 @click.option("--method", default="ckm", help="Without --config: ckm, dp, q or q-records.")
 @click.option("--config", type=PATH, default=None, help="Attack this site's settings.")
-@click.option("--min-difference", type=int, default=None, help="The site's m (0: no account).")
-@click.option("--partners", type=int, default=19, help="Partners per target (default 19).")
+@click.option(
+    "--min-difference",
+    type=number("attack.min_difference"),
+    default=None,
+    help="The site's m (0: no account).",
+)
+@click.option("--partners", type=number("attack.partners"), default=19, help="Partners per target.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 def groups(
     data_dir: Path,
