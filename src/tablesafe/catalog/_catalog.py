@@ -410,7 +410,10 @@ class Catalog:
         if self.replicates:
             ds["replicate_weights"] = list(self.replicates.columns)
             ds["replicate_method"] = str(self.replicates.method)
-            ds["replicate_coefficient"] = self.replicates.coefficient
+            if self.replicates.declared:
+                # A default coefficient stays a default: written, it would be
+                # declared and skip the check of a JK1 design's strata.
+                ds["replicate_coefficient"] = self.replicates.coefficient
             if self.replicates.method == ReplicateMethod.BRR:
                 ds["fay"] = self.replicates.fay
         out_vars = []
