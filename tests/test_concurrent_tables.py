@@ -96,5 +96,7 @@ def test_without_a_limit_builds_run_at_once(demo_dir, tmp_path):
 
 
 def test_a_negative_limit_is_refused(demo_dir, tmp_path):
-    with pytest.raises(ConfigError, match="server.concurrent_tables: Input should be greater"):
+    with pytest.raises(
+        ConfigError, match="server.concurrent_tables: must be a whole number from 0 to"
+    ):
         make_site(demo_dir, tmp_path, server={"concurrent_tables": -1})
