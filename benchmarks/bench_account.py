@@ -117,8 +117,13 @@ def census_part(records: int, undeclared: bool) -> dict:
         "refused": len(first) - answered,
         "answered (a table over 10% withheld counts against)": (answered - over) / len(first),
         "cells withheld, share": sum(w for *_, w in first) / max(1, sum(c for *_, c, _ in first)),
-        "same bytes in round 2": all(
-            a[:2] == b[:2] for a, b in zip(first, rounds[1][0], strict=True)
+        # Every table answered in round 1 is answered again with the same bytes.
+        "answered again with the same bytes": all(
+            a[:2] == b[:2] for a, b in zip(first, rounds[1][0], strict=True) if a[0] == "answered"
+        ),
+        "refused in round 1, answered in round 2": sum(
+            a[0] != "answered" and b[0] == "answered"
+            for a, b in zip(first, rounds[1][0], strict=True)
         ),
         "seconds, round 1": round(seconds, 1),
         "seconds, round 2": round(rounds[1][1], 1),

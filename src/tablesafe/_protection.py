@@ -15,6 +15,7 @@ through it, so a method name means the same thing everywhere.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,7 +167,7 @@ class Protection:
         """
         return self.secret is not None
 
-    @property
+    @functools.cached_property
     def keyed_by_definition(self) -> bool:
         """Whether every figure's noise is keyed to its canonical definition (DP mechanisms).
 

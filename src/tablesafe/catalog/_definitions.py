@@ -72,6 +72,12 @@ def _pair_text(column: str, codes: tuple[Code, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=1 << 16)
+def sorted_codes(codes: frozenset[Code]) -> tuple[Code, ...]:
+    """A set of codes in the one order (:func:`code_order`), remembered."""
+    return tuple(sorted(codes, key=code_order))
+
+
+@functools.lru_cache(maxsize=1 << 16)
 def definition_text(definition: Definition) -> str:
     """A definition as JSON with typed codes: what is stored, keyed and compared."""
     return "[" + ",".join(_pair_text(c, v) for c, v in definition) + "]"
@@ -159,6 +165,7 @@ class DefinitionSpace:
         default_factory=dict, repr=False, compare=False
     )
     _narrowed: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    _index: dict[str, dict[Code, int]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._full.update({c: frozenset(v) for c, v in self.all_codes.items()})
@@ -183,6 +190,13 @@ class DefinitionSpace:
             tuple(zeros),
             {c: frozenset(v) for c, v in categories.items()},
         )
+
+    def index(self, column: str) -> dict[Code, int]:
+        """Each code of ``column`` and its position (a family's coordinates)."""
+        found = self._index.get(column)
+        if found is None:
+            found = self._index[column] = {c: i for i, c in enumerate(self.all_codes[column])}
+        return found
 
     @functools.cached_property
     def zero_columns(self) -> tuple[str, ...]:
@@ -271,7 +285,7 @@ class DefinitionSpace:
             full = self._full.get(column)
             if full is not None and allowed >= full:
                 continue
-            out.append((column, tuple(sorted(allowed, key=code_order))))
+            out.append((column, sorted_codes(allowed)))
         return tuple(sorted(out))
 
     def box(self, definition: Definition) -> dict[str, frozenset[Code]]:

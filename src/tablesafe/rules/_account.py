@@ -54,8 +54,9 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
@@ -76,7 +77,7 @@ from tablesafe.catalog._definitions import (
 )
 from tablesafe.catalog._variables import Code
 from tablesafe.cells._aggregates import CellAggregates
-from tablesafe.rules._family import Name, Span, Vector, indicator, partition
+from tablesafe.rules._family import Name, Span, Vector, partition
 
 __all__ = [
     "Account",
@@ -90,6 +91,8 @@ __all__ = [
 ]
 
 _KEY_MODULUS = 2**32
+#: Families whose span the account keeps between checks (then it starts again).
+_SPANS_KEPT = 50_000
 _DEBUG = bool(os.environ.get("TABLESAFE_DEBUG_ACCOUNT"))
 
 
@@ -226,6 +229,7 @@ class Account:
     _codesets: list[frozenset[Code]] = field(default_factory=list)
     _codeset_ids: dict[frozenset[Code], int] = field(default_factory=dict)
     _counts: dict[str, int] = field(default_factory=dict)
+    _spans: dict[int, tuple[int, Span]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self._n)
@@ -260,6 +264,25 @@ class Account:
     def members(self, key: int) -> list[tuple[int, frozenset[Code]]]:
         """The published figures of family ``key`` that name its column: (row, codes)."""
         return [(at, self._codesets[cs]) for at, cs in self._families.get(key, ())]
+
+    def span(self, key: int, index: Mapping[Code, int]) -> Span:
+        """The span of family ``key``'s published figures that name its column (kept).
+
+        Built once, then extended by the figures published since: the checks
+        of a busy site touch the same families again and again. Callers copy
+        it before adding to it.
+        """
+        members = self._families.get(key, [])
+        kept = self._spans.get(key)
+        start, span = kept if kept is not None else (0, Span())
+        if start < len(members):
+            span = span.copy() if kept is not None else span
+            for at, cs in members[start:]:
+                span.add(_codes_vector(self._codesets[cs], index), ("o", at))
+            if len(self._spans) > _SPANS_KEPT:
+                self._spans.clear()
+            self._spans[key] = (len(members), span)
+        return span
 
     def has_family(self, key: int) -> bool:
         """Whether some published figure names the column of family ``key``."""
@@ -344,9 +367,7 @@ def unsafe_figures(
     for key, whole, column, members in _touched(check):
         first = figures[members[0][0]]
         context = _context(first.definition, column)
-        old = _old_members(check, key, whole)
-        if old:
-            unsafe |= _family(check, first.domain, context, column, old, members)
+        unsafe |= _family(check, first.domain, context, column, key, whole, members)
     return unsafe
 
 
@@ -411,46 +432,47 @@ def _touched(
         yield skey, whole, column, members
 
 
-def _old_members(check: _Check, key: int, whole: int) -> list[tuple[int, frozenset[Code]]]:
-    """The published figures of a family, as (row, codes); ``frozenset()`` stands for every code.
-
-    A published figure the new table publishes again as a margin is left out:
-    a table breaking a published figure down is left to the breakdown's own
-    figures (the module docstring).
-    """
-    account = check.account
-    old = [
-        (row, codes) for row, codes in account.members(key) if account.digest(row) not in check.mine
-    ]
-    row = account.row(whole)
-    if row is not None and whole not in check.mine:
-        old.append((row, frozenset()))
-    return old
-
-
 def _family(
     check: _Check,
     domain: str,
     context: Definition,
     column: str,
-    old: list[tuple[int, frozenset[Code]]],
+    key: int,
+    whole: int,
     members: list[tuple[int, frozenset[Code] | None]],
 ) -> set[int]:
-    """The unsafe figures of the new table in one family (module docstring, rules 1 and 2)."""
+    """The unsafe figures of the new table in one family (module docstring, rules 1 and 2).
+
+    Vectors are over the column's codes; the span of the family's published
+    figures is the account's, kept between checks (:meth:`Account.span`).
+    """
+    account = check.account
     every = frozenset(check.space.all_codes[column])
-    olds = [(row, codes or every) for row, codes in old]
+    index = check.space.index(column)
+    olds = account.members(key)
+    excluded = [row for row, _ in olds if account.digest(row) in check.mine]
+    if excluded:  # a breakdown of a published figure: its figures without it
+        known = Span()
+        for row, codes in olds:
+            if row not in excluded:
+                known.add(_codes_vector(codes, index), ("o", row))
+    else:
+        known = account.span(key, index).copy()
+    names: dict[Name, frozenset[Code]] = {("o", at): codes for at, codes in olds}
+    at_whole = account.row(whole)
+    if at_whole is not None and whole not in check.mine:
+        known.add(_codes_vector(every, index), ("o", at_whole))
+        names[("o", at_whole)] = every
     news = sorted(
         ((pos, codes or every) for pos, codes in members), key=lambda m: check.figures[m[0]].order
     )
-    family = _FamilyCheck(check, domain, context, column, partition([c for _, c in olds + news]))
-    for row, codes in olds:
-        family.publish(("o", row), codes)
+    sets = [*names.values(), *(c for _, c in news)]
+    family = _FamilyCheck(check, domain, context, column, index, partition(sets), known, names)
     # The table's inner cells published already are published: they are known first.
     for pos, codes in news:
         f = check.figures[pos]
         if f.digest in check.account and f.inner:
             family.join(pos, codes)
-    family.derivable = _derivable(family.known, family.blocks, set())
     unsafe = set()
     for pos, codes in news:
         f = check.figures[pos]
@@ -462,13 +484,19 @@ def _family(
     return unsafe
 
 
+def _codes_vector(codes: Iterable[Code], index: Mapping[Code, int]) -> Vector:
+    """The indicator of a set of codes, over the column's code positions."""
+    return dict.fromkeys((index[c] for c in codes), 1)
+
+
 class _FamilyCheck:
     """One family as a new table's figures join it, one at a time.
 
     Attributes:
         known: The span of what is published, with the figures admitted so far.
-        own: The span of the new table's inner cells admitted so far.
-        derivable: The blocks ``known`` derives.
+        own: The span of the new table's figures that combine freely (its inner
+            cells, and its margins where they are sums of them).
+        names: The codes of every figure in ``known``, by its name.
     """
 
     def __init__(
@@ -477,31 +505,41 @@ class _FamilyCheck:
         domain: str,
         context: Definition,
         column: str,
+        index: Mapping[Code, int],
         block_of: dict[Code, int],
+        known: Span,
+        names: dict[Name, frozenset[Code]],
     ) -> None:
-        self.check, self.column, self.block_of = check, column, block_of
-        self.blocks = sorted(set(block_of.values()))
+        self.check, self.column, self.index, self.block_of = check, column, index, block_of
         codes_of: dict[int, set[Code]] = {}
         for code, b in block_of.items():
             codes_of.setdefault(b, set()).add(code)
-        self.sizes = _Blocks(check, domain, context, column, codes_of)
-        self.known, self.own = Span(), Span()
-        self.derivable: set[int] = set()
-        self.members: dict[Name, frozenset[int]] = {}
+        self.codes_of = {b: frozenset(c) for b, c in codes_of.items()}
+        self.sizes = _Blocks(check, domain, context, column, self)
+        self.known, self.own, self.names = known, Span(), names
+        self._derivable: dict[int, bool] = {}
 
-    def publish(self, name: Name, codes: frozenset[Code]) -> None:
-        """A published figure of the family is known."""
-        self.members[name] = self.blocks_of(codes)
-        if self.known.add(self.vector(codes), name):
-            self.derivable = _derivable(self.known, self.blocks, self.derivable)
-
-    def vector(self, codes: frozenset[Code]) -> Vector:
-        """The indicator of a set of codes over the family's blocks."""
-        return indicator(self.blocks_of(codes))
+    def vector(self, codes: Iterable[Code]) -> Vector:
+        """The indicator of a set of codes."""
+        return _codes_vector(codes, self.index)
 
     def blocks_of(self, codes: frozenset[Code]) -> frozenset[int]:
         """The blocks a set of codes is made of."""
         return frozenset(self.block_of[c] for c in codes)
+
+    def derivable(self, block: int, span: Span | None = None) -> bool:
+        """Whether a block's indicator is a combination of ``span``'s (default: ``known``)."""
+        codes = self.codes_of[block]
+        span = self.known if span is None else span
+        if len(codes) == 1:
+            row = span.rows.get(self.index[next(iter(codes))])
+            return row is not None and len(row[0]) == 1
+        if span is not self.known:
+            return span.contains(self.vector(codes))
+        found = self._derivable.get(block)
+        if found is None:
+            found = self._derivable[block] = span.contains(self.vector(codes))
+        return found
 
     def join(self, pos: int, codes: frozenset[Code]) -> None:
         """The new table's figure at ``pos`` joins the family (published, or admitted).
@@ -512,9 +550,12 @@ class _FamilyCheck:
         noise of their own, only the inner cells are so.
         """
         f = self.check.figures[pos]
-        self.publish(("t", pos), codes)
+        v = self.vector(codes)
+        self.names[("t", pos)] = codes
+        if self.known.add(v, ("t", pos)):
+            self._derivable.clear()
         if f.inner or not self.check.rules.fresh_margins:
-            self.own.add(self.vector(codes), ("t", pos))
+            self.own.add(v, ("t", pos))
 
     def admit(self, pos: int, codes: frozenset[Code]) -> bool:
         """Whether the new table's figure at ``pos`` is safe here; if so it joins the family."""
@@ -534,12 +575,14 @@ class _FamilyCheck:
             return True
         trial = self.known.copy()
         trial.add(v, ("t", pos))
-        now = _derivable(trial, self.blocks, self.derivable)
         inside = self.blocks_of(codes)
         fresh = [
             b
-            for b in sorted(now - self.derivable)
-            if frozenset((b,)) != inside and not self.own.contains(indicator((b,)))
+            for b in sorted(self.codes_of)
+            if frozenset((b,)) != inside
+            and not self.derivable(b)
+            and self.derivable(b, trial)
+            and not self.own.contains(self.vector(self.codes_of[b]))
         ]
         if any(self.sizes.small(frozenset((b,)), trial) for b in fresh):
             _debug("(ii) new", f, self.sizes)
@@ -561,8 +604,8 @@ class _FamilyCheck:
         # figures it is a combination of (their differences with it are new).
         involved = set(self.blocks_of(codes))
         for name in self.known.express(v) or {}:
-            involved |= self.members.get(name, frozenset())
-        if self.sizes.measures_small(frozenset(involved), self.derivable, self.known):
+            involved |= self.blocks_of(self.names.get(name, frozenset()))
+        if self.sizes.measures_small(frozenset(involved), self.known):
             _debug("(i) again", f, self.sizes)
             return False
         return True
@@ -574,11 +617,6 @@ def _debug(rule: str, figure: Figure, family: _Blocks) -> None:
         print(f"  {rule}: {figure.definition} in family {where}", file=sys.stderr)
 
 
-def _derivable(span: Span, blocks: Sequence[int], known: set[int]) -> set[int]:
-    """The blocks whose indicator is in ``span`` (``known``: some already found so)."""
-    return known | span.derivable()
-
-
 @dataclass
 class _Blocks:
     """The blocks of one family: their definitions and protected counts."""
@@ -587,20 +625,23 @@ class _Blocks:
     domain: str
     context: Definition
     column: str
-    codes_of: dict[int, set[Code]]
+    family: _FamilyCheck
 
-    def measures_small(self, inside: frozenset[int], derivable: set[int], known: Span) -> bool:
+    def measures_small(self, inside: frozenset[int], known: Span) -> bool:
         """Whether some derivable part of ``inside`` (blocks, and what is left) is small."""
-        parts = [frozenset((b,)) for b in sorted(inside) if b in derivable]
+        parts = [frozenset((b,)) for b in sorted(inside) if self.family.derivable(b)]
         rest = inside - {b for p in parts for b in p}
-        if rest and known.contains(indicator(rest)):
+        if rest and known.contains(self.family.vector(self._codes(frozenset(rest)))):
             parts.append(frozenset(rest))
         return any(self.small(p, known) for p in parts)
+
+    def _codes(self, blocks: frozenset[int]) -> frozenset[Code]:
+        return frozenset(c for b in blocks for c in self.family.codes_of[b])
 
     def small(self, blocks: frozenset[int], span: Span) -> bool:
         """Whether ``blocks`` (derivable in ``span``) hold a small protected count."""
         check = self.check
-        codes = frozenset(c for b in blocks for c in self.codes_of[b])
+        codes = self._codes(blocks)
         box = {**dict(self.context), self.column: codes}
         definition = check.space.canonical(box)
         if definition is None:
@@ -608,17 +649,19 @@ class _Blocks:
         text = self.domain + definition_text(definition)
         count = check.account.remembered(text)
         if count is None:
-            n, key = self._count(blocks, span, definition)
+            n, key = self._count(codes, span, definition)
             count = check.protected(self.domain, definition, n, key)
             check.account.remember(text, count)
         if count < check.rules.threshold and _DEBUG:
             print("    small block", self.domain, definition, "p =", count, file=sys.stderr)
         return count < check.rules.threshold
 
-    def _count(self, blocks: frozenset[int], span: Span, definition: Definition) -> tuple[int, int]:
-        """The true count and cell key of ``blocks``: the same combination of the figures'."""
-        combination = span.express(indicator(blocks))
-        if combination is None or any(c.denominator != 1 for c in combination.values()):
+    def _count(self, codes: frozenset[Code], span: Span, definition: Definition) -> tuple[int, int]:
+        """The true count and cell key of ``codes``: the same combination of the figures'."""
+        combination = span.express(self.family.vector(codes))
+        if combination is None or any(
+            isinstance(c, Fraction) and c.denominator != 1 for c in combination.values()
+        ):
             return self.check.counted(self.domain, definition)
         n = key = 0
         for (side, at), coefficient in combination.items():

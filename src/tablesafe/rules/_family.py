@@ -64,10 +64,12 @@ def _axpy(
     """``target += factor * row``, dropping zeros (for vectors and combinations alike)."""
     for k, v in row.items():
         new = target.get(k, 0) + factor * v
-        if new:
-            target[k] = _tidy(new)
-        else:
+        if not new:
             target.pop(k, None)
+        elif type(new) is int:
+            target[k] = new
+        else:
+            target[k] = _tidy(new)
 
 
 def _tidy(value: int | Fraction) -> int | Fraction:
@@ -83,15 +85,18 @@ class Span:
 
     ``rows`` maps each pivot coordinate to (row, combination): every row has
     a 1 at its pivot and 0 at every other row's pivot; the combination says
-    which of the added vectors (by the ids given to :meth:`add`) it is.
-    Copies share their rows (rows are replaced, never changed in place).
+    which of the added vectors (by the names given to :meth:`add`) it is.
+    ``holders`` maps each other coordinate to the pivots whose rows hold it,
+    so a new pivot is cleared from those rows only. Copies share their rows
+    (rows are replaced, never changed in place).
     """
 
     rows: dict[int, tuple[Vector, Combination]] = field(default_factory=dict)
+    holders: dict[int, set[int]] = field(default_factory=dict)
 
     def copy(self) -> Span:
         """An independent span with the same rows."""
-        return Span(dict(self.rows))
+        return Span(dict(self.rows), {k: set(v) for k, v in self.holders.items()})
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -100,7 +105,7 @@ class Span:
         """``vector`` minus its part in the span, and the combination subtracted (negated)."""
         rest = dict(vector)
         used: Combination = {}
-        for pivot in sorted(set(rest) & self.rows.keys()):
+        for pivot in sorted(rest.keys() & self.rows.keys()):
             factor = rest.get(pivot)
             if not factor:
                 continue
@@ -135,19 +140,36 @@ class Span:
         _axpy(comb, -1, used)
         pivot = min(rest)
         lead = rest[pivot]
-        scale: int | Fraction = lead if lead in (1, -1) else Fraction(1) / lead
-        row = {k: _tidy(v * scale) for k, v in rest.items()}
-        comb = {k: _tidy(v * scale) for k, v in comb.items()}
-        # Keep the form reduced: clear the new pivot from every other row.
-        for p, (other, other_comb) in list(self.rows.items()):
-            factor = other.get(pivot)
-            if factor:
-                new_row, new_comb = dict(other), dict(other_comb)
-                _axpy(new_row, -factor, row)
-                _axpy(new_comb, -factor, comb)
-                self.rows[p] = (new_row, new_comb)
+        if lead == 1:
+            row = rest
+        elif lead == -1:
+            row = {k: -v for k, v in rest.items()}
+            comb = {k: -v for k, v in comb.items()}
+        else:
+            scale = Fraction(1) / lead
+            row = {k: _tidy(v * scale) for k, v in rest.items()}
+            comb = {k: _tidy(v * scale) for k, v in comb.items()}
+        # Keep the form reduced: clear the new pivot from the rows that hold it.
+        for p in sorted(self.holders.pop(pivot, ())):
+            other, other_comb = self.rows[p]
+            factor = other[pivot]
+            new_row, new_comb = dict(other), dict(other_comb)
+            _axpy(new_row, -factor, row)
+            _axpy(new_comb, -factor, comb)
+            self.rows[p] = (new_row, new_comb)
+            self._hold(p, other, new_row)
         self.rows[pivot] = (row, comb)
+        self._hold(pivot, {}, row)
         return True
+
+    def _hold(self, pivot: int, before: Vector, after: Vector) -> None:
+        """Keep ``holders`` for a row of ``pivot`` that went from ``before`` to ``after``."""
+        for k in before.keys() - after.keys():
+            if k != pivot:
+                self.holders.get(k, set()).discard(pivot)
+        for k in after.keys() - before.keys():
+            if k != pivot:
+                self.holders.setdefault(k, set()).add(pivot)
 
 
 def indicator(blocks: Sequence[int] | frozenset[int]) -> Vector:
