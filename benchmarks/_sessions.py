@@ -25,7 +25,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEMO", "SessionSpec", "as_body", "as_request", "research_session"]
+__all__ = ["CENSUS_LIKE", "DEMO", "SessionSpec", "as_body", "as_request", "research_session"]
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,11 @@ class SessionSpec:
         variables: The variables (and groupings) a dimension is drawn from.
         exclusive: Pairs never in one table (a variable and its own grouping).
         areas: The area variable and its codes (a universe of one area).
-        zones: A grouping of the area variable and its codes (a universe of one zone).
+        zones: A grouping of the area variable and its codes (a universe of one
+            zone), or None (its weight in ``universes`` must then be 0).
         conditions: Variables and codes of the extra condition of a universe
             of one area and one condition.
-        magnitude: The continuous variable means are asked of.
+        magnitude: The continuous variable means are asked of (None: none).
         dimensions: Weights of 1, 2 and 3 dimensions.
         universes: Weights of the whole population, one area, one zone, one
             area and one condition.
@@ -51,9 +52,9 @@ class SessionSpec:
     variables: tuple[str, ...]
     exclusive: tuple[tuple[str, str], ...]
     areas: tuple[str, tuple[Any, ...]]
-    zones: tuple[str, tuple[Any, ...]]
+    zones: tuple[str, tuple[Any, ...]] | None
     conditions: tuple[tuple[str, tuple[Any, ...]], ...]
-    magnitude: str
+    magnitude: str | None
     dimensions: tuple[float, float, float] = (2.0, 5.0, 3.0)
     universes: tuple[float, float, float, float] = (4.0, 3.0, 1.0, 2.0)
     statistics: tuple[str, ...] = ("count", "weighted", "both", "percent", "mean")
@@ -72,6 +73,18 @@ DEMO = SessionSpec(
     magnitude="INCOME",
 )  # fmt: skip
 
+#: The census-like file of ``benchmarks/_census_like.py`` (counts only: no weights).
+CENSUS_LIKE = SessionSpec(
+    variables=("AGE", "SEX", "AREA", "HHSIZE", "TENURE"),
+    exclusive=(),
+    areas=("AREA", tuple(range(1, 7))),
+    zones=None,
+    conditions=(("SEX", (1, 2)), ("AGE", tuple(range(18)))),
+    magnitude=None,
+    universes=(4.0, 4.0, 0.0, 2.0),
+    statistics=("count",),
+)
+
 
 def _universe(rng: random.Random, spec: SessionSpec) -> dict[str, list[Any]]:
     kind = rng.choices(range(4), weights=spec.universes)[0]
@@ -80,7 +93,7 @@ def _universe(rng: random.Random, spec: SessionSpec) -> dict[str, list[Any]]:
         return {}
     if kind == 1:
         return {area: [rng.choice(codes)]}
-    if kind == 2:
+    if kind == 2 and spec.zones is not None:
         zone, zone_codes = spec.zones
         return {zone: [rng.choice(zone_codes)]}
     variable, values = rng.choice(spec.conditions)

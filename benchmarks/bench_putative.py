@@ -210,8 +210,9 @@ def files(folder: Path, seeds: list[int]) -> None:
 def gate(folder: Path, records: int, ceiling: float, exact: bool, max_cells: int) -> None:
     import tablesafe as ts
     from tablesafe._errors import RiskCeilingExceeded
-    from tablesafe.attacks._reconstruct import _likely
-    from tablesafe.rules._ceiling._measure import putative_risk, table_columns
+    from tablesafe.rules._ceiling import _likely
+    from tablesafe.rules._ceiling._measure import putative_risk
+    from tablesafe.rules._ceiling._nearest import Nearest
     from tablesafe.server._risk_gate import RiskGate
 
     print(
@@ -242,38 +243,38 @@ def gate(folder: Path, records: int, ceiling: float, exact: bool, max_cells: int
     )
     print("|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if exact else "") + "---|")
     memory = RiskGate()
+    nearest = Nearest(data.catalog, prot, 0, max_cells)
     ratios = []
     for i, request in enumerate(asked, 1):
         start = time.perf_counter()
         table = builder.build(request)
         t_table = time.perf_counter() - start
-        members = memory.component(table_columns(data.catalog, request))
+        published = list(memory.tables.values())
         solves[0] = 0
         start = time.perf_counter()
         # The gate's measure, as the server runs it (the share without the table only for
         # a refusal).
+        measured: dict[str, Any] = {}
         try:
-            risk = memory.measure(
-                data.catalog, prot, request, table,
-                ceiling=ceiling, min_cell_size=0, max_cells=max_cells,
-            )  # fmt: skip
+            risk = memory.measure(nearest, table, published, ceiling, measured)
             decision, share = ("answered", f"{100 * risk.share:.2f}")
             share += "" if risk.exact else " (at most)"
         except RiskCeilingExceeded as e:
             decision, share = ("refused: " + str(e)[27:60] + "...", "")
         t_gate = time.perf_counter() - start
         n_solves = solves[0]
+        members = measured.get("tables", [])
         more = ""
         if exact:
             start = time.perf_counter()
-            tables = [memory.tables[r][1] for r in members]
+            chosen = [t for t in published if repr(t.request) in members]
             try:
-                full = putative_risk(data.catalog, [*tables, table], prot, max_cells=10**6)
+                full = putative_risk(data.catalog, [*chosen, table], prot, max_cells=10**6)
                 more = f"{1000 * (time.perf_counter() - start):.0f} | {100 * full.share:.2f} | "
             except RiskCeilingExceeded:
                 more = "- | - | "
         if decision == "answered":
-            memory.tables[request] = (table_columns(data.catalog, request), table)
+            memory.tables[request] = table
         ratios.append(t_gate / t_table)
         print(
             f"| {i} | {' x '.join(request.dimensions)} | {len(members) + 1} | "

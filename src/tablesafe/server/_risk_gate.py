@@ -1,21 +1,23 @@
 """The putative-risk ceiling: refuse a table that makes the best guess too sure of too many uniques.
 
 A site sets ``putative_uniques_ceiling`` in ``[datasets.rules]``. Before a
-new table is answered, the gate measures the stable claimed uniques
-(:mod:`tablesafe.rules._ceiling._measure`: computed from published
-figures and the candidate's own, never from the microdata) of the tables
-already published that share a variable with it, directly or through each
-other (its *connected component*), with it and without. The table is
-refused with :class:`~tablesafe.RiskCeilingExceeded` when its figure with
-the table is above the ceiling and above the figure without it (a table
-that adds nothing to the guess's confidence is answered, whatever the
-figure). A table already published is answered without a measure.
+new table with counts is answered, the gate measures the stable claimed
+uniques (:mod:`tablesafe.rules._ceiling`: computed from published figures and
+the candidate's own, never from the microdata) of the published tables
+nearest it (:mod:`tablesafe.rules._ceiling._nearest`: of those sharing a
+variable with it, directly or through each other, as many as the site's
+``putative_max_cells`` lets measure together), with it and without. The
+table is refused with :class:`~tablesafe.RiskCeilingExceeded` when its
+figure with the table is above the ceiling and above the figure without it
+(a table that adds nothing to the guess's confidence is answered, whatever
+the figure). A table already published, and a table without counts (the
+measure reads counts alone: it would add nothing), are answered without a
+measure.
 
-**Incremental.** Only the component's tables enter the measure; each
-measure is kept per component (the set of its tables). The share with the
-table is measured only until it cannot exceed the ceiling (often with no
-solve: :func:`~tablesafe.rules._ceiling._measure.risk_bound`); the share
-without it, exactly, only when the share with it is above the ceiling.
+**Incremental.** Each measure is kept per set of tables measured. The share
+with the table is measured only until it cannot exceed the ceiling (often
+with no solve); the share without it, exactly, only when the share with it
+is above the ceiling.
 
 **What is published.** The audit log's answered tables for the dataset
 (every key, every replica, jobs too), rebuilt with the site's builder
@@ -24,9 +26,10 @@ answered by another replica counts once its audit row is written.
 
 Limitations: the measure runs outside the state store's transaction, so two
 tables of one component asked at the same instant are each measured
-without the other; a component whose measure needs more open cells than
-``putative_max_cells``, or finds no table within the node limit, is
-refused, since it cannot be measured.
+without the other; a table whose own open cells, linked by its figures,
+are more than ``putative_max_cells`` and may hold uniques, or for which no
+table is found within the node limit, is refused, since it cannot be
+measured.
 """
 
 from __future__ import annotations
@@ -39,16 +42,11 @@ from typing import Any
 
 from tablesafe._builder import TableBuilder
 from tablesafe._errors import RiskCeilingExceeded, UserError
-from tablesafe._protection import Protection
-from tablesafe._request import TableRequest
-from tablesafe.catalog._catalog import Catalog
+from tablesafe._request import Statistic, TableRequest
 from tablesafe.output._table import ProtectedTable
-from tablesafe.rules._ceiling._measure import (
-    MAX_OPEN_CELLS,
-    PutativeRisk,
-    putative_risk,
-    table_columns,
-)
+from tablesafe.rules._ceiling._measure import MAX_OPEN_CELLS, PutativeRisk, putative_risk
+from tablesafe.rules._ceiling._nearest import Nearest
+from tablesafe.rules._ledger import TableFigures
 from tablesafe.state import StateStore
 
 __all__ = ["RiskGate"]
@@ -56,15 +54,23 @@ __all__ = ["RiskGate"]
 
 @dataclass
 class RiskGate:
-    """One dataset's gate: the published tables this process knows, and measures kept."""
+    """One dataset's gate: the tables published, those with counts built, measures kept."""
 
-    tables: dict[TableRequest, tuple[frozenset[str], ProtectedTable]] = field(default_factory=dict)
+    published: set[TableRequest] = field(default_factory=set)
+    tables: dict[TableRequest, ProtectedTable] = field(default_factory=dict)
+    pending: list[TableRequest] = field(default_factory=list)
     seen_bodies: set[str] = field(default_factory=set)
     measures: dict[frozenset[TableRequest], PutativeRisk] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    nearest: Nearest | None = None
 
     def sync(self, store: StateStore, name: str, builder: TableBuilder) -> None:
-        """Take in the tables the audit log says were answered since the last call."""
+        """Take in the requests the audit log says were answered since the last call.
+
+        Only their requests are read here (a published table is answered
+        without a measure); the tables with counts are built when a measure
+        first needs them (:meth:`_built`).
+        """
         from pydantic import ValidationError
 
         from tablesafe.server._bodies import TableBody
@@ -76,26 +82,27 @@ class RiskGate:
             self.seen_bodies.add(key)
             try:
                 request = builder.check(TableBody.model_validate(body).to_request())
-                table = builder.run(request, checked=True).table
             except (UserError, ValidationError):
                 continue  # answered under other rules or a catalog since changed
-            self._add(builder, request, table)
+            if request not in self.published:
+                self.published.add(request)
+                if request.statistic != Statistic.WEIGHTED:  # the measure reads counts alone
+                    self.pending.append(request)
 
-    def _add(self, builder: TableBuilder, request: TableRequest, table: ProtectedTable) -> None:
-        self.tables[request] = (table_columns(builder.dataset.catalog, request), table)
+    def _built(self, builder: TableBuilder) -> list[ProtectedTable]:
+        """The published tables with counts, built (answers are deterministic)."""
+        for request in self.pending:
+            try:
+                self.tables[request] = builder.run(request, checked=True).table
+            except UserError:
+                continue  # answered under other rules
+        self.pending.clear()
+        return list(self.tables.values())
 
-    def component(self, columns: frozenset[str]) -> list[TableRequest]:
-        """The published tables connected to ``columns`` through shared columns, in order."""
-        reach, members = set(columns), set()
-        grown = True
-        while grown:
-            grown = False
-            for request, (cols, _) in self.tables.items():
-                if request not in members and cols & reach:
-                    members.add(request)
-                    reach |= cols
-                    grown = True
-        return sorted(members, key=repr)  # the same order in every process
+    @staticmethod
+    def refused(store: StateStore, name: str, key: str) -> tuple[str, TableFigures] | None:
+        """The stored refusal of the table whose decision digest is ``key``, or None."""
+        return store.ceiling_refusal(name, key)
 
     def check(
         self,
@@ -108,77 +115,83 @@ class RiskGate:
         ceiling: float,
         min_cell_size: int,
         max_cells: int = MAX_OPEN_CELLS,
+        key: str | None = None,
+        figures: Callable[[], TableFigures] | None = None,
     ) -> None:
-        """Refuse ``table`` if it raises its component's stable claimed uniques past ``ceiling``.
+        """Refuse ``table`` if it raises the putative risk of the tables nearest it past ceiling.
+
+        A refusal is stored under ``key`` with the table's figures (computed
+        by ``figures`` when it refuses) when both are given: the same table
+        asked again is refused with the same message (:meth:`refused`), by
+        this process or any other.
 
         Raises:
             RiskCeilingExceeded: saying the share with and without the table
                 and the ceiling, or that the share cannot be measured within
                 ``max_cells``.
         """
+        if table.counts is None:
+            return  # nothing the measure reads: with it and without it are one figure
         with self.lock:
             self.sync(store, name, builder)
-            if request in self.tables:
+            if request in self.published:
                 return
-            catalog, prot = builder.dataset.catalog, builder.protection
-            self.measure(
-                catalog, prot, request, table,
-                ceiling=ceiling, min_cell_size=min_cell_size, max_cells=max_cells,
-            )  # fmt: skip
+            if self.nearest is None:
+                self.nearest = Nearest(
+                    builder.dataset.catalog, builder.protection, min_cell_size, max_cells
+                )
+            measured: dict[str, Any] = {"ceiling": ceiling, "max_cells": max_cells}
+            try:
+                self.measure(self.nearest, table, self._built(builder), ceiling, measured)
+            except RiskCeilingExceeded as exc:
+                if key is None or figures is None:
+                    raise
+                message, _ = store.record_ceiling_refusal(name, key, str(exc), figures(), measured)
+                raise RiskCeilingExceeded(message) from exc
+            finally:
+                self.nearest.forget(table)
 
     def measure(
         self,
-        catalog: Catalog,
-        protection: Protection,
-        request: TableRequest,
+        nearest: Nearest,
         table: ProtectedTable,
-        *,
+        published: list[ProtectedTable],
         ceiling: float,
-        min_cell_size: int,
-        max_cells: int,
+        measured: dict[str, Any],
     ) -> PutativeRisk:
-        """The share with ``table`` (the gate's decision), against the tables this gate knows.
+        """The share with ``table`` (the gate's decision), against the ``published`` tables.
 
         The share with the table is measured only until it cannot exceed the
         ceiling; the share without it, exactly, only when the share with it
         does (the refusal then gives both). Either is a function of the
         tables alone, so the decision and its message are the same in every
-        process, whatever it measured before.
+        process, whatever it measured before. What was measured is written
+        into ``measured``.
 
         Raises:
             RiskCeilingExceeded: as :meth:`check`.
         """
-        members = self.component(table_columns(catalog, request))
-        tables = [self.tables[r][1] for r in members]
-        with_it = frozenset([*members, request])
-        kw: dict[str, Any] = {"min_cell_size": min_cell_size, "max_cells": max_cells}
-        after = self._kept(with_it, ceiling, lambda: putative_risk(
-            catalog, [*tables, table], protection, ceiling=ceiling, **kw
+        chosen, component = nearest.select(table, published)
+        members = [t.request for t in chosen]
+        measured.update(tables=sorted(repr(r) for r in members), component=component)
+        catalog, prot = nearest.catalog, nearest.protection
+        kw = {"min_cell_size": nearest.min_cell_size, "max_cells": nearest.max_cells}
+        after = self._kept(frozenset([*members, table.request]), ceiling, lambda: putative_risk(
+            catalog, [*chosen, table], prot, ceiling=ceiling, **kw
         ))  # fmt: skip
+        measured["with"] = after.share
         if after.share <= ceiling:
             return after
         try:
             before: PutativeRisk | None = self._kept(frozenset(members), None, lambda: (
-                putative_risk(catalog, tables, protection, **kw)
+                putative_risk(catalog, chosen, prot, **kw)
             ))  # fmt: skip
         except RiskCeilingExceeded:
             before = None  # too large to measure without it: the share with it decides
+        measured["without"] = None if before is None else before.share
         if before is not None and after.share <= before.share:
             return after
-        without = (
-            f"{100 * before.share:.1f}% without it"
-            if before is not None
-            else "without it, more than this site measures"
-        )
-        raise RiskCeilingExceeded(
-            f"this table is refused: with it, the best-guess reconstruction of the "
-            f"{len(members)} published tables sharing a variable with it would claim "
-            f"{100 * after.share:.1f}% of their records as sample uniques in every one of "
-            f"its near-optimal solutions ({without}), above "
-            f"this dataset's putative-risk ceiling of {100 * ceiling:g}%. Tables already "
-            "published are still answered; a coarser table, or one of other variables, "
-            "may fit"
-        )
+        raise RiskCeilingExceeded(_refusal(after, before, len(chosen), component, ceiling))
 
     def _kept(
         self,
@@ -186,9 +199,40 @@ class RiskGate:
         ceiling: float | None,
         measure: Callable[[], PutativeRisk],
     ) -> PutativeRisk:
-        """A component's measure, kept: a bound serves a measure under a ceiling only."""
+        """A measure, kept: a bound serves a measure under a ceiling only."""
         kept = self.measures.get(key)
         if kept is None or not (kept.exact or ceiling is not None):
             kept = measure()
             self.measures[key] = kept
         return kept
+
+
+def _refusal(
+    after: PutativeRisk, before: PutativeRisk | None, chosen: int, component: int, ceiling: float
+) -> str:
+    """The ceiling's refusal: what was measured, the shares with and without the table."""
+    without = (
+        f"{100 * before.share:.1f}% without it"
+        if before is not None
+        else "without it, more than this site measures"
+    )
+    tables = "the published table" if chosen == 1 else f"the {chosen} published tables"
+    if chosen == 0:
+        which, whose = "this table alone", "its"
+        if component:
+            which += (
+                f" (none of the {component} published tables sharing a variable with it fits "
+                "with it within this site's limit)"
+            )
+    elif chosen == component:
+        which, whose = f"it and {tables} sharing a variable with it", "their"
+    else:
+        which = f"it and {tables} nearest it (of {component} sharing a variable with it)"
+        whose = "their"
+    return (
+        f"this table is refused: the best-guess reconstruction of {which} would claim "
+        f"{100 * after.share:.1f}% of {whose} records as sample uniques in every one of its "
+        f"near-optimal solutions ({without}), above this dataset's putative-risk ceiling of "
+        f"{100 * ceiling:g}%. Tables already published are still answered; a coarser table, "
+        "or one of other variables, may fit"
+    )

@@ -14,14 +14,23 @@ request, answered or refused, is written to the audit log.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
+import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from tablesafe._builder import Prepared, TableBuilder
-from tablesafe._errors import ConfigError, RefusedError, TablesafeError, UserError
+from tablesafe._errors import (
+    ConfigError,
+    RefusedError,
+    RiskCeilingExceeded,
+    TablesafeError,
+    UserError,
+)
 from tablesafe._protection import Protection
 from tablesafe._protection import protection_from_settings as core_protection
 from tablesafe._request import Statistic, TableRequest
@@ -313,13 +322,14 @@ class TableService:
             # published already, and the ledger counts them for this key too.
             self._admit(s, who, None, figures)
         else:
+            self._ceiling_refused(s, who, request)
             prepared = s.builder.prepare(request, checked=True)
             # Protected first (DESIGN's path: mechanism, then rules); a table with
             # cells withheld is protected again with its margins over the rest.
             table = s.builder.finish(prepared, universe_rule=False).table
             try:
                 self._universe_rule(s, table)
-                self._risk_ceiling(s, request, table)
+                self._risk_ceiling(s, request, table, prepared)
             except RefusedError:
                 # Decided on the table's own figures: they spend as if published
                 # (the account records nothing: nothing was published).
@@ -408,8 +418,13 @@ class TableService:
             return
         check_universe_size(table_universe_size(table), s.settings.rules)
 
-    def _risk_ceiling(self, s: _Served, request: TableRequest, table: ProtectedTable) -> None:
-        """The putative-risk ceiling (:mod:`._risk_gate`) on the table's own figures."""
+    def _risk_ceiling(
+        self, s: _Served, request: TableRequest, table: ProtectedTable, prepared: Prepared
+    ) -> None:
+        """The putative-risk ceiling (:mod:`._risk_gate`) on the table's own figures.
+
+        A refusal is stored with the table's figures (:meth:`_ceiling_refused`).
+        """
         ceiling = s.settings.rules.putative_uniques_ceiling
         if ceiling is None:
             return
@@ -422,7 +437,38 @@ class TableService:
             ceiling=ceiling,
             min_cell_size=s.settings.rules.min_cell_size,
             max_cells=s.settings.rules.putative_max_cells,
+            key=self._ceiling_key(s, request),
+            figures=lambda: self._figures(s, prepared, None),
         )
+
+    def _ceiling_key(self, s: _Served, request: TableRequest) -> str:
+        """What decides the ceiling's refusal of a table, as a digest.
+
+        The checked request, the dataset's settings and the microdata's
+        identity: together they fix the table's figures (same request, same
+        bytes). A refusal stands until the data or the settings change.
+        """
+        what = {
+            "identity": self.identity(s.settings.name),
+            "settings": s.settings.model_dump(mode="json"),
+            "request": dataclasses.asdict(request),
+        }
+        text = json.dumps(what, sort_keys=True, default=str, separators=(",", ":"))
+        return hashlib.blake2b(text.encode(), digest_size=16, person=b"ts-ceiling").hexdigest()
+
+    def _ceiling_refused(self, s: _Served, who: Principal, request: TableRequest) -> None:
+        """A table the ceiling refused before is refused again at once, with the same message.
+
+        Nothing is built: the stored refusal holds the table's figures, which
+        the ledger counts for this key as the first refusal did.
+        """
+        if s.settings.rules.putative_uniques_ceiling is None:
+            return
+        stored = s.risk_gate.refused(self.state, s.settings.name, self._ceiling_key(s, request))
+        if stored is not None:
+            message, figures = stored
+            self._admit(s, who, None, figures)
+            raise RiskCeilingExceeded(message)
 
     def _cached(self, key: tuple[str, TableRequest]) -> _Entry | None:
         with self._cache_lock:

@@ -10,6 +10,7 @@ failed at once); replicas on several machines need PostgreSQL.
 
 The schema's version is SQLite's ``PRAGMA user_version``; a database written
 before it had one (version 0) gains what it lacks on open and keeps its rows.
+The putative-risk ceiling's refusals are in ``ceiling_refusals``.
 """
 
 from __future__ import annotations
@@ -123,6 +124,13 @@ def _fair_jobs(con: sqlite3.Connection) -> None:
             con.execute(statement)
 
 
+def _ceiling(con: sqlite3.Connection) -> None:
+    """Version 6: the putative-risk ceiling's stored refusals (issue 40)."""
+    from tablesafe.state._store import CEILING_SCHEMA
+
+    con.execute(CEILING_SCHEMA)
+
+
 #: The schema's migrations, oldest first: version i + 1 is ``MIGRATIONS[i]``. A new
 #: table is one more function here and one more script in
 #: :data:`tablesafe.state._postgres.MIGRATIONS`.
@@ -132,6 +140,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _jobs,
     _fair_jobs,
     _publications,
+    _ceiling,
 ]
 
 

@@ -38,6 +38,7 @@ from tablesafe.rules._ledger import LedgerIndex, TableFigures
 from tablesafe.state._rates import MINUTE_MS, minute_and_rest
 
 __all__ = [
+    "CEILING_SCHEMA",
     "MCP_TABLE_ENDPOINTS",
     "PUBLICATIONS_SCHEMA",
     "GuardTransaction",
@@ -67,6 +68,23 @@ _JOBS_ENDPOINT = "JOB /api/datasets/%/jobs/%"
 #: The audit rows of the agent interface (MCP) that build a table: its two table tools
 #: and a full table read as a resource (tablesafe.server._mcp writes them).
 MCP_TABLE_ENDPOINTS = ("mcp build_table", "mcp explain_table", "mcp read table")
+
+#: The putative-risk ceiling's refusals (issue 40): one row per refused table, keyed by
+#: the digest of what decides it (the checked request, the dataset's settings, the
+#: microdata's identity), with the refusal, the table's figures (the ledger's, for the
+#: next key that asks) and what it was measured against.
+CEILING_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ceiling_refusals (
+    dataset TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    message TEXT NOT NULL,
+    figures TEXT NOT NULL,
+    digests BLOB NOT NULL,
+    measured TEXT NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (dataset, digest)
+)
+"""
 
 _REQUEST_COLUMNS = ["id", "time", "key_id", "dataset", "endpoint", "request", "status", "outcome",
                     "client"]  # fmt: skip
@@ -395,6 +413,68 @@ class StateStore(ABC):
             ).fetchall()
         return [
             {"time": t, "served_until": u, "tables": int(n), **json.loads(r)} for t, u, n, r in rows
+        ]
+
+    # -- the putative-risk ceiling -------------------------------------------------------
+
+    def ceiling_refusal(self, dataset: str, digest: str) -> tuple[str, TableFigures] | None:
+        """The ceiling's stored refusal of a table (its message and figures), or None."""
+        with self._connection() as sql:
+            row = sql.execute(
+                "SELECT message, figures, digests FROM ceiling_refusals "
+                "WHERE dataset = ? AND digest = ?",
+                (dataset, digest),
+            ).fetchone()
+        if row is None:
+            return None
+        return str(row[0]), TableFigures.from_row(str(row[1]), bytes(row[2]))
+
+    def record_ceiling_refusal(
+        self,
+        dataset: str,
+        digest: str,
+        message: str,
+        figures: TableFigures,
+        measured: dict[str, Any],
+    ) -> tuple[str, TableFigures]:
+        """Store a refusal unless one is stored for ``digest``; the stored one wins.
+
+        Two processes refusing one table at once store one row: each reads
+        back the refusal stored first, so both give its message.
+
+        Returns:
+            The stored refusal: its message and figures.
+        """
+        with self._connection() as sql:
+            sql.execute(
+                "INSERT INTO ceiling_refusals (dataset, digest, message, figures, digests, "
+                "measured, time) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (dataset, digest) DO NOTHING",
+                (
+                    dataset,
+                    digest,
+                    message,
+                    figures.spec(),
+                    figures.digests.astype("<u8").tobytes(),
+                    json.dumps(measured, sort_keys=True),
+                    _now(),
+                ),
+            )
+        stored = self.ceiling_refusal(dataset, digest)
+        assert stored is not None  # written above, or by another process first
+        return stored
+
+    def ceiling_refusals(self, dataset: str) -> list[dict[str, Any]]:
+        """The ceiling's stored refusals of ``dataset``, oldest first (for the owner)."""
+        with self._connection() as sql:
+            rows = sql.execute(
+                "SELECT time, digest, message, measured FROM ceiling_refusals "
+                "WHERE dataset = ? ORDER BY time, digest",
+                (dataset,),
+            ).fetchall()
+        return [
+            {"time": str(t), "digest": str(d), "message": str(m), "measured": json.loads(x)}
+            for t, d, m, x in rows
         ]
 
     # -- the account of published figures, and the ledger ----------------------------------

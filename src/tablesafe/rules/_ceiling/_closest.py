@@ -20,8 +20,14 @@ from tablesafe.rules._ceiling._highs import silent_highs
 __all__ = ["closest_table", "run_model"]
 
 
-def run_model(lp: Any, *, time_limit: float, max_nodes: int | None) -> Any:
-    """Solve a HiGHS model silently, on one thread, to a proven optimum or a limit."""
+def run_model(
+    lp: Any, *, time_limit: float, max_nodes: int | None, options: dict[str, Any] | None = None
+) -> Any:
+    """Solve a HiGHS model silently, on one thread, to a proven optimum or a limit.
+
+    ``options`` are further HiGHS options (the putative-risk ceiling's: a
+    small cut pool).
+    """
     h = silent_highs()
     h.setOptionValue("threads", 1)
     h.setOptionValue("random_seed", 0)
@@ -31,6 +37,8 @@ def run_model(lp: Any, *, time_limit: float, max_nodes: int | None) -> Any:
     if max_nodes is not None:
         # A node limit, unlike a time limit, gives the same table on any machine.
         h.setOptionValue("mip_max_nodes", int(max_nodes))
+    for name, value in (options or {}).items():
+        h.setOptionValue(name, value)
     h.passModel(lp)
     h.run()
     return h
@@ -45,6 +53,7 @@ def closest_table(
     time_limit: float,
     perturbation: npt.NDArray[np.float64] | None = None,
     max_nodes: int | None = None,
+    options: dict[str, Any] | None = None,
 ) -> tuple[npt.NDArray[np.int64] | None, bool]:
     """The non-negative integer table whose published cells are closest in L1 to ``values``.
 
@@ -57,6 +66,7 @@ def closest_table(
         perturbation: Optional small costs added to the cells (for ranked
             reconstructions: another near-optimal table per perturbation).
         max_nodes: A branch-and-bound node limit (deterministic, unlike the time limit).
+        options: Further HiGHS options.
 
     Returns:
         ``(table, optimal)``: the full cross-classification (flat; None when
@@ -100,7 +110,7 @@ def closest_table(
     lp.a_matrix_.num_col_ = m + k
     lp.a_matrix_.num_row_ = n_int + 2 * k
     lp.integrality_ = [highspy.HighsVarType.kInteger] * m + [highspy.HighsVarType.kContinuous] * k
-    h = run_model(lp, time_limit=time_limit, max_nodes=max_nodes)
+    h = run_model(lp, time_limit=time_limit, max_nodes=max_nodes, options=options)
     info = h.getInfo()
     if int(info.primal_solution_status) != 2:
         return None, False

@@ -15,7 +15,7 @@ from tablesafe.output._table import ProtectedTable
 from tablesafe.rules._ceiling._cross import Cross, table_rows
 
 #: Per table: the lowest and highest true count of each cell, and the cells the attack reads.
-_Intervals = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]
+Intervals = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]
 
 
 @dataclass
@@ -53,14 +53,8 @@ def constraint_system(
 ) -> tuple[System, npt.NDArray[np.float64]]:
     """The constraints of every published cell, and each full cell's upper bound."""
     n = cross.truth.size
-    ub = np.full(n, np.inf)
     layouts = [table_rows(catalog, cross, t) for t in tables]
-    for layout, (lo, hi, used) in zip(layouts, intervals, strict=True):
-        lo_f, hi_f, used_f = lo.reshape(-1), hi.reshape(-1), used.reshape(-1)
-        for _gs, flat in layout:
-            ok = flat >= 0
-            ok[ok] = used_f[flat[ok]]
-            ub[ok] = np.minimum(ub[ok], hi_f[flat[ok]])
+    ub, _ = _upper_bounds(n, layouts, intervals)
     alive = np.flatnonzero(ub > 0)
     var_of = np.full(n, -1, dtype=np.int64)
     var_of[alive] = np.arange(alive.size)
@@ -108,6 +102,36 @@ def constraint_system(
     return system, ub
 
 
+def _upper_bounds(
+    n: int,
+    layouts: Sequence[list[tuple[tuple[int, ...], npt.NDArray[np.int64]]]],
+    intervals: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    """Each full cell's upper bound (inf: no figure), and whether a figure read covers it."""
+    ub = np.full(n, np.inf)
+    covered = np.zeros(n, dtype=bool)
+    for layout, (_lo, hi, used) in zip(layouts, intervals, strict=True):
+        hi_f, used_f = hi.reshape(-1), used.reshape(-1)
+        for _gs, flat in layout:
+            ok = flat >= 0
+            ok[ok] = used_f[flat[ok]]
+            ub[ok] = np.minimum(ub[ok], hi_f[flat[ok]])
+            covered |= ok
+    return ub, covered
+
+
+def open_cells(
+    catalog: Catalog,
+    cross: Cross,
+    tables: Sequence[ProtectedTable],
+    intervals: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> int:
+    """The full cells a figure read covers and whose published intervals let hold a record."""
+    layouts = [table_rows(catalog, cross, t) for t in tables]
+    ub, covered = _upper_bounds(cross.truth.size, layouts, intervals)
+    return int((covered & (ub > 0)).sum())
+
+
 def propagate(
     system: System, lb: npt.NDArray[np.float64], ub: npt.NDArray[np.float64], deadline: float
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
@@ -150,7 +174,7 @@ def figures(
     catalog: Catalog,
     cross: Cross,
     tables: Sequence[ProtectedTable],
-    intervals: Sequence[_Intervals],
+    intervals: Sequence[Intervals],
     system: System,
 ) -> tuple[list[npt.NDArray[np.int64]], npt.NDArray[np.float64]]:
     """Every published figure the attack reads: the model's variables it sums, and its value.

@@ -221,7 +221,7 @@ class Posterior:
         for v, j in zip(members, values.tolist(), strict=True):
             model.add_figure(v, *likelihood.candidates(int(j)), int(j))
         if prior_weight > 0:
-            model.add_prior(prior_means(m, members, values), prior_weight)
+            model.add_prior(prior_means(m, members, values), prior_weight, ub0[system.alive])
         self.lp = model.lp(ub0[system.alive], highspy)
         self.cost = np.asarray(self.lp.col_cost_, dtype=np.float64).copy()
 
@@ -231,6 +231,7 @@ class Posterior:
         *,
         time_limit: float,
         max_nodes: int | None = None,
+        options: dict[str, Any] | None = None,
     ) -> tuple[npt.NDArray[np.int64] | None, bool]:
         """The most probable table with ``perturbation`` added to the cells' costs.
 
@@ -238,6 +239,7 @@ class Posterior:
             perturbation: Costs per full cell (None: none).
             time_limit: Seconds for the solver.
             max_nodes: A branch-and-bound node limit.
+            options: Further HiGHS options.
 
         Returns:
             ``(table, optimal)``: the full cross-classification (None when
@@ -250,7 +252,7 @@ class Posterior:
         if perturbation is not None:
             cost[:m] += perturbation[self.system.alive]
         self.lp.col_cost_ = cost
-        h = run_model(self.lp, time_limit=time_limit, max_nodes=max_nodes)
+        h = run_model(self.lp, time_limit=time_limit, max_nodes=max_nodes, options=options)
         if int(h.getInfo().primal_solution_status) != 2:
             return None, False
         cols = np.asarray(h.getSolution().col_value, dtype=np.float64)
@@ -321,21 +323,38 @@ class _Model:
         offset = (i - j).astype(np.float64)
         self._row(np.r_[v, z], np.r_[np.ones(v.size), -offset], float(j), float(j))
 
-    def add_prior(self, mu: npt.NDArray[np.float64], weight: float) -> None:
+    def add_prior(
+        self,
+        mu: npt.NDArray[np.float64],
+        weight: float,
+        ub: npt.NDArray[np.float64] | None = None,
+    ) -> None:
         """Each cell's Poisson cost ``x log(1/mu) + log x!`` as steps of rising cost.
 
         Per cell, in cell order: its steps' columns, then the row ``x_c =
         sum of its steps`` (built at once: a loop per cell took 0.2 s of
-        each solve's model at 1,536 cells).
+        each solve's model at 1,536 cells). A cell whose upper bound ``ub``
+        is below :data:`_STEPS` gets only the unit steps it can fill and no
+        last step: the same costs for every count it can hold, in a smaller
+        model.
         """
-        m, k = self.m, _STEPS + 1
-        units = np.arange(1, k + 1, dtype=np.float64)
+        m = self.m
+        units = np.arange(1, _STEPS + 2, dtype=np.float64)
         steps = weight * (np.log(units)[None, :] - np.log(mu)[:, None])
-        y = self._columns(steps.reshape(-1), np.tile(np.r_[np.ones(_STEPS), np.inf], m), False)
-        rows = self.nrow + np.repeat(np.arange(m, dtype=np.int64), k + 1)
-        cols = np.c_[np.arange(m, dtype=np.int64), y.reshape(m, k)].reshape(-1)
-        self.entries.append((rows, cols))
-        self.values.append(np.tile(np.r_[1.0, -np.ones(k)], m))
+        upper = np.tile(np.r_[np.ones(_STEPS), np.inf], (m, 1))
+        keep = np.ones((m, _STEPS + 1), dtype=bool)
+        if ub is not None:
+            # Unit steps up to the cell's bound; the last step only past _STEPS.
+            bound = np.minimum(ub, _STEPS + 1)
+            keep = np.arange(_STEPS + 1)[None, :] < bound[:, None]
+        y = self._columns(steps[keep], upper[keep], False)
+        counts = keep.sum(axis=1)
+        cells = np.repeat(np.arange(m, dtype=np.int64), counts)
+        rows = self.nrow + np.r_[np.arange(m, dtype=np.int64), cells]
+        cols = np.r_[np.arange(m, dtype=np.int64), y]
+        order = np.argsort(rows, kind="stable")
+        self.entries.append((rows[order], cols[order]))
+        self.values.append(np.r_[np.ones(m), -np.ones(y.size)][order])
         self.lo.append(np.zeros(m))
         self.hi.append(np.zeros(m))
         self.nrow += m
