@@ -272,7 +272,7 @@ def test_a_refusal_is_stored_and_a_repeat_reads_it(small, tmp_path):
 
 def test_a_refusal_stands_as_more_is_published_until_the_settings_change(small, tmp_path):
     _, after, ceiling = _ceiling_between(small)
-    rules = {"min_universe_size": 0, "sliver_min_difference": 0, "privacy_budget_epsilon": 1e6}
+    rules = {"min_universe_size": 0, "sliver_min_difference": 0}
     config = site(
         small.path.parent,
         tmp_path,
