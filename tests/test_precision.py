@@ -39,6 +39,8 @@ SECRET = b"0123456789abcdef0123456789abcdef"
 
 
 def _catalog(a: int, b: int) -> dict:
+    # The coefficient is declared: a test may change weights without their replicates
+    # (then they scale by no jackknife's factor, and validation would refuse a default).
     return {
         "dataset": {
             "title": "precision",
@@ -46,6 +48,7 @@ def _catalog(a: int, b: int) -> dict:
             "weight": "W",
             "replicate_weights": ["R1", "R2", "R3", "R4"],
             "replicate_method": "JK1",
+            "replicate_coefficient": 0.75,
         },
         "variables": [
             {"name": "A", "categories": [{"code": i, "label": f"a{i}"} for i in range(a)]},

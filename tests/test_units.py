@@ -28,8 +28,16 @@ SECRET = b"units-test-secret-0123456789abcdef"
 HOUSEHOLD = {"unit": "household", "id": "HHID", "record_key": "HHKEY", "weight": "HHW"}
 
 
+# The replicate weights of _persons are no jackknife's (W times 1, 1.1, 1.2, 1.3): their
+# coefficient is declared, so that validation does not take them for a stratified one.
+DECLARED = {
+    **RANDOM_CATALOG,
+    "dataset": {**RANDOM_CATALOG["dataset"], "replicate_coefficient": 0.75},
+}
+
+
 def _catalog(variables: list[str] | None = None) -> dict[str, object]:
-    catalog = dict(RANDOM_CATALOG)
+    catalog = dict(DECLARED)
     catalog["units"] = [{**HOUSEHOLD, "variables": variables or ["A", "D"]}]
     return catalog
 
@@ -129,7 +137,7 @@ def test_the_household_record_key_drives_the_noise(make_dataset, seeds: str) -> 
     ds = make_dataset(frame, _catalog())
     one = frame.drop_duplicates("HHID").copy()
     one["RKEY"], one["W"] = one["HHKEY"], one["HHW"]
-    flat = make_dataset(one.drop(columns=["HHID", "HHKEY", "HHW"]), dict(RANDOM_CATALOG))
+    flat = make_dataset(one.drop(columns=["HHID", "HHKEY", "HHW"]), dict(DECLARED))
     protection = ts.Protection(
         destatis(3, 1.0), seeds=seeds, secret=SECRET if seeds == "keyed" else None
     )
