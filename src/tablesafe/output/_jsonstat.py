@@ -32,7 +32,12 @@ marks the flagged cells by their position in ``value`` (the codes are in
 
 ``C``
     withheld by the account of published figures (with figures already
-    published, it would let differences isolate a few records); ``null``.
+    published, it would let differences isolate a few records); ``null``:
+    every statistic of a withheld cell, a percentage of a withheld
+    denominator, a sum, mean or quantile of a total over a withheld cell.
+``t``
+    a total of the cells published only (some of its cells are withheld),
+    where the figure has no other status.
 
 A base (``n_VAR``, ``weighted_VAR``) the small-cell rule withholds is ``Q``
 too. The metric dimension's ``category.unit`` gives each statistic's unit
@@ -68,6 +73,7 @@ STATUS = {
     "structural_zero": "M",
     "suppressed": "Q",
     "withheld": "C",
+    "excludes_withheld": "t",
     "sensitive": "d",
     "unreliable": "U",
 }
@@ -180,15 +186,34 @@ def _cells(table: Published, kept: list[np.ndarray]) -> tuple[list[Any], dict[st
         hidden = table.suppressed[grid] & computed
         values[hidden] = None
         status[hidden] = table.suppressed_display or STATUS["suppressed"]
-    if table.withheld is not None:
-        # Withheld by the account of published figures: every statistic null, status C.
-        hidden = table.withheld[grid] & computed
-        values[hidden] = None
-        status[hidden] = STATUS["withheld"]
+    _withheld_status(table, names, grid, values, status)
     status[table.structural_zero[grid] & computed] = STATUS["structural_zero"]
     flat = status.reshape(-1)
     marked = {str(i): str(flat[i]) for i in np.nonzero(flat != "")[0].tolist()}
     return values.reshape(-1).tolist(), marked, names
+
+
+def _withheld_status(
+    table: Published, names: list[str], grid: Any, values: np.ndarray, status: np.ndarray
+) -> None:
+    """Withheld figures null with status ``C``; a total of the cells published only ``t``.
+
+    A withheld figure is every statistic of a withheld cell, a percentage of a
+    withheld denominator, a sum, mean or quantile of a total that leaves
+    withheld cells out (:meth:`ProtectedTable.withheld_figures`); the other
+    figures of such a total keep any status they have, else get ``t``.
+    """
+    figures = table.withheld_figures()
+    if not figures:
+        return
+    excluding = table.excludes_withheld
+    for s, stat in enumerate(names):
+        hidden = figures[stat][grid]
+        values[..., s][hidden] = None
+        status[..., s][hidden] = STATUS["withheld"]
+        if excluding is not None:
+            total = excluding[grid] & table.computed[grid] & ~hidden & (status[..., s] == "")
+            status[..., s][total] = STATUS["excludes_withheld"]
 
 
 def _decimals(rounding: str | None) -> int | None:
@@ -254,6 +279,8 @@ def _status_legend(table: Published, notes: Mapping[str, Any]) -> dict[str, str]
         out[STATUS["suppressed"]] = str(flags.get("suppressed", WITHHELD))
     if "withheld" in flags:
         out[STATUS["withheld"]] = str(flags["withheld"])
+    if "excludes_withheld" in flags:
+        out[STATUS["excludes_withheld"]] = str(flags["excludes_withheld"])
     sensitive = [f"{k}: {v}" for k, v in flags.items() if k.startswith("sensitive_")]
     if sensitive:
         out[STATUS["sensitive"]] = "; ".join(sensitive)

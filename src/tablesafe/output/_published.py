@@ -22,7 +22,14 @@ if TYPE_CHECKING:
     from tablesafe._rounding import Rounding
     from tablesafe.catalog import Catalog
 
-__all__ = ["WITHHELD", "Published", "estimate_companions", "sensitive_flag", "unreliable_flag"]
+__all__ = [
+    "WITHHELD",
+    "Published",
+    "estimate_companions",
+    "figure_masks",
+    "sensitive_flag",
+    "unreliable_flag",
+]
 
 #: What a base the small-cell rule withholds says where the footnotes have no small-cell legend.
 WITHHELD = "withheld by the site's small-cell rule: too few records hold a value"
@@ -98,6 +105,10 @@ class Published(Protocol):
 
     def shown_statistics(self) -> dict[str, np.ndarray]: ...
 
+    def withheld_figures(self) -> dict[str, npt.NDArray[np.bool_]]: ...
+
+    def mark_legend(self) -> list[str]: ...
+
     def statistic_labels(self) -> dict[str, str]: ...
 
     def public_metadata(self) -> dict[str, Any]: ...
@@ -139,3 +150,30 @@ def unreliable_flag(table: Published, statistic: str) -> npt.NDArray[np.bool_] |
         if statistic == name or statistic in estimate_companions(name):
             return flag
     return None
+
+
+def figure_masks(
+    names: list[str] | tuple[str, ...],
+    withheld: npt.NDArray[np.bool_],
+    over: npt.NDArray[np.bool_] | None,
+    magnitudes: frozenset[str] | set[str],
+) -> dict[str, npt.NDArray[np.bool_]]:
+    """Per statistic, the cells whose figure is withheld (blank, and marked where shown).
+
+    Every statistic of a withheld cell; a percentage whose denominator is
+    withheld; a sum, mean or quantile (``magnitudes``) of a total over a
+    withheld cell (``over``), which covers the withheld cells' records.
+    """
+    from tablesafe._request import Percent
+    from tablesafe.mechanisms._precision import denominator_index
+
+    out = {}
+    for name in names:
+        mask = withheld.copy()
+        if name.startswith("percent_"):
+            kind = Percent(name.split("_")[1])
+            mask |= withheld[denominator_index(kind, withheld.shape)]
+        elif name in magnitudes and over is not None:
+            mask |= over
+        out[name] = mask
+    return out

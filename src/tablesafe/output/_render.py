@@ -32,10 +32,12 @@ Columns: TypeAlias = "Mapping[str, np.ndarray] | pd.DataFrame"
 CellValue: TypeAlias = "int | float | str | np.integer | np.floating | None"
 
 __all__ = [
+    "EXCLUDES_WITHHELD_MARK",
     "TOTAL_CODE",
     "TOTAL_LABEL",
     "UNPROTECTED",
     "UNPROTECTED_TITLE",
+    "WITHHELD_MARK",
     "Columns",
     "iter_csv",
     "iter_json",
@@ -57,6 +59,12 @@ TOTAL_LABEL = "Total"
 UNPROTECTED = "UNPROTECTED tabulation (true values, for the data owner only)"
 #: The start of an unprotected table's title (JSON, JSON-stat, SDMX, XLSX, text, the page).
 UNPROTECTED_TITLE = "UNPROTECTED"
+
+#: What a withheld figure shows in text, the XLSX's cross-tabs and on the page: ``c``,
+#: confidential, as its SDMX CONF_STATUS and JSON-stat status ``C`` (output/_withheld.py).
+WITHHELD_MARK = "c"
+#: What follows a total that adds up only the cells published (``excludes_withheld``).
+EXCLUDES_WITHHELD_MARK = "t"
 
 
 def long_columns(
@@ -360,6 +368,17 @@ def _significant(value: float, digits: int) -> str:
     return text.rstrip("0").rstrip(".") if decimals else text
 
 
+def _marked(
+    values: np.ndarray, cells: npt.NDArray[np.bool_], statistic: str, decimals: int | None
+) -> np.ndarray:
+    """``values`` with each figure at ``cells`` as text followed by the excluding mark."""
+    out = values.astype(object)
+    for at in zip(*np.nonzero(cells), strict=True):
+        if _number(out[at]):
+            out[at] = f"{_fmt(out[at], statistic, decimals)} {EXCLUDES_WITHHELD_MARK}"
+    return out
+
+
 def render_text(
     dimensions: Sequence[DimensionPlan],
     columns: Mapping[str, np.ndarray],
@@ -369,6 +388,7 @@ def render_text(
     caption: str = "",
     width: int = 120,
     labels: Mapping[str, str] | None = None,
+    excluding: npt.NDArray[np.bool_] | None = None,
 ) -> str:
     """Pretty text (via rich): one cross-tabulation per statistic and layer.
 
@@ -376,6 +396,8 @@ def render_text(
     columns for each combination of the layer dimensions (3rd and 4th).
     Cells that were not computed (a margin not asked for) show as blank.
     ``labels`` names the statistics in words (their column names otherwise).
+    A figure of a cell of ``excluding`` (a total that leaves withheld cells
+    out) is followed by :data:`EXCLUDES_WITHHELD_MARK`.
     """
     # rich only for text: CSV and JSON, and the server, do not pay its import.
     from rich import box
@@ -388,6 +410,8 @@ def render_text(
     for stat, arr in columns.items():
         words = (labels or {}).get(stat, stat)
         decimals = column_decimals(stat, arr[computed])
+        if excluding is not None and excluding.any():
+            arr = _marked(arr, excluding, stat, decimals)
         if k == 1:
             d = dimensions[0]
             t = Table(title=words, box=box.SIMPLE_HEAVY, title_justify="left")

@@ -15,7 +15,10 @@ structural zero            0           M            F (free)
 suppressed (small count;   empty       Q            C (confidential)
 a base of few records)
 withheld (the account of   empty       Q            C (confidential)
-published figures)
+published figures; also a
+percentage of a withheld
+denominator, a sum or mean
+of a total over one)
 sensitive sum or mean      as shown    as shown     C where the site blanks it, F where shown
 not published (an SE       empty       O            F
 below the site's count)
@@ -35,7 +38,9 @@ information" and ``F`` "free" (CL_CONF_STATUS). ``E`` is table-wide: every
 value of a statistic the protection changes (or derives from changed
 figures) is marked, never the cells it happened to change, which would tell
 which published values are exact. ``COMMENT_OBS`` holds the footnotes' flag
-legend on a flagged row.
+legend on a flagged row, and on a total of the cells published only (some of
+its cells withheld), which keeps its value and statuses: SDMX's code lists
+have no code for it.
 
 With footnotes (the default), the message adds the dataset-level attributes
 ``TITLE`` (the table's title) and ``COMMENT_DSET`` (the universe in words
@@ -246,13 +251,7 @@ def _rows(table: Published) -> dict[str, np.ndarray]:
         obs[hidden] = "Q"
         conf[hidden] = "C"
         comment[hidden] = flags.get("suppressed", "")
-    if table.withheld is not None:
-        # Withheld by the account of published figures: missing, confidential.
-        hidden = table.withheld.reshape(-1)[cells]
-        values[hidden] = None
-        obs[hidden] = "Q"
-        conf[hidden] = "C"
-        comment[hidden] = flags.get("withheld", "")
+    _withheld_rows(table, names, cells, flags, (values, obs, conf, comment))
     zero = table.structural_zero.reshape(-1)[cells]
     obs[zero] = "M"
     comment[zero] = flags["structural_zero"]
@@ -268,6 +267,37 @@ def _rows(table: Published) -> dict[str, np.ndarray]:
     out["CONF_STATUS"] = conf.reshape(-1)
     out["COMMENT_OBS"] = comment.reshape(-1)
     return out
+
+
+def _withheld_rows(
+    table: Published,
+    names: list[str],
+    cells: np.ndarray,
+    flags: Mapping[str, Any],
+    columns: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+) -> None:
+    """Withheld figures missing and confidential (``Q``, ``C``); partial totals commented.
+
+    A total of the cells published only keeps its value and statuses, with
+    the flag's legend in COMMENT_OBS.
+
+    ``columns``: the value, OBS_STATUS, CONF_STATUS and COMMENT_OBS of every
+    cell (row) and statistic (column), changed in place.
+    """
+    figures = table.withheld_figures()
+    if not figures:
+        return
+    values, obs, conf, comment = columns
+    excluding = table.excludes_withheld
+    for s, name in enumerate(names):
+        hidden = figures[name].reshape(-1)[cells]
+        values[hidden, s] = None
+        obs[hidden, s] = "Q"
+        conf[hidden, s] = "C"
+        comment[hidden, s] = flags.get("withheld", "")
+        if excluding is not None:
+            total = excluding.reshape(-1)[cells] & ~hidden & (comment[:, s] == "")
+            comment[total, s] = flags.get("excludes_withheld", "")
 
 
 def sdmx_code(code: str) -> str:

@@ -21,10 +21,12 @@ from tablesafe._errors import FormatError
 from tablesafe._request import DimensionPlan, TableRequest
 from tablesafe._rounding import Rounding
 from tablesafe.catalog._magnitudes import read_base_column
-from tablesafe.output._published import estimate_companions
+from tablesafe.output._published import estimate_companions, figure_masks
 from tablesafe.output._render import (
+    EXCLUDES_WITHHELD_MARK,
     UNPROTECTED,
     UNPROTECTED_TITLE,
+    WITHHELD_MARK,
     iter_json,
     long_rows,
     render_text,
@@ -186,8 +188,36 @@ class ProtectedTable:
         return bool(self.roundings) and all(r.whole for r in self.roundings)
 
     def shown_statistics(self) -> dict[str, np.ndarray]:
-        """Statistics as published: suppressed cells blank (``None``) or ``"<k"``."""
-        return self.published(self.statistics())
+        """Statistics as shown to people (text, the XLSX's cross-tabs).
+
+        Suppressed cells blank (``None``) or ``"<k"``; a withheld figure
+        (:meth:`withheld_figures`) the mark ``c``
+        (:data:`~tablesafe.output._render.WITHHELD_MARK`).
+        """
+        shown = self.published(self.statistics())
+        for name, mask in self.withheld_figures().items():
+            if name in shown and mask.any():
+                values = shown[name].astype(object)
+                values[mask] = WITHHELD_MARK
+                shown[name] = values
+        return shown
+
+    def withheld_figures(self) -> dict[str, npt.NDArray[np.bool_]]:
+        """Per statistic, the computed cells whose figure is withheld; empty if none is.
+
+        Every statistic of a withheld cell, a percentage of a withheld
+        denominator, a sum, mean or quantile of a total that leaves withheld
+        cells out (:func:`tablesafe.output._published.figure_masks`).
+        """
+        if self.withheld is None or not self.withheld.any():
+            return {}
+        masks = figure_masks(
+            list(self.statistics()),
+            self.withheld,
+            self.excludes_withheld,
+            frozenset(self.magnitudes or {}),
+        )
+        return {name: mask & self.computed for name, mask in masks.items()}
 
     def published(
         self, statistics: Mapping[str, np.ndarray], cells: npt.NDArray[np.intp] | None = None
@@ -464,6 +494,7 @@ class ProtectedTable:
             if "weighted" in meta
             else ""
         )
+        caption += "".join(f"\n{line}" for line in self.mark_legend())
         text = render_text(
             self.dimensions,
             self.shown_statistics(),
@@ -471,8 +502,24 @@ class ProtectedTable:
             title=f"{self.title}\nUniverse: {self.universe_label}\nDataset: {dataset}",
             caption=caption,
             labels=self.statistic_labels(),
+            excluding=self.excludes_withheld,
         )
         return text + ("\n" + self.footnote_comments() if footnotes else "")
+
+    def mark_legend(self) -> list[str]:
+        """What the marks of withheld figures mean, from the footnotes' flags (text, XLSX).
+
+        ``c: withheld: ...`` where a figure is withheld, ``t: a total of the
+        cells published only ...`` where a total leaves withheld cells out.
+        """
+        if not self.withheld_figures():
+            return []
+        flags = self.footnotes()["flags"]
+        lines = [f"{WITHHELD_MARK}: {flags.get('withheld', 'withheld')}"]
+        if self.excludes_withheld is not None and self.excludes_withheld.any():
+            meaning = flags.get("excludes_withheld", "excludes_withheld")
+            lines.append(f"{EXCLUDES_WITHHELD_MARK}: {meaning}")
+        return lines
 
     def footnote_comments(self) -> str:
         """The universe and the footnotes as ``#`` lines, one per sentence (CSV and text)."""

@@ -14,6 +14,13 @@ this module applies the decision to a protected table:
   records) are blank, as are percentages of or within a withheld cell;
 * where margins are perturbed on their own, the account withholds every
   margin over a withheld cell too.
+
+Formats that show one figure at a time (text, the XLSX's cross-tabs, the
+page, JSON-stat, SDMX) mark each withheld figure (:func:`withheld_figures`:
+a withheld cell's, a percentage of a withheld denominator's, a sum's, mean's
+or quantile's of a total that leaves withheld cells out) with
+:data:`WITHHELD_MARK` or their own status, and a total that adds up only the
+cells published with :data:`EXCLUDES_WITHHELD_MARK` (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -24,9 +31,17 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
+from tablesafe.output._published import figure_masks
+from tablesafe.output._render import EXCLUDES_WITHHELD_MARK, WITHHELD_MARK
 from tablesafe.output._table import ProtectedTable
 
-__all__ = ["margins_over", "withhold"]
+__all__ = [
+    "EXCLUDES_WITHHELD_MARK",
+    "WITHHELD_MARK",
+    "figure_masks",
+    "margins_over",
+    "withhold",
+]
 
 
 def margins_over(withheld: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
@@ -68,16 +83,10 @@ def withhold(
     def blank(values: npt.NDArray[np.float64] | None) -> npt.NDArray[np.float64] | None:
         return None if values is None else hidden(values)
 
+    masks = figure_masks([*(table.percentages or {})], withheld, None, frozenset())
     percentages = None
     if table.percentages is not None:
-        from tablesafe._request import Percent
-        from tablesafe.mechanisms._precision import denominator_index
-
-        percentages = {}
-        for name, values in table.percentages.items():
-            kind = Percent(name.split("_")[1])
-            denominator = withheld[denominator_index(kind, withheld.shape)]
-            percentages[name] = hidden(values, denominator)
+        percentages = {name: hidden(v, masks[name]) for name, v in table.percentages.items()}
     meta = dict(table.metadata)
     meta["withheld"] = {
         "cells": int(withheld.sum()),

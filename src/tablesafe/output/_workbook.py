@@ -25,7 +25,7 @@ import numpy as np
 from tablesafe.catalog._magnitudes import read_magnitude_column, read_quantile_column
 from tablesafe.output._describe import title
 from tablesafe.output._render import TOTAL_LABEL, UNPROTECTED_TITLE
-from tablesafe.output._xlsx import BOLD, NUMBER, Grid, workbook_bytes
+from tablesafe.output._xlsx import BOLD, MARKED, NUMBER, Grid, workbook_bytes
 
 if TYPE_CHECKING:
     from tablesafe.output._published import Published
@@ -101,36 +101,45 @@ def _decimals(table: Published, statistic: str, values: np.ndarray) -> int:
     return min(max(decimals, 1), 3)
 
 
-def _cell(value: object, style: int) -> object:
-    """A figure with its number format; text (``"<k"``) and blanks as they are."""
+def _cell(value: object, style: int, marked: int | None = None) -> object:
+    """A figure with its number format; text (``"<k"``, ``"c"``) and blanks as they are.
+
+    ``marked`` is the style of a total that leaves withheld cells out (its
+    format adds the mark ``t``), where the cell is one.
+    """
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         return value
-    return (value, style)
+    return (value, style if marked is None else marked)
 
 
 def _block(
-    table: Published, values: np.ndarray, layer: tuple[int, ...], style: int
+    table: Published, values: np.ndarray, layer: tuple[int, ...], style: tuple[int, int]
 ) -> list[list[object]]:
-    """One layer's cross-tab: a header row of column labels, then a row per row category."""
+    """One layer's cross-tab: a header row of column labels, then a row per row category.
+
+    ``style``: the statistic's number style, and the same marked ``t``.
+    """
     dims = table.dimensions
     rows = dims[0]
     where: tuple[Any, ...] = (slice(None), *(() if len(dims) == 1 else (slice(None),)), *layer)
     sub, computed = values[where], table.computed[where]
+    excluding = table.excludes_withheld
+    marks = np.zeros_like(computed) if excluding is None else excluding[where]
+
+    def cell(at: tuple[int, ...]) -> object:
+        return _cell(sub[at], style[0], style[1] if marks[at] else None) if computed[at] else None
+
     row_labels = [*rows.labels, TOTAL_LABEL]
     if len(dims) == 1:
         header: list[object] = [(rows.label, BOLD), ("Value", BOLD)]
-        body = [
-            [lab, _cell(sub[i], style) if computed[i] else None]
-            for i, lab in enumerate(row_labels)
-            if computed[i]
-        ]
+        body = [[lab, cell((i,))] for i, lab in enumerate(row_labels) if computed[i]]
         return [header, *body]
     cols = dims[1]
     keep_cols = [j for j in range(cols.size + 1) if computed[:, j].any()]
     col_labels = [*cols.labels, TOTAL_LABEL]
     header = [(f"{rows.label} \\ {cols.label}", BOLD), *((col_labels[j], BOLD) for j in keep_cols)]
     body = [
-        [row_labels[i], *(_cell(sub[i, j], style) if computed[i, j] else None for j in keep_cols)]
+        [row_labels[i], *(cell((i, j)) for j in keep_cols)]
         for i in range(rows.size + 1)
         if computed[i].any()
     ]
@@ -142,7 +151,8 @@ def _statistic_sheet(
 ) -> Grid:
     """One statistic's cross-tab, layer by layer, between the title and the statement."""
     dims = table.dimensions
-    style = NUMBER[_decimals(table, statistic, values)]
+    decimals = _decimals(table, statistic, values)
+    style = (NUMBER[decimals], MARKED[decimals])
     heading = title([d.label for d in dims], [statistic], table.catalog, table.metadata)
     if not table.protected:
         heading = f"{UNPROTECTED_TITLE}: {heading}"
@@ -239,7 +249,7 @@ def table_workbook(table: Published, *, labels: bool = False) -> bytes:
     meta = table.public_metadata()
     shown = table.shown_statistics()
     names = sheet_names(list(shown))
-    notes = list(meta["footnotes"]["statement"])
+    notes = [*meta["footnotes"]["statement"], *table.mark_legend()]
     sheets: list[tuple[str, Any]] = [
         (names[s], _statistic_sheet(table, s, values, notes)) for s, values in shown.items()
     ]

@@ -34,10 +34,12 @@ from xml.sax.saxutils import escape
 
 import numpy as np
 
+from tablesafe.output._render import EXCLUDES_WITHHELD_MARK
+
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["BOLD", "NUMBER", "PLAIN", "Grid", "workbook_bytes"]
+__all__ = ["BOLD", "MARKED", "NUMBER", "PLAIN", "Grid", "workbook_bytes"]
 
 _DECL = '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
 _MAIN = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
@@ -50,16 +52,20 @@ _ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 #: Cell styles (indexes into ``cellXfs``): plain, bold (header rows), and numbers
 #: with thousands separators and 0, 1, 2 or 3 decimals (the ``#,##0...`` formats).
+#: ``MARKED`` are the same formats followed by a space and the mark of a total that
+#: leaves withheld cells out (``t``, output/_withheld.py): still a number in the cell.
 PLAIN, BOLD = 0, 1
-_NUMBER_FORMATS = ("#,##0", "#,##0.0", "#,##0.00", "#,##0.000")
-NUMBER = {decimals: 2 + decimals for decimals in range(len(_NUMBER_FORMATS))}
+_PLAIN_FORMATS = ("#,##0", "#,##0.0", "#,##0.00", "#,##0.000")
+_NUMBER_FORMATS = (*_PLAIN_FORMATS, *(f'{f}" {EXCLUDES_WITHHELD_MARK}"' for f in _PLAIN_FORMATS))
+NUMBER = {decimals: 2 + decimals for decimals in range(len(_PLAIN_FORMATS))}
+MARKED = {decimals: 2 + len(_PLAIN_FORMATS) + decimals for decimals in range(len(_PLAIN_FORMATS))}
 
-# One font, and a bold one for header rows (style 1); styles 2 to 5 are number formats.
+# One font, and a bold one for header rows (style 1); styles 2 to 9 are number formats.
 _STYLES = (
     f'{_DECL}<styleSheet xmlns="{_MAIN}">'
     f'<numFmts count="{len(_NUMBER_FORMATS)}">'
     + "".join(
-        f'<numFmt numFmtId="{164 + i}" formatCode="{code}"/>'
+        f'<numFmt numFmtId="{164 + i}" formatCode="{escape(code, {chr(34): "&quot;"})}"/>'
         for i, code in enumerate(_NUMBER_FORMATS)
     )
     + "</numFmts>"

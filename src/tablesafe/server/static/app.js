@@ -6,7 +6,9 @@ const state = {
   last: null, doc: null, index: null, layer: null, stat: null, controller: null, job: null,
 };
 const $ = (id) => document.getElementById(id);
-const FLAG_SYMBOL = { structural_zero: "z", suppressed: "x", np: "np" };
+// The marks of flagged cells, each explained in the legend by the footnotes' flag (docs/formats.md):
+// a withheld figure shows "c" in place of its value, a total of the published cells only "t".
+const FLAG_SYMBOL = { structural_zero: "z", suppressed: "x", np: "np", withheld: "c", excludes_withheld: "t" };
 const DIMENSIONS = ["rows", "cols", "layers"];
 const PLACE = { rows: "rows", cols: "columns", layers: "layers" };
 const KEY_STORE = "tablesafe-key";
@@ -624,20 +626,55 @@ function crossTable(doc, stat, captionText, rowCodes, colCodes, find) {
   return box;
 }
 
+// A figure the account of published figures withholds (output/_withheld.py): every statistic
+// of a withheld cell, a percentage of a withheld denominator, and a figure a total that leaves
+// withheld cells out does not publish (its sums, means and quantiles).
+const PERCENT_OVER = { row: [1], column: [0], total: [0, 1] };
+function withheldFigure(doc, stat, cell) {
+  if (!cell) return false;
+  if (cell.withheld) return true;
+  if (cell[stat] !== null && cell[stat] !== undefined) return false;
+  if (cell.excludes_withheld) return true;
+  const m = /^percent_(row|column|total)/.exec(stat);
+  if (!m) return false;
+  const dims = doc.meta.dimensions;
+  const codes = dims.map((d, i) => (PERCENT_OVER[m[1]].includes(i) ? "_T" : cell[d]));
+  const denominator = state.index.get(cellKey(codes));
+  return Boolean(denominator && denominator.withheld);
+}
+
+// A mark in a cell (c, t, z, x, u...): its meaning from the footnotes' flag legend, as a tooltip.
+function flagMark(doc, flag, symbol) {
+  const sup = document.createElement("sup");
+  sup.className = "flag"; sup.textContent = symbol;
+  sup.title = (doc.meta.footnotes && doc.meta.footnotes.flags[flag]) ||
+    (flag.startsWith("sensitive_") ? "sensitive: the site's dominance or p% rule flags this sum (a few contributors make most of it)" : flag);
+  return sup;
+}
+
 function dataCell(doc, stat, cell, total) {
   const td = document.createElement("td");
   if (total) td.className = "total";
+  if (withheldFigure(doc, stat, cell)) {
+    // No number at all: the mark, explained by its tooltip and the legend.
+    const mark = document.createElement("span");
+    mark.className = "withheld"; mark.textContent = FLAG_SYMBOL.withheld;
+    mark.title = (doc.meta.footnotes && doc.meta.footnotes.flags.withheld) || "withheld";
+    td.appendChild(mark);
+    return td;
+  }
   td.textContent = cell ? fmt(cell[stat], stat, columnDecimals(doc, stat)) : "";
+  if (cell && cell.excludes_withheld) {
+    td.appendChild(document.createTextNode(" "));
+    td.appendChild(flagMark(doc, "excludes_withheld", FLAG_SYMBOL.excludes_withheld));
+  }
   const magFlag = magnitudeOf(stat) !== null ? `sensitive_${magnitudeOf(stat)}` : null;
   // The precision rule's flag, where the site flags unreliable estimates (np shows itself).
   const unsure = `unreliable_${stat}`;
   for (const flag of ["structural_zero", "suppressed", ...(magFlag ? [magFlag] : []), unsure]) {
     if (cell && cell[flag]) {
-      const sup = document.createElement("sup");
-      sup.className = "flag"; sup.textContent = FLAG_SYMBOL[flag] || (flag === unsure ? "u" : "s");
-      sup.title = (doc.meta.footnotes && doc.meta.footnotes.flags[flag]) ||
-        (flag.startsWith("sensitive_") ? "sensitive: the site's dominance or p% rule flags this sum (a few contributors make most of it)" : flag);
-      td.appendChild(document.createTextNode(" ")); td.appendChild(sup);
+      td.appendChild(document.createTextNode(" "));
+      td.appendChild(flagMark(doc, flag, FLAG_SYMBOL[flag] || (flag === unsure ? "u" : "s")));
     }
   }
   if (cell) td.append(...precisionLines(doc, stat, cell));
@@ -876,6 +913,8 @@ function chartData(doc) {
   const series = colsDim ? codes(colsDim) : [null];
   const find = (r, s) => state.index.get(cellKey([r, ...(colsDim ? [s] : []), ...(layerDim ? [layer] : [])]));
   const value = (r, s) => { const c = find(r, s); return c && typeof c[stat] === "number" ? c[stat] : 0; };
+  // A withheld cell has no bar: it is not zero, it is not published.
+  const withheld = (r, s) => { const c = find(r, s); return Boolean(c && c.withheld); };
   const isAge = (d) => /^AGE/i.test(varInfo(d).name) || /^age/i.test(varInfo(d).label);
   const pyramid = Boolean(colsDim) && isAge(rowsDim) && /^SEX$/i.test(colsDim) && series.length === 2;
   const what = stat === "n" ? "unweighted counts" : "weighted counts";
@@ -884,7 +923,8 @@ function chartData(doc) {
   // The table's own flag says whether its values are protected (never assumed).
   const kind = doc.meta.protected === true ? "protected" : "UNPROTECTED";
   const title = pyramid ? `Population pyramid: ${name} (${kind} ${what})` : `${name} (${kind} ${what})`;
-  return { rowsDim, colsDim, stat, rows, series, find, value, pyramid, title, axis: stat === "n" ? "Count" : "Weighted count" };
+  const anyWithheld = rows.some((r) => series.some((s) => withheld(r, s)));
+  return { rowsDim, colsDim, stat, rows, series, find, value, withheld, anyWithheld, pyramid, title, axis: stat === "n" ? "Count" : "Weighted count" };
 }
 
 // A value axis with round steps (1, 2, 2.5 or 5 times a power of ten) reaching past the largest value.
@@ -906,7 +946,8 @@ function chartNotes(doc) {
   const source = statement.find((s) => s.startsWith("Source:")) || (citation ? `Source: ${citation}` : null);
   const date = statement.find((s) => s.startsWith("Reference date of the data:"));
   const protection = statement.find((s) => s.startsWith("Protection:"));
-  const lines = [tableUniverse(doc.meta), source, date, protection, "Suppressed cells are drawn as zero."];
+  const withheld = chartData(doc).anyWithheld ? `Withheld cells (${FLAG_SYMBOL.withheld}) have no bar.` : null;
+  const lines = [tableUniverse(doc.meta), source, date, protection, "Suppressed cells are drawn as zero.", withheld];
   return lines.filter(Boolean).flatMap((line) => wrap(line, 128));
 }
 
@@ -939,7 +980,8 @@ function drawChart(doc) {
   $("chart").replaceChildren(svg);
   svg.setAttribute("aria-label", data.title);
   const values = doc.meta.protected === true ? "protected values" : "UNPROTECTED (true) values";
-  $("chart-caption").textContent = `${data.title}. Drawn from the ${values} in the table above; suppressed cells are drawn as zero.`;
+  const skipped = data.anyWithheld ? ` Withheld cells (${FLAG_SYMBOL.withheld}) have no bar.` : "";
+  $("chart-caption").textContent = `${data.title}. Drawn from the ${values} in the table above; suppressed cells are drawn as zero.${skipped}`;
   $("chart-box").hidden = false;
 }
 
@@ -963,6 +1005,10 @@ function drawPyramid(svg, data, scale, g) {
     const y = g.top + i * g.rowH;
     svg.appendChild(el("text", { x: g.left - 6, y: y + 12, "text-anchor": "end" }, labelOf(data.rowsDim, r)));
     data.series.forEach((s, k) => {
+      if (data.withheld(r, s)) {
+        svg.appendChild(el("text", { x: k === 0 ? mid - 4 : mid + 4, y: y + 12, "text-anchor": k === 0 ? "end" : "start", class: "withheld" }, FLAG_SYMBOL.withheld));
+        return;
+      }
       const w = (data.value(r, s) / scale.top) * half;
       svg.appendChild(el("rect", { x: k === 0 ? mid - w : mid, y, width: w, height: g.rowH - 3, fill: COLORS[k] }));
     });
@@ -980,6 +1026,11 @@ function drawBars(svg, data, scale, g) {
   for (const r of data.rows) {
     svg.appendChild(el("text", { x: g.left - 6, y: y + 12, "text-anchor": "end" }, labelOf(data.rowsDim, r)));
     data.series.forEach((s, k) => {
+      if (data.withheld(r, s)) {
+        svg.appendChild(el("text", { x: g.left + 4, y: y + 12, class: "withheld" }, FLAG_SYMBOL.withheld));
+        y += g.rowH;
+        return;
+      }
       const w = (data.value(r, s) / scale.top) * width;
       const cell = data.find(r, s);
       svg.appendChild(el("rect", { x: g.left, y, width: w, height: g.rowH - 3, fill: COLORS[k % COLORS.length] }));
