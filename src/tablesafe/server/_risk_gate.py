@@ -20,9 +20,15 @@ with no solve); the share without it, exactly, only when the share with it
 is above the ceiling.
 
 **What is published.** The audit log's answered tables for the dataset
-(every key, every replica, jobs too), rebuilt with the site's builder
-(answers are deterministic) when first seen by this process; a table
+(every key, every replica, jobs too): their requests read when first seen
+by this process, the tables with counts rebuilt with the site's builder
+(answers are deterministic) when a measure first needs them; a table
 answered by another replica counts once its audit row is written.
+
+**Refusals are kept.** A refusal is stored in the state store with what it
+was measured on, under the service's digest of the checked request, the
+settings and the microdata's identity; the service gives it again at once,
+before building anything (``TableService._ceiling_refused``).
 
 Limitations: the measure runs outside the state store's transaction, so two
 tables of one component asked at the same instant are each measured
