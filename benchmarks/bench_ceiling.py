@@ -13,7 +13,7 @@ time of each; then asks every refused table again, in the same process and
 in a new one on the same state store (a restart), and prints how long each
 repeat of a table the ceiling refused took (a stored refusal, nothing built).
 
-    python benchmarks/bench_ceiling.py [--records 200000] [--ceiling 0.01]
+    python benchmarks/bench_ceiling.py [--records 200000] [--ceiling 0.005]
         [--tables 100] [--session-seed 1] [--max-cells N] [--no-guard]
         [--census-like]
 
@@ -156,7 +156,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument("--census-like", action="store_true", help="the census-like file")
-    parser.add_argument("--ceiling", type=float, default=0.01)
+    parser.add_argument("--ceiling", type=float, default=0.005)
     parser.add_argument("--max-cells", type=int, default=0, help="0: the default")
     parser.add_argument("--tables", type=int, default=100)
     parser.add_argument("--session-seed", type=int, default=1)

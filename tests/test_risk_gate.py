@@ -413,3 +413,23 @@ def test_an_ordinary_session_on_the_demo_is_measured_within_the_default_limit(de
             )
             if got.status_code != 200:
                 assert "cannot be measured" not in error_of(got)["message"], body
+
+
+def test_the_measure_reads_no_microdata():
+    """rules/_ceiling imports no engine, dataset or builder: it can read published tables only
+    (the server's gate gives it the tables as published, rebuilt by the site's builder)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "src" / "tablesafe" / "rules" / "_ceiling"
+    imported = set()
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(a.name for a in node.names)
+    ours = {m for m in imported if m.startswith("tablesafe")}
+    assert ours  # the walk found the package's imports
+    readers = ("tablesafe.engines", "tablesafe.catalog._dataset", "tablesafe._builder")
+    assert not {m for m in ours if m.startswith(readers)}
+    assert not {m for m in imported if m.split(".")[0] in ("pyarrow", "duckdb", "pandas")}
