@@ -153,6 +153,7 @@ OPTIONS: dict[str, list[str]] = {
         "--record-key",
         "--variables",
         "--max-categories",
+        "--zeros-min-records",
         "--overwrite",
     ],
     "cyclic": [],

@@ -245,6 +245,7 @@ RANGES: dict[str, Range] = {
     "demo-data.records": _i(1, 100_000_000),
     "demo-data.replicates": _i(0, 1000),
     "catalog.max_categories": _i(1, 100_000),
+    "catalog.zeros_min_records": _i(0, 1_000_000_000),
     "attack.tables": _i(1, 100_000),
     "attack.min_difference": _i(0, 1_000_000),
     "attack.pairs": _i(1, 100_000),

@@ -42,6 +42,13 @@ def catalog_app() -> None:
     default=50,
     help="Most distinct values of a column without value labels.",
 )
+@click.option(
+    "--zeros-min-records",
+    type=number("catalog.zeros_min_records"),
+    default=100,
+    help="Propose (commented out) the empty combinations of two variables' categories "
+    "whose sides each hold at least this many records; 0: none.",
+)
 @click.option("--overwrite", is_flag=True, help="Replace a dataset already in the folder.")
 def catalog_init(
     data_file: Path,
@@ -50,6 +57,7 @@ def catalog_init(
     record_key: str,
     variables: str | None,
     max_categories: int,
+    zeros_min_records: int,
     overwrite: bool,
 ) -> None:
     """Write DIR/microdata.parquet and a draft DIR/catalog.toml that validates at once."""
@@ -63,6 +71,7 @@ def catalog_init(
         record_key=record_key,
         variables=names,
         max_categories=max_categories,
+        zeros_min_records=zeros_min_records,
         overwrite=overwrite,
     )
     keys = "drawn" if report.keys_added else "kept"
@@ -75,3 +84,10 @@ def catalog_init(
         click.echo(f"  not a variable (see the comment in catalog.toml): {name}: {reason}")
     for old, new in report.renamed:
         click.echo(f"  renamed column {old!r} to {new}")
+    if report.proposed_zeros:
+        pairs = sorted({" and ".join(n for n, _ in p.codes) for p in report.proposed_zeros})
+        click.echo(
+            f"  {len(report.proposed_zeros)} structural zeros proposed, commented out in "
+            f"catalog.toml ({'; '.join(pairs)}): declaring one publishes it; uncomment only "
+            "those the data owner approves"
+        )

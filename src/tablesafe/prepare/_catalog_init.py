@@ -30,7 +30,13 @@ What it decides, and how:
 
 Column names that are not valid catalog names (spaces, reserved words) are
 renamed in the written microdata, and the renames are listed in a comment.
-Nothing is written unless the whole draft, data included, validates.
+
+Structural relations are proposed, not declared: the empty combinations of
+two variables' large categories (:mod:`tablesafe.prepare._zero_proposals`)
+are written as commented-out ``[[structural_zeros]]`` entries, since
+declaring one publishes it; the owner uncomments those that hold by
+definition. Nothing is written unless the whole draft, data included,
+validates (and with every proposal uncommented, it still does).
 """
 
 from __future__ import annotations
@@ -49,6 +55,14 @@ import pandas as pd
 
 from tablesafe._errors import DataError, FormatError, ParameterError, TablesafeError
 from tablesafe.catalog._catalog import NAME_PATTERN, Catalog, Code, reserved_name, toml_value
+from tablesafe.prepare._zero_proposals import (
+    MIN_EXPECTED,
+    ZeroProposal,
+    code_runs,
+    expected_words,
+    holds_records,
+    propose_zeros,
+)
 
 __all__ = ["READABLE_SUFFIXES", "InitReport", "init_catalog"]
 
@@ -69,6 +83,8 @@ class InitReport:
         undecided: Columns not made variables, each with the reason.
         renamed: Columns renamed in the microdata: (name in the file, new name).
         keys_added: Whether record keys were drawn (``False``: the file had them).
+        proposed_zeros: The structural zeros proposed, commented out in the
+            catalog for the owner to approve.
     """
 
     directory: Path
@@ -77,6 +93,7 @@ class InitReport:
     undecided: tuple[tuple[str, str], ...]
     renamed: tuple[tuple[str, str], ...]
     keys_added: bool
+    proposed_zeros: tuple[ZeroProposal, ...] = ()
 
 
 @dataclass
@@ -455,6 +472,8 @@ def _catalog_text(
     undecided: list[tuple[str, str]],
     renamed: list[tuple[str, str]],
     keys_added: bool,
+    proposals: Sequence[ZeroProposal] = (),
+    min_records: int = 0,
 ) -> str:
     lines = [
         f"# Draft catalog written by `tablesafe catalog init` from {_comment(source.name)}.",
@@ -492,7 +511,54 @@ def _catalog_text(
             entry = f"  {{ code = {toml_value(code)}, label = {toml_value(label)} }},"
             lines.append(entry + (f"  # {_comment(comment)}" if comment else ""))
         lines.append("]")
+    lines += _proposal_lines(proposals, variables, min_records)
     return "\n".join(lines) + "\n"
+
+
+def _proposal_lines(
+    proposals: Sequence[ZeroProposal], variables: Sequence[_Var], min_records: int
+) -> list[str]:
+    """The proposed structural zeros, commented out, each with what the data says of it."""
+    if not proposals:
+        return []
+    order = {v.name: [c for c, _, _ in v.categories] for v in variables}
+    lines = [
+        "",
+        "# Proposed structural zeros: combinations of categories no record holds, although",
+        f"# each side holds at least {min_records:,} records (--zeros-min-records) and at least",
+        f"# {MIN_EXPECTED:g} would be expected if the two variables were unrelated. DECLARING ONE",
+        "# PUBLISHES IT: every table shows its cells as structural zeros, telling every user",
+        "# that no record has the combination. Uncomment an entry (remove the '# ' of its",
+        "# lines) only once the owner has approved it as holding by definition (a rule of",
+        "# the questionnaire or of the world), not by chance in this file.",
+    ]
+    for p in proposals:
+        (a, codes_a), (b, codes_b) = p.codes
+        lines += [
+            "#",
+            f"# {a} {code_runs(codes_a, order[a])} and {b} {code_runs(codes_b, order[b])}: "
+            f"{p.records[0]:,} and {p.records[1]:,} records, none together "
+            f"({expected_words(p.expected)} expected if unrelated)",
+            "# [[structural_zeros]]",
+            *(f"# {line}" for line in _code_list(a, codes_a)),
+            *(f"# {line}" for line in _code_list(b, codes_b)),
+        ]
+    return lines
+
+
+def _code_list(name: str, codes: Sequence[Code], width: int = 88) -> list[str]:
+    """``NAME = [codes]`` on one line, or over several within ``width`` characters."""
+    items = [toml_value(c) for c in codes]
+    one = f"{name} = [{', '.join(items)}]"
+    if len(one) <= width:
+        return [one]
+    lines, line = [f"{name} = ["], "  "
+    for item in items:
+        if len(line) + len(item) + 2 > width and line.strip():
+            lines.append(line.rstrip())
+            line = "  "
+        line += f"{item}, "
+    return [*lines, line.rstrip(), "]"]
 
 
 def _comment(text: str) -> str:
@@ -512,6 +578,7 @@ def init_catalog(
     record_key: str = "RKEY",
     variables: Sequence[str] | None = None,
     max_categories: int = 50,
+    zeros_min_records: int = 100,
     overwrite: bool = False,
     rng: np.random.Generator | None = None,
 ) -> InitReport:
@@ -531,9 +598,10 @@ def init_catalog(
             that can be one.
         max_categories: Columns without value labels and with more distinct
             values than this are not made variables (listed in a comment).
+        zeros_min_records: Propose (commented out) as structural zeros empty combinations
+            of two variables' categories each holding this many records (0: none).
         overwrite: Replace an existing catalog and microdata in ``directory``.
-        rng: A Generator for reproducible record keys in tests only;
-            ``None`` (the default) draws them from the secure source.
+        rng: A Generator for reproducible record keys (tests); ``None``: secure.
 
     Returns:
         What was written.
@@ -542,11 +610,11 @@ def init_catalog(
         FormatError: if the file cannot be read.
         DataError: if a named column is missing or unusable, the weight is
             not finite and non-negative, or existing record keys are invalid.
-        ParameterError: if ``max_categories`` is below 2.
+        ParameterError: for an option out of range (``max_categories`` below 2).
         CatalogError: if the draft does not validate (a bug; reported).
     """
     source, directory = Path(source), Path(directory)
-    _check_target(directory, overwrite, max_categories)
+    _check_target(directory, overwrite, max_categories, zeros_min_records)
     df, meta = _read(source)
     columns = _check_columns(df, source, weight, record_key, variables)
     names = _names(columns, record_key)
@@ -565,15 +633,12 @@ def init_catalog(
             f"no column of {source.name} can be a classification variable (integer or text "
             "codes); columns: " + "; ".join(f"{n}: {r}" for n, r in undecided)
         )
-
-    import pyarrow as pa
-
-    table = pa.Table.from_pandas(pd.DataFrame(out), preserve_index=False)
     keys_added = record_key not in columns
-    table = table.append_column(record_key, _record_keys(df, record_key, keys_added, rng))
+    table = _arrow_table(out, _record_keys(df, record_key, keys_added, rng), record_key)
+    proposals = _proposals(made, out, zeros_min_records)
     text = _catalog_text(
         source, meta, record_key, names.get(weight) if weight else None, made, undecided,
-        renamed, keys_added,
+        renamed, keys_added, proposals, zeros_min_records,
     )  # fmt: skip
     _write_validated(directory, table, text)
     return InitReport(
@@ -583,16 +648,45 @@ def init_catalog(
         undecided=tuple(undecided),
         renamed=tuple(renamed),
         keys_added=keys_added,
+        proposed_zeros=tuple(proposals),
     )
 
 
-def _check_target(directory: Path, overwrite: bool, max_categories: int) -> None:
+def _arrow_table(out: Mapping[str, pd.Series], keys: Any, record_key: str) -> Any:
+    """The microdata to write: every column, coded, then the record keys."""
+    import pyarrow as pa
+
+    table = pa.Table.from_pandas(pd.DataFrame(out), preserve_index=False)
+    return table.append_column(record_key, keys)
+
+
+def _proposals(
+    made: Sequence[_Var], out: Mapping[str, pd.Series], min_records: int
+) -> list[ZeroProposal]:
+    """The structural zeros to propose: empty boxes of large categories, none holding a record."""
+    categories = {v.name: [c for c, _, _ in v.categories] for v in made}
+    columns = {
+        name: pd.Index(codes).get_indexer(pd.Index(out[name])).astype(np.int64)
+        for name, codes in categories.items()
+    }
+    found = propose_zeros(columns, categories, min_records)
+    # The boxes are empty by construction; checked again on the records all the same.
+    return [p for p in found if not holds_records(p, columns, categories)]
+
+
+def _check_target(
+    directory: Path, overwrite: bool, max_categories: int, zeros_min_records: int
+) -> None:
     """Check the options before reading anything.
 
     Raises:
-        ParameterError: if ``max_categories`` is below 2.
+        ParameterError: if ``max_categories`` is below 2, or ``zeros_min_records``
+            outside its range.
         DataError: if ``directory`` holds a dataset and ``overwrite`` is false.
     """
+    from tablesafe._protection_limits import check_number
+
+    check_number("catalog.zeros_min_records", zeros_min_records)
     if max_categories < 2:
         raise ParameterError(f"max_categories must be at least 2, not {max_categories}")
     targets = [directory / "catalog.toml", directory / "microdata.parquet"]
@@ -734,6 +828,19 @@ def _record_keys(
     return keys.cast(pa.uint32())
 
 
+def uncomment_proposals(text: str) -> str:
+    """A draft catalog with every proposed structural zero declared (its lines uncommented)."""
+    out, inside = [], False
+    for line in text.splitlines():
+        # An entry runs from its header to the bare "#" before the next, or the end.
+        if line == "# [[structural_zeros]]":
+            inside = True
+        elif line == "#" or not line.startswith("# "):
+            inside = False
+        out.append(line[2:] if inside else line)
+    return "\n".join(out) + "\n"
+
+
 def _write_validated(directory: Path, table: Any, text: str) -> None:
     """Write the dataset to a temporary folder, validate it there, then move it in."""
     import pyarrow.parquet as pq
@@ -753,6 +860,14 @@ def _write_validated(directory: Path, table: Any, text: str) -> None:
             name=directory.name,
         )
         DuckDBEngine().validate(dataset)
+        if "# [[structural_zeros]]" in text:
+            # The proposals, uncommented, load and hold for the data: the owner may approve any.
+            (tmp / "catalog.toml").write_text(uncomment_proposals(text), encoding="utf-8")
+            approved = Catalog.from_toml(tmp / "catalog.toml")
+            DuckDBEngine().validate(
+                Dataset(approved, tmp / "microdata.parquet", DataFormat.PARQUET, directory.name)
+            )
+            (tmp / "catalog.toml").write_text(text, encoding="utf-8")
         directory.mkdir(parents=True, exist_ok=True)
         (tmp / "microdata.parquet").replace(directory / "microdata.parquet")
         (tmp / "catalog.toml").replace(directory / "catalog.toml")
