@@ -27,9 +27,9 @@ $(VENV)/.installed-demo: $(BIN)/activate pyproject.toml
 	touch $@
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
-	@echo "installing tablesafe with the dev, Spark, PostgreSQL, server and MCP extras into $(VENV) (for the tests; a few minutes the first time)"
+	@echo "installing tablesafe with the dev, Spark, PostgreSQL, server, MCP and DP extras into $(VENV) (for the tests; a few minutes the first time)"
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark,postgres,server,mcp]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,postgres,server,mcp,dp]'
 	touch $(VENV)/.installed-demo $@
 
 install: $(VENV)/.installed

@@ -34,7 +34,7 @@ LAYERS: list[set[str]] = [
     {"mechanisms"},
     {"_protection", "_settings", "rules", "output"},
     {"state"},
-    {"_builder"},
+    {"_builder", "_release"},
     {"prepare"},
     {"postprocess", "metrics", "attacks", "experiments"},
     {"server", "_cli"},

@@ -29,6 +29,7 @@ from tablesafe._settings import (
     ApiKeySettings,
     EngineSettings,
     MagnitudeSettings,
+    MarginalSettings,
     ProtectionSettings,
     RuleSettings,
     ServerSettings,
@@ -37,6 +38,7 @@ from tablesafe._settings import (
 )
 from tablesafe.mechanisms import destatis, dp_geometric, drop_add_q, pram_shlomo_young
 from tablesafe.mechanisms._magnitudes import MagnitudeProtection
+from tablesafe.mechanisms._marginals import DPMarginals
 from tablesafe.mechanisms._num_ptable import num_ptable
 from tablesafe.prepare._demo import write_demo_data
 
@@ -47,6 +49,7 @@ MODELS: dict[type[BaseModel], tuple[str, str]] = {
     StateSettings: ("state", "[state]"),
     EngineSettings: ("engine", "[engine]"),
     ProtectionSettings: ("protection", "[datasets.protection]"),
+    MarginalSettings: ("marginals", "[datasets.protection.marginals]"),
     RuleSettings: ("rules", "[datasets.rules]"),
     MagnitudeSettings: ("magnitudes", "[datasets.magnitudes]"),
     ApiKeySettings: ("keys", "[[keys]]"),
@@ -175,6 +178,8 @@ def test_absurd_settings_are_refused_when_loaded(model, name, key, demo_dir):
         data: dict[str, typing.Any] = {"datasets": [dataset]}
         if section in ("protection", "rules", "magnitudes"):
             dataset[section] = {name: value}
+        elif section == "marginals":
+            dataset["protection"] = {section: {name: value}}
         elif section == "keys":
             data["keys"] = [{"id": "k", "hash": "sha256:" + "0" * 64, name: value}]
         else:
@@ -203,6 +208,8 @@ def test_absurd_settings_are_refused_when_loaded(model, name, key, demo_dir):
         lambda: Protection(None, se_min_count=10**30),
         lambda: MagnitudeProtection(epsilon=1e308),
         lambda: MagnitudeProtection(quantile_window=10**9),
+        lambda: DPMarginals(4.0, delta=1e308),
+        lambda: DPMarginals(4.0, iterations=10**30),
         lambda: Rounding.parse("1e308").check_owner(),
         lambda: Rounding.parse("99sf"),
         lambda: write_demo_data(Path("never-written"), 99_999_999_999_999),

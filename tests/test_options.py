@@ -64,7 +64,7 @@ SECRET = b"0123456789abcdef0123456789abcdef"
 #: Every option: its enum and its texts, in the order messages list them.
 OPTIONS: dict[type[enum.StrEnum], tuple[str, ...]] = {
     SeedScheme: ("cellkey", "keyed", "dynamic"),
-    ProtectionMethod: ("ckm", "dp", "pram", "q", "q-records", "ptable", "none"),
+    ProtectionMethod: ("ckm", "dp", "pram", "q", "q-records", "ptable", "dp-marginals", "none"),
     Additivity: ("aggregate", "independent", "ipf"),
     MagnitudeMethod: ("ckm", "dp", "none"),
     SensitiveAction: ("flag", "suppress"),

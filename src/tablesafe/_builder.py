@@ -62,6 +62,7 @@ from tablesafe.output._withheld import withhold
 
 if TYPE_CHECKING:
     # The rules are a pydantic model: a table without a site's rules imports no pydantic.
+    from tablesafe._release import Release, ReleaseStore
     from tablesafe._settings import RuleSettings
     from tablesafe.engines._base import Engine
     from tablesafe.mechanisms._magnitudes import MagnitudeProtection, ProtectedMagnitudes
@@ -143,12 +144,13 @@ class Built:
     """One table's path, run: the checked request, its plan, the exact aggregates, the table.
 
     The aggregates are the data owner's (the server's guard reads them); only
-    the table is published.
+    the table is published. A table answered from a ``dp-marginals`` release
+    reads no microdata: it has none.
     """
 
     request: TableRequest
     plan: TabulationPlan
-    aggregates: CellAggregates
+    aggregates: CellAggregates | None
     table: ProtectedTable
 
 
@@ -199,6 +201,10 @@ class TableBuilder:
         self._overall: tuple[float, np.ndarray | None] | None = None
         self._unit_means: dict[Unit, tuple[float, np.ndarray | None]] = {}
         self._magnitude_means: dict[tuple[str, bool], float] = {}
+        # dp-marginals: where the site keeps its release (the server's state store), and
+        # the release once opened (tablesafe._release).
+        self.release_store: ReleaseStore | None = None
+        self._release: Release | None = None
 
     # -- the data owner's views --------------------------------------------------
 
@@ -295,7 +301,12 @@ class TableBuilder:
                 max_categories=self.rules.max_categories_per_group,
             )
             check_request_limits(request, catalog, self.rules)
-        return request.coerced(catalog)
+        coerced = request.coerced(catalog)
+        if self.protection.fixed_budget:
+            from tablesafe._release import check_release_request
+
+            check_release_request(coerced, self)
+        return coerced
 
     def run(
         self, request: TableRequest, *, checked: bool = False, universe_rule: bool = True
@@ -314,6 +325,8 @@ class TableBuilder:
         Raises:
             RequestError, RefusedError, ComputationError: with a message for the user.
         """
+        if self.protection.fixed_budget:
+            return self._released(request, checked=checked, universe_rule=universe_rule)
         return self.finish(self.prepare(request, checked=checked), universe_rule=universe_rule)
 
     def prepare(self, request: TableRequest, *, checked: bool = False) -> Prepared:
@@ -356,6 +369,16 @@ class TableBuilder:
             prepared.aggregates,
         )
         table = self.protect(work, plan, agg, withheld)
+        return Built(request, plan, agg, self._rules(request, table, universe_rule=universe_rule))
+
+    def _rules(
+        self, request: TableRequest, table: ProtectedTable, *, universe_rule: bool
+    ) -> ProtectedTable:
+        """The builder's rules on a protected table (where the builder has rules).
+
+        The universe-size rule (on the table's protected total), the small-cell
+        rule on the protected counts and the precision rule.
+        """
         rules = self.rules
         if rules is not None:
             from tablesafe.rules._precision import apply_precision_rule
@@ -371,7 +394,38 @@ class TableBuilder:
             table = apply_small_cell_rule(table, rules)
             table = apply_precision_rule(table, rules, publish_se=request.replicates)
             table = replace(table, request=request)
-        return Built(request, plan, agg, table)
+        return table
+
+    def _released(self, request: TableRequest, *, checked: bool, universe_rule: bool) -> Built:
+        """A ``dp-marginals`` table: read from the site's release, then the rules.
+
+        No microdata is read (:func:`tablesafe._release.released_table`).
+        """
+        from tablesafe._release import released_table
+
+        if not checked:
+            request = self.check(request)
+        plan, _ = self.plans(request)
+        computed = _computed(plan.shape, plan.grouping_sets)
+        sz = structural_zero_mask(self.dataset.catalog, plan) & computed
+        table = released_table(self, request, plan, computed, sz)
+        return Built(request, plan, None, self._rules(request, table, universe_rule=universe_rule))
+
+    def release(self) -> Release | None:
+        """The ``dp-marginals`` release every table is read from (made once), else ``None``.
+
+        Read from :attr:`release_store` where it holds it; else measured and
+        fitted now, and stored there (:func:`tablesafe._release.open_release`).
+        """
+        if not self.protection.fixed_budget:
+            return None
+        if self._release is None:
+            from tablesafe._release import open_release
+            from tablesafe.rules._admission import dataset_identity
+
+            identity = dataset_identity(self.engine, self.dataset)
+            self._release = open_release(self, identity, self.release_store)
+        return self._release
 
     def _precision_needs_se(self, request: TableRequest) -> bool:
         """Whether the site's precision rule needs standard errors the request did not ask for."""

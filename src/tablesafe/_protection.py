@@ -33,6 +33,7 @@ from tablesafe._seeds import (
     definition_words,
     keyed_words,
 )
+from tablesafe.mechanisms._marginals import DPMarginals
 from tablesafe.mechanisms._records import DropAddRecords
 from tablesafe.mechanisms._weighted import weight_uniforms
 
@@ -113,7 +114,7 @@ class Protection:
             impossible parameter.
     """
 
-    mechanism: CellwiseMechanism | DropAddRecords | None
+    mechanism: CellwiseMechanism | DropAddRecords | DPMarginals | None
     seeds: SeedScheme = SeedScheme.CELLKEY
     secret: bytes | None = None
     additivity: Additivity = Additivity.AGGREGATE
@@ -130,7 +131,13 @@ class Protection:
         object.__setattr__(self, "additivity", choice(Additivity, self.additivity, "additivity"))
         check_number("protection.weight_noise", self.weight_noise, "weight_noise")
         check_number("protection.se_min_count", self.se_min_count, "se_min_count")
-        if self.record_level:
+        if self.fixed_budget:
+            if not self.secret:
+                raise ParameterError(
+                    "dp-marginals draws its measurements' noise from bits keyed by the secret: "
+                    "give the data owner's secret"
+                )
+        elif self.record_level:
             if self.seeds == SeedScheme.CELLKEY:
                 raise ParameterError(
                     "record-level drop/add-up-to-q draws its two seeds from keyed hashes: use "
@@ -151,6 +158,11 @@ class Protection:
         from a constant.
         """
         return self.mechanism is not None
+
+    @property
+    def fixed_budget(self) -> bool:
+        """Whether every table is read from one DP release (``dp-marginals``): no figure spends."""
+        return isinstance(self.mechanism, DPMarginals)
 
     @property
     def record_level(self) -> bool:
@@ -250,6 +262,8 @@ class Protection:
         mech = self.mechanism
         if mech is None:
             return n.astype(np.int64)
+        if isinstance(mech, DPMarginals):
+            raise TypeError("a dp-marginals table is read from its release, not cell by cell")
         if isinstance(mech, DropAddRecords):
             (u,) = self.uniforms(n, cell_key, (b"count",), definitions)
             q = mech.q(n)
@@ -265,7 +279,7 @@ class Protection:
             v = np.where(n == 0, 0, v)
         return np.asarray(np.maximum(n + v, 0), dtype=np.int64)
 
-    def effective_mechanism(self) -> CellwiseMechanism | DropAddRecords | None:
+    def effective_mechanism(self) -> CellwiseMechanism | DropAddRecords | DPMarginals | None:
         """The mechanism as applied: with row 0 fixed at 0 where empty cells stay 0."""
         mech = self.mechanism
         fix = getattr(mech, "fixing_zero", None)
@@ -323,13 +337,14 @@ class Protection:
         """The public description of the protection."""
         mech = self.effective_mechanism()
         out = dict(mech.describe()) if mech is not None else {"name": "none"}
-        out["seeds"] = str(self.seeds)
+        if not self.fixed_budget:  # its noise is keyed by the secret, not by seeds
+            out["seeds"] = str(self.seeds)
         return out
 
 
 def mechanism_from_settings(
     settings: ProtectionSettings, resolve: Callable[[str], Path] = Path
-) -> CellwiseMechanism | DropAddRecords | None:
+) -> CellwiseMechanism | DropAddRecords | DPMarginals | None:
     """The mechanism that protection settings name.
 
     Args:
@@ -348,6 +363,8 @@ def mechanism_from_settings(
         return None
     if m == ProtectionMethod.Q_RECORDS:
         return mechanisms.drop_add_records(rate=settings.rate)
+    if m == ProtectionMethod.DP_MARGINALS:
+        return settings.marginals.mechanism(settings.epsilon, settings.delta)
     mech: PTable
     if m == ProtectionMethod.DP:
         mech = mechanisms.dp_geometric(settings.epsilon, cap=settings.cap)

@@ -51,6 +51,7 @@ class ProtectionMethod(StrEnum):
     Q = "q"
     Q_RECORDS = "q-records"
     PTABLE = "ptable"
+    DP_MARGINALS = "dp-marginals"
     NONE = "none"
 
 
@@ -178,6 +179,12 @@ RANGES: dict[str, Range] = {
     "protection.js": _i(0, 10),
     "protection.weight_noise": _r(0, 10),
     "protection.se_min_count": _i(1, 1_000_000),
+    "protection.delta": _r(0, 1e-3, low_open=True),
+    # [datasets.protection.marginals] (method dp-marginals)
+    "marginals.max_model_mib": _r(0, 4096, low_open=True),
+    "marginals.max_marginal_cells": _i(1, 10_000_000),
+    "marginals.weight_bins": _i(1, 1000),
+    "marginals.iterations": _i(1, 100_000),
     "ptable.sensitivity": _r(0, 1000, low_open=True),
     "ptable.pram_cap": _i(2, 1000),
     "ptable.pstay": _r(0, 1, low_open=True, high_open=True),

@@ -49,6 +49,7 @@ from tablesafe._protection_limits import (
 )
 from tablesafe._seeds import SeedScheme
 from tablesafe.mechanisms._magnitudes import MagnitudeMethod, MagnitudeProtection, SensitiveAction
+from tablesafe.mechanisms._marginals import DPMarginals
 
 __all__ = [
     "ApiKeySettings",
@@ -355,6 +356,69 @@ class EngineSettings(BaseModel):
     )
 
 
+class MarginalSettings(BaseModel):
+    """What a ``dp-marginals`` site measures (``[datasets.protection.marginals]``).
+
+    The measured marginals are chosen from these and the catalog before any
+    data is read (:func:`tablesafe.mechanisms._marginals.measurement_plan`).
+    """
+
+    model_config = _STRICT
+
+    workload: list[list[str]] = Field(
+        [],
+        description="Marginals to measure besides every 1-way one, each a list of catalog "
+        "variables (groupings measure their source variable's group), binned magnitudes or "
+        "WEIGHT; measured first, whatever their size.",
+    )
+    max_model_mib: float = Field(
+        16.0,
+        **field_bounds("marginals.max_model_mib"),
+        description="The model's largest size (its junction tree, 8 bytes a cell): 2-way "
+        "marginals are measured, fewest cells first, while it fits.",
+    )
+    max_marginal_cells: int = Field(
+        5000,
+        **field_bounds("marginals.max_marginal_cells"),
+        description="2-way marginals with more cells than this are not measured.",
+    )
+    weight_range: tuple[float, float] | None = Field(
+        None,
+        description="Public bounds [low, high] of the weights (a weight outside counts at "
+        "the nearest bound): weighted figures are published only with it.",
+    )
+    weight_bins: int = Field(
+        16,
+        **field_bounds("marginals.weight_bins"),
+        description="Bins of the weight, equal on a log scale over weight_range.",
+    )
+    bins: dict[str, list[float]] = Field(
+        {},
+        description="Per magnitude, the edges of its bins; sums and means count each record at "
+        "its bin's midpoint (values outside the edges in the nearest bin). Sums and means of "
+        "other magnitudes are refused.",
+    )
+    iterations: int = Field(
+        1000,
+        **field_bounds("marginals.iterations"),
+        description="Iterations of the model's fit (Private-PGM's mirror descent).",
+    )
+
+    def mechanism(self, epsilon: float, delta: float) -> DPMarginals:
+        """The :class:`~tablesafe.mechanisms._marginals.DPMarginals` of these settings."""
+        return DPMarginals(
+            epsilon,
+            delta=delta,
+            workload=tuple(tuple(m) for m in self.workload),
+            max_model_mib=self.max_model_mib,
+            max_marginal_cells=self.max_marginal_cells,
+            weight_range=self.weight_range,
+            weight_bins=self.weight_bins,
+            bins=tuple(sorted((k, tuple(v)) for k, v in self.bins.items())),
+            iterations=self.iterations,
+        )
+
+
 class ProtectionSettings(BaseModel):
     """The protection of one dataset, fixed by the data owner."""
 
@@ -366,10 +430,24 @@ class ProtectionSettings(BaseModel):
         "max_deviation and variance), dp (discretised Laplace with epsilon and cap), "
         "pram (Shlomo & Young matrices), q (drop/add-up-to-q with rate and cap), "
         "q-records (record-level drop/add-up-to-q with rate; needs keyed seeds), "
-        "ptable (a ptable file), none (no protection: never for public use).",
+        "ptable (a ptable file), dp-marginals (the whole budget epsilon spent once on noisy "
+        "marginals; every table read from one model of them: docs/dp-marginals.md), none (no "
+        "protection: never for public use).",
     )
     epsilon: float = Field(
-        1.0, **field_bounds("protection.epsilon"), description="dp: privacy parameter epsilon."
+        1.0,
+        **field_bounds("protection.epsilon"),
+        description="dp: privacy parameter epsilon per figure; dp-marginals: the site's "
+        "whole budget.",
+    )
+    delta: float = Field(
+        1e-9,
+        **field_bounds("protection.delta"),
+        description="dp-marginals: the delta of the whole budget.",
+    )
+    marginals: MarginalSettings = Field(
+        default_factory=MarginalSettings,
+        description="dp-marginals: what is measured ([datasets.protection.marginals]).",
     )
     cap: int = Field(
         7, **field_bounds("protection.cap"), description="dp and q: largest absolute perturbation."
@@ -446,6 +524,13 @@ class ProtectionSettings(BaseModel):
             raise ValueError("method 'ptable' needs ptable_file")
         if self.method == ProtectionMethod.Q_RECORDS and self.seeds == SeedScheme.CELLKEY:
             raise ValueError("method 'q-records' needs seeds = 'keyed' (and a secret)")
+        if self.method == ProtectionMethod.DP_MARGINALS and not (
+            self.secret_env or self.secret_file
+        ):
+            raise ValueError(
+                "method 'dp-marginals' needs secret_env or secret_file: its noise is drawn from "
+                "bits keyed by the secret"
+            )
         if self.seeds != SeedScheme.CELLKEY and not (self.secret_env or self.secret_file):
             raise ValueError(f"{self.seeds} seeds need secret_env or secret_file")
         if self.secret_env and self.secret_file:
@@ -769,6 +854,33 @@ class DatasetSettings(BaseModel):
             raise ValueError(
                 f"a privacy budget needs a mechanism with an epsilon per figure (dp, ckm, pram, "
                 f"q or ptable); method {method} has none"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_release(self) -> DatasetSettings:
+        # dp-marginals spends its whole epsilon once: a smaller budget refuses every table,
+        # and the precision rule needs replicate standard errors, which it does not publish.
+        if self.protection.method != ProtectionMethod.DP_MARGINALS:
+            return self
+        rules, eps = self.rules, self.protection.epsilon
+        for name in ("privacy_budget_epsilon", "privacy_budget_epsilon_per_key"):
+            budget = getattr(rules, name)
+            if budget is not None and budget < eps:
+                raise ValueError(
+                    f"{name} = {budget:g} is below the release's epsilon {eps:g}: method "
+                    "'dp-marginals' spends its whole epsilon once, and would answer no table"
+                )
+        if rules.max_rse is not None:
+            raise ValueError(
+                "method 'dp-marginals' publishes no standard errors: the precision rule "
+                "(max_rse) cannot apply; remove max_rse"
+            )
+        if rules.putative_uniques_ceiling is not None:
+            raise ValueError(
+                "method 'dp-marginals' answers every table from one release whose loss its "
+                "epsilon bounds; the putative-risk ceiling does not apply: remove "
+                "putative_uniques_ceiling"
             )
         return self
 

@@ -33,14 +33,22 @@ if TYPE_CHECKING:
     from tablesafe._settings import ProtectionSettings
 
 #: Methods the command line knows, for messages: no protection first, a ptable by its file.
+#: dp-marginals is a site's (its release is made once and kept in the state store).
 METHODS: tuple[str, ...] = (
     str(ProtectionMethod.NONE),
     *(
         str(m)
         for m in ProtectionMethod
-        if m not in (ProtectionMethod.NONE, ProtectionMethod.PTABLE)
+        if m not in (ProtectionMethod.NONE, ProtectionMethod.PTABLE, ProtectionMethod.DP_MARGINALS)
     ),
     f"{ProtectionMethod.PTABLE}:FILE",
+)
+
+#: Why the command line has no dp-marginals.
+_SITE_ONLY = (
+    "dp-marginals is a site's method: its release is made once and kept in the state store; "
+    "serve it (tablesafe serve) with [datasets.protection] method = 'dp-marginals' "
+    "(docs/dp-marginals.md)"
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -169,6 +177,8 @@ def protection_from_options(
         options.update(method=ProtectionMethod.PTABLE, ptable_file=method.split(":", 1)[1])
     elif method in METHODS:
         options["method"] = method
+    elif method == ProtectionMethod.DP_MARGINALS:
+        raise ParameterError(_SITE_ONLY)
     else:
         raise ParameterError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
     secret = None

@@ -17,7 +17,10 @@ Differential Privacy" (NeurIPS 2020), Section 5:
 * :func:`bernoulli_exp` draws ``Bernoulli(exp(-num/den))`` for a rational
   ``num/den >= 0`` (their Algorithm 1);
 * :func:`discrete_laplace` draws ``Y`` with ``P(Y = y) ∝ exp(-|y| s / t)``
-  for integers ``s, t >= 1`` (their Algorithm 2).
+  for integers ``s, t >= 1`` (their Algorithm 2);
+* :func:`discrete_gaussian` draws ``Y`` with ``P(Y = y) ∝ exp(-y² / (2σ²))``
+  for a rational ``σ² > 0`` (their Algorithm 3): the DP marginals of
+  :mod:`tablesafe.mechanisms._marginals` are measured with it.
 
 OpenDP implements the same algorithms but draws its bits from OpenSSL and
 cannot be given ours (docs/decisions.md).
@@ -29,7 +32,15 @@ import hashlib
 import math
 from fractions import Fraction
 
-__all__ = ["KeyedBits", "bernoulli_exp", "discrete_laplace", "laplace_pmf", "rational"]
+__all__ = [
+    "KeyedBits",
+    "bernoulli_exp",
+    "discrete_gaussian",
+    "discrete_laplace",
+    "gaussian_pmf",
+    "laplace_pmf",
+    "rational",
+]
 
 #: Personalisation of the stream's hash: no other use of BLAKE2b in tablesafe shares it.
 _PERSON = b"ts-exact-bits"
@@ -122,6 +133,36 @@ def discrete_laplace(bits: KeyedBits, s: int, t: int) -> int:
         if negative and y == 0:
             continue
         return -y if negative else y
+
+
+def discrete_gaussian(bits: KeyedBits, sigma2: Fraction) -> int:
+    """``Y`` with ``P(Y = y) ∝ exp(-y² / (2 σ²))`` for a rational ``σ² = sigma2 > 0``.
+
+    CKS 2020, Algorithm 3: ``Y`` from the discrete Laplace of scale
+    ``t = floor(σ) + 1``, kept with probability ``exp(-(|Y| - σ²/t)² / (2σ²))``
+    (a rational exponent: :func:`bernoulli_exp` is exact); at most about
+    ``1 + 2/√(2π)`` tries on average (their Proposition 5).
+    """
+    if sigma2 <= 0:
+        raise ValueError("the discrete Gaussian's sigma**2 is positive")
+    # floor(sigma) + 1 in integers: floor(sqrt(floor(x))) is floor(sqrt(x)).
+    t = math.isqrt(sigma2.numerator // sigma2.denominator) + 1
+    while True:
+        y = discrete_laplace(bits, 1, t)
+        gamma = (abs(y) - sigma2 / t) ** 2 / (2 * sigma2)
+        if bernoulli_exp(bits, gamma.numerator, gamma.denominator):
+            return y
+
+
+def gaussian_pmf(y: int, sigma2: float, reach: int | None = None) -> float:
+    """``P(Y = y)`` of :func:`discrete_gaussian` (normalised over ``|y| <= reach``).
+
+    ``reach`` defaults to 40 standard deviations, past which the mass is below 1e-300.
+    """
+    reach = reach if reach is not None else int(40 * math.sqrt(sigma2)) + 50
+    support = range(-reach, reach + 1)
+    norm = math.fsum(math.exp(-(v * v) / (2 * sigma2)) for v in support)
+    return math.exp(-(y * y) / (2 * sigma2)) / norm
 
 
 def rational(x: float) -> Fraction:

@@ -73,6 +73,7 @@ from tablesafe.rules._ledger_pld import (
     epsilon_at,
     ptable_descriptor,
     pure_descriptor,
+    release_descriptor,
     within,
 )
 
@@ -84,6 +85,7 @@ __all__ = [
     "LedgerIndex",
     "TableFigures",
     "TableShape",
+    "release_figures",
     "table_figures",
 ]
 
@@ -382,6 +384,31 @@ def table_figures(
     shape = table if isinstance(table, TableShape) else TableShape.of(table)
     masks = _noisy_masks(shape, protection, magnitudes, catalog, unit)
     return _figures(plan, catalog, masks)
+
+
+def release_figures(protection: Protection, release: Any) -> TableFigures:
+    """The one figure of a ``dp-marginals`` release, which every table of the site publishes.
+
+    The release (its measurements, hence its model and every table read from
+    it) holds every record, and spends the site's whole (epsilon, delta) once:
+    one figure over every record (no universe, no dimension), whose digest is
+    its kind's, composed by the accountant as the release's discrete Gaussian
+    measurements (:func:`~tablesafe.rules._ledger_pld.release_descriptor`).
+    Every table of the site brings this figure: the first spends it, every
+    other is a repeat and spends nothing.
+
+    Args:
+        protection: The site's protection (``dp-marginals``).
+        release: Its release (:class:`tablesafe._release.Release`: ``spec``,
+            ``sigma2``, ``plan``).
+    """
+    spec = release.spec
+    privacy = release_descriptor(spec.epsilon, spec.delta, str(release.sigma2), len(release.plan))
+    kind = _kind(
+        "release", protection.describe(), spec.epsilon, spec.delta, True, protection.secret, privacy
+    )
+    group = FigureGroup(0, (), np.ones((), dtype=bool))
+    return TableFigures((kind,), (), (), (group,), np.array([kind.key], dtype=np.uint64))
 
 
 def _figures(

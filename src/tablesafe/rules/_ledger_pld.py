@@ -29,6 +29,11 @@ text, kept with the ledger's rows so that a restart composes the same):
 * ``["dlap", epsilon, units]``: a DP sum's discrete Laplace on its grid
   (``P(y) ∝ exp(-epsilon |y| / units)``, sensitivity ``units``), the PLD of
   ``from_discrete_laplace_mechanism``;
+* ``["release", epsilon, delta, sigma2, k]``: a ``dp-marginals`` release,
+  ``k`` discrete Gaussian measurements of ``sigma2`` (a fraction's text),
+  each of sensitivity 1: the PLD of ``from_discrete_gaussian_mechanism``
+  composed ``k`` times, and the release's stated (epsilon, delta) as its
+  basic figures;
 * ``["pure", epsilon]``: a pure epsilon-DP figure (the exponential mechanism
   of DP quantiles), and ``["approx", epsilon, delta]`` for a figure known
   only by its (epsilon, delta) (rows written before the accountant): the
@@ -72,6 +77,7 @@ __all__ = [
     "pld",
     "ptable_descriptor",
     "pure_descriptor",
+    "release_descriptor",
     "within",
 ]
 
@@ -139,6 +145,11 @@ def dlap_descriptor(epsilon: float, units: int) -> str:
     return _dumps(["dlap", repr(float(epsilon)), int(units)])
 
 
+def release_descriptor(epsilon: float, delta: float, sigma2: str, marginals: int) -> str:
+    """The descriptor of a ``dp-marginals`` release: ``marginals`` discrete Gaussians."""
+    return _dumps(["release", float(epsilon), float(delta), str(sigma2), int(marginals)])
+
+
 def pure_descriptor(epsilon: float) -> str:
     """The descriptor of a pure epsilon-DP figure."""
     return _dumps(["pure", float(epsilon)])
@@ -177,6 +188,13 @@ def pld(descriptor: str) -> PrivacyLossDistribution:
             DISCRETIZATION, np.arange(-k, k + 1), np.asarray(deltas)
         )
         return plds.PrivacyLossDistribution(pmf)
+    if kind == "release":
+        from fractions import Fraction
+
+        one = plds.from_discrete_gaussian_mechanism(
+            math.sqrt(Fraction(doc[3])), value_discretization_interval=DISCRETIZATION
+        )
+        return one.self_compose(int(doc[4])) if int(doc[4]) > 1 else one
     if kind == "dlap":
         eps, units = float(doc[1]), int(doc[2])
         return plds.from_discrete_laplace_mechanism(
@@ -241,7 +259,7 @@ def basic(descriptor: str) -> tuple[float, float]:
         return k * DISCRETIZATION, deltas[-1]
     if doc[0] == "profile":
         return doc[1] * DISCRETIZATION, doc[2][-1]
-    if doc[0] == "approx":
+    if doc[0] in ("approx", "release"):
         return float(doc[1]), float(doc[2])
     return float(doc[1]), 0.0
 

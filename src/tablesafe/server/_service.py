@@ -39,7 +39,14 @@ from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines._base import Engine
 from tablesafe.output._table import ProtectedTable
 from tablesafe.rules._admission import Accounts, EngineCounts, admit, dataset_identity
-from tablesafe.rules._ledger import Budgets, TableFigures, TableShape, table_figures, warm
+from tablesafe.rules._ledger import (
+    Budgets,
+    TableFigures,
+    TableShape,
+    release_figures,
+    table_figures,
+    warm,
+)
 from tablesafe.rules._rules import check_universe_size, table_universe_size
 from tablesafe.server._auth import Principal
 from tablesafe.server._bodies import TableBody
@@ -148,6 +155,8 @@ class TableService:
                 magnitudes=ds.magnitudes.protection() if protection.mechanism is not None else None,
                 rules=ds.rules,
             )
+            # dp-marginals: the release is kept in the state store, one for every replica.
+            builder.release_store = self.state
             self._served[ds.name] = _Served(
                 ds, dataset, builder, ds.title or dataset.catalog.title or ds.name
             )
@@ -314,6 +323,8 @@ class TableService:
     def _table(self, who: Principal, name: str, request: TableRequest) -> ProtectedTable:
         s = self._served[name]
         request = s.builder.check(request)
+        if s.builder.protection.fixed_budget:
+            return self._released(s, who, name, request)
         cache_key = (name, request)
         cached = self._cached(cache_key)
         if cached is not None:
@@ -360,6 +371,32 @@ class TableService:
             s.dataset.catalog,
             magnitudes=s.builder.magnitude_protection,
         )
+
+    def _released(
+        self, s: _Served, who: Principal, name: str, request: TableRequest
+    ) -> ProtectedTable:
+        """A ``dp-marginals`` table: post-processing of the site's one release.
+
+        The ledger is given the release's one figure (:func:`release_figures`):
+        the first table spends the site's whole (epsilon, delta), every other
+        table nothing. The account of published figures has nothing to decide:
+        every figure is a function of the release, however it is asked. The
+        universe-size rule reads the table's own total (post-processing too);
+        the putative-risk ceiling is not a setting of such a site.
+        """
+        release = s.builder.release()
+        assert release is not None
+        figures = release_figures(s.builder.protection, release)
+        self._admit(s, who, None, figures)
+        cache_key = (name, request)
+        cached = self._cached(cache_key)
+        if cached is None:
+            table = s.builder.run(request, checked=True).table
+            self._store(cache_key, (table, figures))
+        else:
+            table = cached[0]
+        self.tally.add(name, cached=cached is not None)
+        return table
 
     def _admit(
         self,

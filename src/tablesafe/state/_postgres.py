@@ -26,7 +26,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 from tablesafe._errors import ConfigError
 from tablesafe.state._jobs import JOB_SCHEMA, JOB_SCHEMA_4
-from tablesafe.state._store import CEILING_SCHEMA, PUBLICATIONS_SCHEMA, Cursor, Sql, StateStore
+from tablesafe.state._store import (
+    CEILING_SCHEMA,
+    PUBLICATIONS_SCHEMA,
+    RELEASES_SCHEMA,
+    Cursor,
+    Sql,
+    StateStore,
+)
 
 __all__ = ["MIGRATIONS", "PostgresState"]
 
@@ -106,6 +113,8 @@ CREATE INDEX ledger_tables_identity ON ledger_tables (identity, id);
     ),
     # Version 6: the putative-risk ceiling's stored refusals (issue 40).
     CEILING_SCHEMA.replace("BLOB", "BYTEA"),
+    # Version 7: dp-marginals releases (issue 40).
+    RELEASES_SCHEMA,
 ]
 
 #: The advisory lock of migrations (the two-key form: apart from the identities' keys).

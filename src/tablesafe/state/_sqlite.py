@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tablesafe._errors import ConfigError
-from tablesafe.state._store import Sql, StateStore
+from tablesafe.state._store import RELEASES_SCHEMA, Sql, StateStore
 
 __all__ = ["SQLiteState"]
 
@@ -131,6 +131,11 @@ def _ceiling(con: sqlite3.Connection) -> None:
     con.execute(CEILING_SCHEMA)
 
 
+def _releases(con: sqlite3.Connection) -> None:
+    """Version 7: dp-marginals releases, one per microdata identity and parameters (issue 40)."""
+    con.execute(RELEASES_SCHEMA.replace("BYTEA", "BLOB"))
+
+
 #: The schema's migrations, oldest first: version i + 1 is ``MIGRATIONS[i]``. A new
 #: table is one more function here and one more script in
 #: :data:`tablesafe.state._postgres.MIGRATIONS`.
@@ -141,6 +146,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _fair_jobs,
     _publications,
     _ceiling,
+    _releases,
 ]
 
 

@@ -41,11 +41,24 @@ __all__ = [
     "CEILING_SCHEMA",
     "MCP_TABLE_ENDPOINTS",
     "PUBLICATIONS_SCHEMA",
+    "RELEASES_SCHEMA",
     "GuardTransaction",
     "Publication",
     "Sql",
     "StateStore",
 ]
+
+#: A dp-marginals release (its measurements and model) per microdata identity and
+#: release digest: written once, the first writer's kept (tablesafe._release).
+RELEASES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS releases (
+    identity TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    time TEXT NOT NULL,
+    data BYTEA NOT NULL,
+    PRIMARY KEY (identity, digest)
+)
+"""
 
 #: One request counted in a bucket unless the limit is reached, in one statement:
 #: ``previous_weight`` of the previous minute's counter, plus this minute's, below the limit.
@@ -388,6 +401,32 @@ class StateStore(ABC):
             params = (bucket, minute - 1, rest, MINUTE_MS - 1, MINUTE_MS, bucket, minute)
             counted = sql.execute(_HIT, (*params, limit, limit)).fetchone()
         return counted is not None
+
+    # -- dp-marginals releases ----------------------------------------------------------------
+
+    def load_release(self, identity: str, digest: str) -> bytes | None:
+        """The release stored for the microdata ``identity`` under ``digest``, or ``None``."""
+        with self._connection() as sql:
+            row = sql.execute(
+                "SELECT data FROM releases WHERE identity = ? AND digest = ?", (identity, digest)
+            ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def store_release(self, identity: str, digest: str, data: bytes) -> bytes:
+        """Store a release unless one is stored under ``digest``; the stored one.
+
+        The first writer's bytes are kept, and every process serves them: two
+        that made the release at once answer from the same model.
+        """
+        with self._write() as sql:
+            sql.execute(
+                "INSERT INTO releases (identity, digest, time, data) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (identity, digest) DO NOTHING",
+                (identity, digest, _now(), data),
+            )
+        stored = self.load_release(identity, digest)
+        assert stored is not None
+        return stored
 
     # -- the reconstruction audit -------------------------------------------------------------
 
