@@ -26,7 +26,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
-from tablesafe.rules._admission import dataset_identity
 
 from tablesafe import Dataset, TableBuilder, TableRequest
 from tablesafe._errors import ConfigError, ParameterError, RequestError
@@ -41,7 +40,9 @@ from tablesafe.mechanisms._marginals import (
     measurement_plan,
     model_domain,
 )
+from tablesafe.rules._admission import dataset_identity
 from tablesafe.rules._ledger import summary
+from tablesafe.rules._ledger_pld import epsilon_at, release_descriptor
 from tablesafe.state import SQLiteState
 from tsdata import RANDOM_CATALOG, random_frame, write_dataset
 
@@ -355,9 +356,15 @@ def test_the_ledger_shows_one_spend_whatever_the_tables(site, monkeypatch):
             dataset_account = summary(tx.ledger.dataset)
             ann = summary(tx.ledger.key("ann"))
         assert dataset_account["tables"] == 1 and dataset_account["figures"] == 1
-        assert dataset_account["epsilon_spent"] == pytest.approx(4.0)
-        assert dataset_account["delta_spent"] == pytest.approx(SPEC.delta)
-        assert ann["epsilon_spent"] == pytest.approx(4.0)
+        # The accountant states the release's discrete Gaussians at the site's delta
+        # (1e-6): at most the release's epsilon, which holds at its own delta 1e-9.
+        release: Release = site["release"]
+        descriptor = release_descriptor(4.0, SPEC.delta, str(release.sigma2), len(release.plan))
+        spent = dataset_account["epsilon_spent"]
+        assert spent == pytest.approx(epsilon_at({descriptor: 1}, 1e-6))
+        assert 3.0 < spent <= 4.0
+        assert epsilon_at({descriptor: 1}, SPEC.delta) <= 4.0 + 0.05  # the grid of 0.01
+        assert ann["epsilon_spent"] == spent
     finally:
         service.close_engines()
 
