@@ -409,6 +409,20 @@ def test_a_restart_and_another_process_serve_the_same_bytes(site, monkeypatch):
     assert there == here
 
 
+def test_the_state_store_keeps_the_first_release(backend):
+    one, two = backend(), backend()
+    try:
+        assert one.load_release("identity", "digest") is None
+        assert one.store_release("identity", "digest", b"first") == b"first"
+        # Another process that made it at the same time serves the stored one.
+        assert two.store_release("identity", "digest", b"second") == b"first"
+        assert two.load_release("identity", "digest") == b"first"
+        assert two.load_release("identity", "other") is None
+    finally:
+        one.close()
+        two.close()
+
+
 def test_the_release_is_made_once_per_identity(site):
     builder: TableBuilder = site["builder"]
     identity = dataset_identity(builder.engine, site["dataset"])

@@ -234,8 +234,8 @@ def test_a_sqlite_audit_database_from_before_the_store_keeps_working(tmp_path):
         store.close()
     con = sqlite3.connect(path)
     # the ledger 2, the jobs 3, fair jobs 4, the account of published figures 5, the
-    # ceiling's refusals 6
-    assert con.execute("PRAGMA user_version").fetchone()[0] == 6
+    # ceiling's refusals 6, dp-marginals releases 7
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 7
     con.close()
 
 
@@ -270,7 +270,7 @@ def test_postgres_replicas_starting_together_migrate_once(postgres):
         s.close()
     with psycopg.connect(url) as con:
         versions = con.execute("SELECT version FROM schema_version").fetchall()
-    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,)]
+    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,)]
 
 
 def _site(tmp_path, demo_dir, state=None, **server):
