@@ -26,7 +26,7 @@ from tablesafe.attacks._groups import group_attack, group_targets
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._definitions import DefinitionSpace
-from tablesafe.rules._family import Span, indicator, partition
+from tablesafe.rules._family import Span, indicator, partition, position, published
 from tablesafe.server._auth import Principal
 from tablesafe.server._service import TableService
 from tsdata import write_dataset
@@ -91,7 +91,7 @@ def test_span_membership_and_combinations_match_brute_force():
         sets = [[rng.random() < 0.4 for _ in range(width)] for _ in range(rng.randint(1, 6))]
         span = Span()
         for i, s in enumerate(sets):
-            span.add({j: 1 for j, x in enumerate(s) if x}, ("o", i))
+            span.add({j: 1 for j, x in enumerate(s) if x}, published(i))
         rows = [[int(x) for x in s] for s in sets]
         base = _rank(rows)
         for b in range(width):
@@ -102,7 +102,8 @@ def test_span_membership_and_combinations_match_brute_force():
             if inside:
                 # The combination adds up to the block's indicator, exactly.
                 total = [Fraction(0)] * width
-                for (_, i), coefficient in combination.items():
+                for name, coefficient in combination.items():
+                    i = position(name)
                     total = [t + coefficient * x for t, x in zip(total, rows[i], strict=True)]
                 assert total == unit
             else:
@@ -278,6 +279,28 @@ def test_without_the_relation_equal_sets_are_still_answered(tmp_path):
         service.close()
     # A breakdown of a published figure is ordinary use: nothing withheld.
     assert both.withheld is None or not both.withheld.any()
+
+
+def test_a_restarted_service_reads_the_account_before_its_first_table(tmp_path):
+    dataset = write_dataset(tmp_path / "data", _related_frame(), RELATED)
+    service = _service(dataset.path.parent, tmp_path, CKM, sliver_min_difference=10)
+    try:
+        assert service.warm_accounts() == 0
+        service.table(WHO, "demo", TableRequest(("AGE", "ECON"), statistic="count"))
+        with service.state._connection() as sql:
+            stored = int(
+                sql.execute("SELECT COUNT(DISTINCT digest) FROM publications").fetchone()[0]
+            )
+    finally:
+        service.close()
+    assert stored > 0
+    again = _service(dataset.path.parent, tmp_path, CKM, sliver_min_difference=10)
+    try:
+        # Every figure of the store, read once: the first table's transaction reads none.
+        assert again.warm_accounts() == stored
+        assert again.warm_accounts() == stored
+    finally:
+        again.close()
 
 
 # -- DP keyed by definition: the equal-set zero test ---------------------------------------

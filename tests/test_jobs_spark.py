@@ -18,7 +18,7 @@ from tablesafe._settings import load_site_config
 from tablesafe.server import create_app
 from tablesafe.server._jobs import Worker
 from test_guard import _full_frame, _sliver_pairs
-from test_jobs import BIG, TABLES, make_site, submit
+from test_jobs import BIG, OTHER_KEY, TABLES, make_site, submit
 from test_server import USER_KEY, error_of
 
 pytestmark = pytest.mark.system
@@ -49,12 +49,14 @@ def test_jobs_built_on_spark_have_the_bytes_of_direct_duckdb_tables(demo_dir, tm
         for cube_cache in (True, False):
             worker = spark_worker(site, cube_cache=cube_cache)
             try:
-                ids += [submit(c, b) for b in bodies]
+                # Another key each round: a key's identical job is its earlier one (issue 40).
+                key = USER_KEY if cube_cache else OTHER_KEY
+                ids += [(submit(c, b, key=key), key) for b in bodies]
                 assert worker.run(threading.Event(), once=True) == len(bodies)
             finally:
                 worker.close()
-        statuses = [c.get(f"/api/jobs/{i}").json() for i in ids]
-        results = [c.get(f"/api/jobs/{i}/result").content for i in ids]
+        statuses = [c.get(f"/api/jobs/{i}", headers={"x-api-key": k}).json() for i, k in ids]
+        results = [c.get(f"/api/jobs/{i}/result", headers={"x-api-key": k}).content for i, k in ids]
     lifted = make_site(demo_dir, tmp_path / "lifted", rules={"max_cells": 1_000_000})
     with TestClient(create_app(lifted)) as c:
         c.headers["x-api-key"] = USER_KEY

@@ -43,6 +43,9 @@ def serve(config: Path, host: str, port: int) -> None:
         _log_access()
     try:
         application = create_app(site)
+        # A restarted server reads the account of published figures before
+        # it says it is ready, not in its first table's transaction.
+        application.state.service.warm_accounts()
         connections = open_files_for(site.server.max_connections)
         server = uvicorn.Server(server_config(application, max_connections=connections))
         url = f"http://{host}:{sock.getsockname()[1]}/"

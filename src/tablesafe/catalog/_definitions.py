@@ -161,9 +161,7 @@ class DefinitionSpace:
     zeros: tuple[Box, ...] = ()
     categories: Mapping[str, frozenset[frozenset[Code]]] = field(default_factory=dict)
     _full: dict[str, frozenset[Code]] = field(default_factory=dict, repr=False, compare=False)
-    _empty: dict[frozenset[tuple[str, frozenset[Code]]], bool] = field(
-        default_factory=dict, repr=False, compare=False
-    )
+    _empty: dict[str, bool] = field(default_factory=dict, repr=False, compare=False)
     _narrowed: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
     _index: dict[str, dict[Code, int]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -208,13 +206,19 @@ class DefinitionSpace:
         if any(not codes for codes in box.values()):
             return True
         # Only the columns the zeros name can make a box empty: the memo's key.
-        key = frozenset((c, v) for c, v in box.items() if c in self._zero_set)
+        part = {c: v for c, v in box.items() if c in self._zero_set}
+        key = self._memo_key(part)
         found = self._empty.get(key)
         if found is None:
             if len(self._empty) > 100_000:
                 self._empty.clear()
-            found = self._empty[key] = self._covered(dict(key))
+            found = self._empty[key] = self._covered(part)
         return found
+
+    @staticmethod
+    def _memo_key(part: Mapping[str, frozenset[Code]]) -> str:
+        """A memo's key for a box's conditions: text, which the garbage collector never visits."""
+        return "".join(_pair_text(c, sorted_codes(part[c])) for c in sorted(part))
 
     @functools.cached_property
     def _zero_set(self) -> frozenset[str]:
@@ -238,12 +242,13 @@ class DefinitionSpace:
         """
         if any(not codes for codes in box.values()):
             return None
-        key = frozenset((c, v) for c, v in box.items() if c in self._zero_set)
+        zero_part = {c: v for c, v in box.items() if c in self._zero_set}
+        key = self._memo_key(zero_part)
         part = self._narrowed.get(key, self._narrowed)
         if part is self._narrowed:
             if len(self._narrowed) > 100_000:
                 self._narrowed.clear()
-            part = self._narrowed[key] = self._narrow(dict(key))
+            part = self._narrowed[key] = self._narrow(zero_part)
         if part is None:
             return None
         return {**box, **part}  # type: ignore[dict-item]

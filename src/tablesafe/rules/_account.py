@@ -54,12 +54,14 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
+from cachetools import LRUCache
 
 from tablesafe._request import TabulationPlan
 from tablesafe.catalog._definitions import (
@@ -77,7 +79,17 @@ from tablesafe.catalog._definitions import (
 )
 from tablesafe.catalog._variables import Code
 from tablesafe.cells._aggregates import CellAggregates
-from tablesafe.rules._family import Name, Span, Vector, partition
+from tablesafe.rules._family import (
+    Name,
+    Span,
+    Vector,
+    is_published,
+    new,
+    partition,
+    position,
+    proportional,
+    published,
+)
 
 __all__ = [
     "Account",
@@ -91,8 +103,8 @@ __all__ = [
 ]
 
 _KEY_MODULUS = 2**32
-#: Families whose span the account keeps between checks (then it starts again).
-_SPANS_KEPT = 50_000
+#: Families whose span the account keeps between checks (the most recently used).
+_SPANS_KEPT = 20_000
 _DEBUG = bool(os.environ.get("TABLESAFE_DEBUG_ACCOUNT"))
 
 
@@ -206,7 +218,6 @@ def figure_rows(figures: Iterable[Figure]) -> list[PublishedRow]:
     return [PublishedRow(f.digest, f.text, f.n, f.cell_key) for f in figures]
 
 
-@dataclass
 class Account:
     """The figures published from one microdata identity, in this process's memory.
 
@@ -216,20 +227,31 @@ class Account:
     families of the columns it names (a family's whole context is found by
     its digest).
 
+    A million figures are held in arrays and dictionaries of ints, which the
+    garbage collector never visits: a full collection does not grow with the
+    account (docs/benchmarks.md, "The account of every published figure").
+
     Attributes:
         last_id: The id of the last row read.
     """
 
-    last_id: int = 0
-    _rows: dict[int, int] = field(default_factory=dict)
-    _n: list[int] = field(default_factory=list)
-    _keys: list[int] = field(default_factory=list)
-    _digests: list[int] = field(default_factory=list)
-    _families: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
-    _codesets: list[frozenset[Code]] = field(default_factory=list)
-    _codeset_ids: dict[frozenset[Code], int] = field(default_factory=dict)
-    _counts: dict[str, int] = field(default_factory=dict)
-    _spans: dict[int, tuple[int, Span]] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.last_id = 0
+        self._rows: dict[int, int] = {}
+        self._n = array("q")
+        self._keys = array("q")
+        self._digests = array("q")
+        # Each family's members as a list linked through arrays: family key -> its
+        # last entry; per entry the row, its code set and the family's entry before.
+        self._last: dict[int, int] = {}
+        self._entry_row = array("q")
+        self._entry_codes = array("q")
+        self._entry_before = array("q")
+        self._entries: dict[int, int] = {}  # family key -> its number of entries
+        self._codesets: list[frozenset[Code]] = []
+        self._codeset_ids: dict[frozenset[Code], int] = {}
+        self._counts: dict[str, int] = {}
+        self._spans: LRUCache[int, tuple[int, Span]] = LRUCache(maxsize=_SPANS_KEPT)
 
     def __len__(self) -> int:
         return len(self._n)
@@ -252,7 +274,11 @@ class Account:
             for column, codes in definition:
                 whole = row.digest - condition_digest(column, codes)
                 key = family_key(whole, column)
-                self._families.setdefault(key, []).append((at, self._codeset(frozenset(codes))))
+                self._entry_before.append(self._last.get(key, -1))
+                self._last[key] = len(self._entry_row)
+                self._entry_row.append(at)
+                self._entry_codes.append(self._codeset(frozenset(codes)))
+                self._entries[key] = self._entries.get(key, 0) + 1
 
     def _codeset(self, codes: frozenset[Code]) -> int:
         found = self._codeset_ids.get(codes)
@@ -261,32 +287,46 @@ class Account:
             self._codesets.append(codes)
         return found
 
-    def members(self, key: int) -> list[tuple[int, frozenset[Code]]]:
-        """The published figures of family ``key`` that name its column: (row, codes)."""
-        return [(at, self._codesets[cs]) for at, cs in self._families.get(key, ())]
+    def members(self, key: int, skip: int = 0) -> list[tuple[int, frozenset[Code]]]:
+        """The published figures of family ``key`` that name its column: (row, codes).
+
+        In the order they were published, the first ``skip`` left out.
+        """
+        out = []
+        at = self._last.get(key, -1)
+        rows, codes, before, sets = (
+            self._entry_row,
+            self._entry_codes,
+            self._entry_before,
+            self._codesets,
+        )
+        for _ in range(self._entries.get(key, 0) - skip):
+            out.append((rows[at], sets[codes[at]]))
+            at = before[at]
+        out.reverse()
+        return out
 
     def span(self, key: int, index: Mapping[Code, int]) -> Span:
         """The span of family ``key``'s published figures that name its column (kept).
 
         Built once, then extended by the figures published since: the checks
-        of a busy site touch the same families again and again. Callers copy
-        it before adding to it.
+        of a busy site touch the same families again and again (the
+        ``_SPANS_KEPT`` most recently used are kept). Callers copy it before
+        adding to it.
         """
-        members = self._families.get(key, [])
         kept = self._spans.get(key)
         start, span = kept if kept is not None else (0, Span())
-        if start < len(members):
+        total = self._entries.get(key, 0)
+        if start < total:
             span = span.copy() if kept is not None else span
-            for at, cs in members[start:]:
-                span.add(_codes_vector(self._codesets[cs], index), ("o", at))
-            if len(self._spans) > _SPANS_KEPT:
-                self._spans.clear()
-            self._spans[key] = (len(members), span)
+            for row, codes in self.members(key, skip=start):
+                span.add(_codes_vector(codes, index), published(row))
+            self._spans[key] = (total, span)
         return span
 
     def has_family(self, key: int) -> bool:
         """Whether some published figure names the column of family ``key``."""
-        return key in self._families
+        return key in self._last
 
     def row(self, digest: int) -> int | None:
         """The row of a published figure, or None."""
@@ -448,26 +488,17 @@ def _family(
     """
     account = check.account
     every = frozenset(check.space.all_codes[column])
-    index = check.space.index(column)
     olds = account.members(key)
-    excluded = [row for row, _ in olds if account.digest(row) in check.mine]
-    if excluded:  # a breakdown of a published figure: its figures without it
-        known = Span()
-        for row, codes in olds:
-            if row not in excluded:
-                known.add(_codes_vector(codes, index), ("o", row))
-    else:
-        known = account.span(key, index).copy()
-    names: dict[Name, frozenset[Code]] = {("o", at): codes for at, codes in olds}
+    excluded = {row for row, _ in olds if account.digest(row) in check.mine}
     at_whole = account.row(whole)
-    if at_whole is not None and whole not in check.mine:
-        known.add(_codes_vector(every, index), ("o", at_whole))
-        names[("o", at_whole)] = every
+    if whole in check.mine:
+        at_whole = None
     news = sorted(
         ((pos, codes or every) for pos, codes in members), key=lambda m: check.figures[m[0]].order
     )
-    sets = [*names.values(), *(c for _, c in news)]
-    family = _FamilyCheck(check, domain, context, column, index, partition(sets), known, names)
+    family = _FamilyCheck(
+        check, _Blocks(check, domain, context, column), key, olds, excluded, at_whole, news
+    )
     # The table's inner cells published already are published: they are known first.
     for pos, codes in news:
         f = check.figures[pos]
@@ -489,35 +520,136 @@ def _codes_vector(codes: Iterable[Code], index: Mapping[Code, int]) -> Vector:
     return dict.fromkeys((index[c] for c in codes), 1)
 
 
+class _Own:
+    """The span of a new table's own figures in one family.
+
+    A table's inner cells in a family are disjoint sets of codes (the
+    categories of one dimension), and its margins unions of them: while the
+    sets added are disjoint, a set is in their span exactly when it is a
+    union of some of them, a question of set arithmetic. The first set that
+    overlaps another makes it a :class:`~tablesafe.rules._family.Span`.
+    """
+
+    def __init__(self, index: Mapping[Code, int]) -> None:
+        self.index = index
+        self.owner: dict[Code, int] = {}
+        self.sets: list[frozenset[Code]] = []
+        self.span: Span | None = None
+
+    def contains(self, codes: frozenset[Code]) -> bool:
+        """Whether the indicator of ``codes`` is in the span."""
+        if self.span is not None:
+            return self.span.contains(_codes_vector(codes, self.index))
+        touched = set()
+        for c in codes:
+            o = self.owner.get(c)
+            if o is None:
+                return False
+            touched.add(o)
+        # Disjoint sets that all meet ``codes`` and hold as many codes lie inside it.
+        return sum(len(self.sets[o]) for o in touched) == len(codes)
+
+    def add(self, codes: frozenset[Code]) -> None:
+        """Add the indicator of ``codes``."""
+        if self.span is None and not self.contains(codes):
+            if self.owner.keys() & codes:
+                self.span = Span()
+                for i, s in enumerate(self.sets):
+                    self.span.add(_codes_vector(s, self.index), i)
+            else:
+                self.owner.update(dict.fromkeys(codes, len(self.sets)))
+                self.sets.append(codes)
+                return
+        if self.span is not None:
+            self.span.add(_codes_vector(codes, self.index), len(self.sets))
+            self.sets.append(codes)
+
+
 class _FamilyCheck:
     """One family as a new table's figures join it, one at a time.
 
+    Most figures join a family without a question: one with a code no figure
+    of the family holds is outside what is known, and a margin that is a sum
+    of the table's own inner cells measures nothing new. So the span of what
+    is known (a copy of the account's), the partition into blocks and the
+    names of the sets are made only when a figure needs them.
+
     Attributes:
-        known: The span of what is published, with the figures admitted so far.
         own: The span of the new table's figures that combine freely (its inner
             cells, and its margins where they are sums of them).
-        names: The codes of every figure in ``known``, by its name.
+        covered: The codes some figure in ``known`` holds.
     """
 
     def __init__(
         self,
         check: _Check,
-        domain: str,
-        context: Definition,
-        column: str,
-        index: Mapping[Code, int],
-        block_of: dict[Code, int],
-        known: Span,
-        names: dict[Name, frozenset[Code]],
+        sizes: _Blocks,
+        key: int,
+        olds: list[tuple[int, frozenset[Code]]],
+        excluded: set[int],
+        at_whole: int | None,
+        news: list[tuple[int, frozenset[Code]]],
     ) -> None:
-        self.check, self.column, self.index, self.block_of = check, column, index, block_of
+        self.check, self.sizes, self.key = check, sizes, key
+        self.column = sizes.column
+        self.index = check.space.index(self.column)
+        self.every = frozenset(check.space.all_codes[self.column])
+        self.olds, self.excluded, self.at_whole, self.news = olds, excluded, at_whole, news
+        sizes.family = self
+        self.own = _Own(self.index)
+        covered: set[Code] = set()
+        if at_whole is not None:
+            covered = set(self.every)
+        else:
+            for row, codes in olds:
+                if row not in excluded:
+                    covered |= codes
+        self.covered = covered
+        self._joined: list[tuple[int, frozenset[Code]]] = []
+        self._known: Span | None = None
+        self._residuals: dict[int, Vector] = {}
+
+    @property
+    def known(self) -> Span:
+        """The span of what is published, with the figures joined so far (made when needed)."""
+        if self._known is None:
+            account, index = self.check.account, self.index
+            if self.excluded:  # a breakdown of a published figure: its figures without it
+                known = Span()
+                for row, codes in self.olds:
+                    if row not in self.excluded:
+                        known.add(_codes_vector(codes, index), published(row))
+            else:
+                known = account.span(self.key, index).copy()
+            if self.at_whole is not None:
+                known.add(_codes_vector(self.every, index), published(self.at_whole))
+            for pos, codes in self._joined:
+                known.add(_codes_vector(codes, index), new(pos))
+            self._known = known
+        return self._known
+
+    @functools.cached_property
+    def sets(self) -> dict[Name, frozenset[Code]]:
+        """The codes of every figure of the family, published or new, by its name."""
+        sets = {published(at): codes for at, codes in self.olds}
+        if self.at_whole is not None:
+            sets[published(self.at_whole)] = self.every
+        for pos, codes in self.news:
+            sets[new(pos)] = codes
+        return sets
+
+    @functools.cached_property
+    def block_of(self) -> dict[Code, int]:
+        """Each code's block."""
+        return partition(self.sets.values())
+
+    @functools.cached_property
+    def codes_of(self) -> dict[int, frozenset[Code]]:
+        """Each block's codes."""
         codes_of: dict[int, set[Code]] = {}
-        for code, b in block_of.items():
+        for code, b in self.block_of.items():
             codes_of.setdefault(b, set()).add(code)
-        self.codes_of = {b: frozenset(c) for b, c in codes_of.items()}
-        self.sizes = _Blocks(check, domain, context, column, self)
-        self.known, self.own, self.names = known, Span(), names
-        self._derivable: dict[int, bool] = {}
+        return {b: frozenset(c) for b, c in codes_of.items()}
 
     def vector(self, codes: Iterable[Code]) -> Vector:
         """The indicator of a set of codes."""
@@ -527,19 +659,24 @@ class _FamilyCheck:
         """The blocks a set of codes is made of."""
         return frozenset(self.block_of[c] for c in codes)
 
-    def derivable(self, block: int, span: Span | None = None) -> bool:
-        """Whether a block's indicator is a combination of ``span``'s (default: ``known``)."""
-        codes = self.codes_of[block]
-        span = self.known if span is None else span
-        if len(codes) == 1:
-            row = span.rows.get(self.index[next(iter(codes))])
-            return row is not None and len(row[0]) == 1
-        if span is not self.known:
-            return span.contains(self.vector(codes))
-        found = self._derivable.get(block)
+    def residual(self, block: int) -> Vector:
+        """A block's indicator less its part in ``known`` (empty: derivable); remembered."""
+        found = self._residuals.get(block)
         if found is None:
-            found = self._derivable[block] = span.contains(self.vector(codes))
+            codes = self.codes_of[block]
+            if len(codes) == 1:
+                pivot = self.index[next(iter(codes))]
+                row = self.known.rows.get(pivot)
+                if row is not None and len(row[0]) == 1:
+                    found = {}
+            if found is None:
+                found = self.known.residual(self.vector(codes))
+            self._residuals[block] = found
         return found
+
+    def derivable(self, block: int) -> bool:
+        """Whether a block's indicator is a combination of what is known."""
+        return not self.residual(block)
 
     def join(self, pos: int, codes: frozenset[Code]) -> None:
         """The new table's figure at ``pos`` joins the family (published, or admitted).
@@ -550,50 +687,69 @@ class _FamilyCheck:
         noise of their own, only the inner cells are so.
         """
         f = self.check.figures[pos]
-        v = self.vector(codes)
-        self.names[("t", pos)] = codes
-        if self.known.add(v, ("t", pos)):
-            self._derivable.clear()
+        self.covered |= codes
+        if self._known is None:
+            self._joined.append((pos, codes))
+        elif self._known.add(self.vector(codes), new(pos)):
+            self._residuals.clear()
         if f.inner or not self.check.rules.fresh_margins:
-            self.own.add(v, ("t", pos))
+            self.own.add(codes)
 
     def admit(self, pos: int, codes: frozenset[Code]) -> bool:
         """Whether the new table's figure at ``pos`` is safe here; if so it joins the family."""
         f = self.check.figures[pos]
-        v = self.vector(codes)
-        if self.known.contains(v):
-            if not self._again(f, codes, v):
-                return False
-            self.join(pos, codes)
-            return True
-        if f.inner:
+        outside = not codes <= self.covered  # then it is in no combination of what is known
+        if outside and f.inner:
             # A first difference of inner cells is one more noisy measurement of
             # a block the site would publish as a cell: left to the mechanism
             # (docs/attacks.md, "What remains"). A margin or universe total
             # that first isolates a small block is a sliver.
             self.join(pos, codes)
             return True
-        trial = self.known.copy()
-        trial.add(v, ("t", pos))
+        if not outside and self._summed(f, codes):
+            return True  # in what is known already (it is in ``own``): nothing to add
+        v = self.vector(codes)
+        rest = self.known.residual(v)
+        if not rest:
+            if not self._again(f, codes, v):
+                return False
+            self.join(pos, codes)
+            return True
+        if f.inner:
+            self.join(pos, codes)  # a first difference of inner cells (above)
+            return True
+        # A block becomes derivable with X exactly when its residual is a
+        # multiple of X's (:func:`~tablesafe.rules._family.proportional`).
         inside = self.blocks_of(codes)
         fresh = [
             b
             for b in sorted(self.codes_of)
             if frozenset((b,)) != inside
-            and not self.derivable(b)
-            and self.derivable(b, trial)
-            and not self.own.contains(self.vector(self.codes_of[b]))
+            and self.residual(b)
+            and proportional(rest, self.residual(b))
+            and not self.own.contains(self.codes_of[b])
         ]
-        if any(self.sizes.small(frozenset((b,)), trial) for b in fresh):
-            _debug("(ii) new", f, self.sizes)
-            return False
+        if fresh:
+
+            def trial() -> Span:
+                span = self.known.copy()
+                span.add(v, new(pos))
+                return span
+
+            if any(self.sizes.small(frozenset((b,)), trial) for b in fresh):
+                _debug("(ii) new", f, self.sizes)
+                return False
         self.join(pos, codes)
         return True
+
+    def _summed(self, f: Figure, codes: frozenset[Code]) -> bool:
+        """A margin of an additive table that is a sum of its own figures here."""
+        return not f.inner and not self.check.rules.fresh_margins and self.own.contains(codes)
 
     def _again(self, f: Figure, codes: frozenset[Code], v: Vector) -> bool:
         """Rule 2: a figure the published ones already determine measures them again."""
         check = self.check
-        summed = not f.inner and not check.rules.fresh_margins and self.own.contains(v)
+        summed = self._summed(f, codes)
         # A category of several codes the catalog declares (a hierarchy level, a
         # grouping) can be asked only in as many ways as the catalog has groupings,
         # and less its other published parts it is a wide difference: bounded.
@@ -604,7 +760,7 @@ class _FamilyCheck:
         # figures it is a combination of (their differences with it are new).
         involved = set(self.blocks_of(codes))
         for name in self.known.express(v) or {}:
-            involved |= self.blocks_of(self.names.get(name, frozenset()))
+            involved |= self.blocks_of(self.sets.get(name, frozenset()))
         if self.sizes.measures_small(frozenset(involved), self.known):
             _debug("(i) again", f, self.sizes)
             return False
@@ -625,7 +781,7 @@ class _Blocks:
     domain: str
     context: Definition
     column: str
-    family: _FamilyCheck
+    family: _FamilyCheck = field(init=False)
 
     def measures_small(self, inside: frozenset[int], known: Span) -> bool:
         """Whether some derivable part of ``inside`` (blocks, and what is left) is small."""
@@ -633,13 +789,13 @@ class _Blocks:
         rest = inside - {b for p in parts for b in p}
         if rest and known.contains(self.family.vector(self._codes(frozenset(rest)))):
             parts.append(frozenset(rest))
-        return any(self.small(p, known) for p in parts)
+        return any(self.small(p, lambda: known) for p in parts)
 
     def _codes(self, blocks: frozenset[int]) -> frozenset[Code]:
         return frozenset(c for b in blocks for c in self.family.codes_of[b])
 
-    def small(self, blocks: frozenset[int], span: Span) -> bool:
-        """Whether ``blocks`` (derivable in ``span``) hold a small protected count."""
+    def small(self, blocks: frozenset[int], span: Callable[[], Span]) -> bool:
+        """Whether ``blocks`` (derivable in ``span()``) hold a small protected count."""
         check = self.check
         codes = self._codes(blocks)
         box = {**dict(self.context), self.column: codes}
@@ -649,7 +805,7 @@ class _Blocks:
         text = self.domain + definition_text(definition)
         count = check.account.remembered(text)
         if count is None:
-            n, key = self._count(codes, span, definition)
+            n, key = self._count(codes, span(), definition)
             count = check.protected(self.domain, definition, n, key)
             check.account.remember(text, count)
         if count < check.rules.threshold and _DEBUG:
@@ -664,11 +820,11 @@ class _Blocks:
         ):
             return self.check.counted(self.domain, definition)
         n = key = 0
-        for (side, at), coefficient in combination.items():
-            if side == "o":
-                fn, fk = self.check.account.count(at)
+        for name, coefficient in combination.items():
+            if is_published(name):
+                fn, fk = self.check.account.count(position(name))
             else:
-                f = self.check.figures[at]
+                f = self.check.figures[position(name)]
                 fn, fk = f.n, f.cell_key
             n += int(coefficient) * fn
             key += int(coefficient) * fk

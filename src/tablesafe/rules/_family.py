@@ -31,14 +31,36 @@ from typing import Any
 
 from tablesafe.catalog._variables import Code
 
-__all__ = ["Name", "Span", "Vector", "indicator", "partition"]
+__all__ = ["Name", "Span", "Vector", "indicator", "is_published", "new", "partition", "position",
+           "proportional", "published"]  # fmt: skip
 
 #: A sparse vector: coordinate -> non-zero coefficient (an int where it is one: exact and fast).
 Vector = dict[int, int | Fraction]
-#: A set's name in a span: ("o", row) for a published figure, ("t", position) for a new one.
-Name = tuple[str, int]
+#: A set's name in a span: :func:`published` or :func:`new` (an int: a span's dictionaries
+#: then hold no object the garbage collector has to visit).
+Name = int
 #: A combination of the sets a row stands for: set name -> coefficient.
 Combination = dict[Name, int | Fraction]
+
+
+def published(row: int) -> Name:
+    """The name of the account's figure at ``row``."""
+    return 2 * row
+
+
+def new(position: int) -> Name:
+    """The name of a new table's figure at ``position``."""
+    return 2 * position + 1
+
+
+def is_published(name: Name) -> bool:
+    """Whether ``name`` is a published figure's (else a new table's)."""
+    return name % 2 == 0
+
+
+def position(name: Name) -> int:
+    """The row (published) or position (new) a name stands for."""
+    return name // 2
 
 
 def partition(sets: Iterable[frozenset[Code]]) -> dict[Code, int]:
@@ -92,11 +114,12 @@ class Span:
     """
 
     rows: dict[int, tuple[Vector, Combination]] = field(default_factory=dict)
-    holders: dict[int, set[int]] = field(default_factory=dict)
+    # Sets as dicts of None: a dict of ints is one the garbage collector never visits.
+    holders: dict[int, dict[int, None]] = field(default_factory=dict)
 
     def copy(self) -> Span:
         """An independent span with the same rows."""
-        return Span(dict(self.rows), {k: set(v) for k, v in self.holders.items()})
+        return Span(dict(self.rows), {k: dict(v) for k, v in self.holders.items()})
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -114,6 +137,16 @@ class Span:
             _axpy(used, factor, comb)
         return rest, used
 
+    def residual(self, vector: Vector) -> Vector:
+        """``vector`` minus its part in the span (:meth:`reduce` without the combination)."""
+        rest = dict(vector)
+        rows = self.rows
+        for pivot in sorted(rest.keys() & rows.keys()):
+            factor = rest.get(pivot)
+            if factor:
+                _axpy(rest, -factor, rows[pivot][0])
+        return rest
+
     def derivable(self) -> set[int]:
         """The coordinates whose unit vector is in the span.
 
@@ -124,7 +157,7 @@ class Span:
 
     def contains(self, vector: Vector) -> bool:
         """Whether ``vector`` is a linear combination of the span's vectors."""
-        return not self.reduce(vector)[0]
+        return not self.residual(vector)
 
     def express(self, vector: Vector) -> Combination | None:
         """The combination of added vectors equal to ``vector`` (None: not in the span)."""
@@ -166,10 +199,24 @@ class Span:
         """Keep ``holders`` for a row of ``pivot`` that went from ``before`` to ``after``."""
         for k in before.keys() - after.keys():
             if k != pivot:
-                self.holders.get(k, set()).discard(pivot)
+                self.holders.get(k, {}).pop(pivot, None)
         for k in after.keys() - before.keys():
             if k != pivot:
-                self.holders.setdefault(k, set()).add(pivot)
+                self.holders.setdefault(k, {})[pivot] = None
+
+
+def proportional(a: Vector, b: Vector) -> bool:
+    """Whether two non-zero vectors are multiples of one another.
+
+    With ``a`` the residual of a new set ``X`` against a span ``K`` and ``b``
+    a block's, the block is in ``K + X`` exactly when they are: then
+    ``b = alpha * a`` and the block is ``alpha X`` plus what ``K`` gives.
+    """
+    if len(a) != len(b) or a.keys() != b.keys():
+        return False
+    k = next(iter(a))
+    ratio = Fraction(b[k]) / a[k]
+    return all(Fraction(v) == ratio * a[key] for key, v in b.items())
 
 
 def indicator(blocks: Sequence[int] | frozenset[int]) -> Vector:

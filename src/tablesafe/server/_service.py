@@ -34,7 +34,13 @@ from tablesafe._errors import (
 from tablesafe._protection import Protection
 from tablesafe._protection import protection_from_settings as core_protection
 from tablesafe._request import Statistic, TableRequest
-from tablesafe._settings import DatasetSettings, EngineKind, RuleSettings, SiteConfig
+from tablesafe._settings import (
+    DatasetSettings,
+    EngineKind,
+    RuleSettings,
+    SiteConfig,
+    SliverScope,
+)
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines._base import Engine
 from tablesafe.output._table import ProtectedTable
@@ -163,6 +169,22 @@ class TableService:
             # The accountant's distributions and each budget's count, before any table's
             # transaction needs them (the first use imports dp-accounting: seconds).
             warm(protection, builder.magnitude_protection, dataset.catalog, _budgets(ds.rules))
+
+    def warm_accounts(self) -> int:
+        """Read each dataset's account of published figures into memory; how many figures.
+
+        A restarted server reads them before its first table does (a million
+        figures take seconds: docs/benchmarks.md). Accounts kept per API key
+        (``sliver_scope = "key"``) are read when the key first asks.
+        """
+        total = 0
+        for name, s in self._served.items():
+            rules = s.settings.rules
+            if rules.sliver_min_difference <= 0 or rules.sliver_scope != SliverScope.DATASET:
+                continue
+            with self.guard.transaction(self.identity(name)) as tx:
+                total += len(s.accounts.caught_up(tx, "*"))
+        return total
 
     def close(self) -> None:
         """Close the engines' connections and the state store."""
