@@ -57,7 +57,7 @@ import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -83,10 +83,8 @@ from tablesafe.rules._family import (
     Name,
     Span,
     Vector,
-    is_published,
     new,
     partition,
-    position,
     proportional,
     published,
 )
@@ -238,8 +236,6 @@ class Account:
     def __init__(self) -> None:
         self.last_id = 0
         self._rows: dict[int, int] = {}
-        self._n = array("q")
-        self._keys = array("q")
         self._digests = array("q")
         # Each family's members as a list linked through arrays: family key -> its
         # last entry; per entry the row, its code set and the family's entry before.
@@ -254,7 +250,7 @@ class Account:
         self._spans: LRUCache[int, tuple[int, Span]] = LRUCache(maxsize=_SPANS_KEPT)
 
     def __len__(self) -> int:
-        return len(self._n)
+        return len(self._digests)
 
     def __contains__(self, digest: int) -> bool:
         return digest in self._rows
@@ -265,10 +261,8 @@ class Account:
             self.last_id = max(self.last_id, row_id)
             if row.digest in self._rows:
                 continue
-            at = len(self._n)
+            at = len(self._digests)
             self._rows[row.digest] = at
-            self._n.append(row.n)
-            self._keys.append(row.cell_key)
             self._digests.append(row.digest)
             _, definition = _split(row.text)
             for column, codes in definition:
@@ -336,10 +330,6 @@ class Account:
         """A published figure's digest."""
         return self._digests[row]
 
-    def count(self, row: int) -> tuple[int, int]:
-        """A published figure's true count and cell key."""
-        return self._n[row], self._keys[row]
-
     def remembered(self, text: str) -> int | None:
         """A block's protected count decided before (it never changes for one microdata)."""
         return self._counts.get(text)
@@ -353,8 +343,16 @@ class Account:
 
 #: A block's protected count: (domain, canonical definition, true count, cell key) -> count.
 Protected = Callable[[str, Definition, int, int], int]
+
+
 #: A block's true count and cell key from the engine, where no exact combination gives them.
-Counted = Callable[[str, Definition], tuple[int, int]]
+class Counted(Protocol):
+    """The true counts of the microdata, from the engine (never published)."""
+
+    def along(
+        self, domain: str, context: Definition, column: str
+    ) -> Mapping[Code, tuple[int, int]]:
+        """Each code of ``column``'s true count and cell key within ``context``."""
 
 
 @dataclass(frozen=True)
@@ -729,16 +727,9 @@ class _FamilyCheck:
             and proportional(rest, self.residual(b))
             and not self.own.contains(self.codes_of[b])
         ]
-        if fresh:
-
-            def trial() -> Span:
-                span = self.known.copy()
-                span.add(v, new(pos))
-                return span
-
-            if any(self.sizes.small(frozenset((b,)), trial) for b in fresh):
-                _debug("(ii) new", f, self.sizes)
-                return False
+        if any(self.sizes.small(frozenset((b,))) for b in fresh):
+            _debug("(ii) new", f, self.sizes)
+            return False
         self.join(pos, codes)
         return True
 
@@ -789,13 +780,13 @@ class _Blocks:
         rest = inside - {b for p in parts for b in p}
         if rest and known.contains(self.family.vector(self._codes(frozenset(rest)))):
             parts.append(frozenset(rest))
-        return any(self.small(p, lambda: known) for p in parts)
+        return any(self.small(p) for p in parts)
 
     def _codes(self, blocks: frozenset[int]) -> frozenset[Code]:
         return frozenset(c for b in blocks for c in self.family.codes_of[b])
 
-    def small(self, blocks: frozenset[int], span: Callable[[], Span]) -> bool:
-        """Whether ``blocks`` (derivable in ``span()``) hold a small protected count."""
+    def small(self, blocks: frozenset[int]) -> bool:
+        """Whether ``blocks`` hold a small protected count."""
         check = self.check
         codes = self._codes(blocks)
         box = {**dict(self.context), self.column: codes}
@@ -805,29 +796,26 @@ class _Blocks:
         text = self.domain + definition_text(definition)
         count = check.account.remembered(text)
         if count is None:
-            n, key = self._count(codes, span(), definition)
+            n, key = self._count(codes)
             count = check.protected(self.domain, definition, n, key)
             check.account.remember(text, count)
         if count < check.rules.threshold and _DEBUG:
             print("    small block", self.domain, definition, "p =", count, file=sys.stderr)
         return count < check.rules.threshold
 
-    def _count(self, codes: frozenset[Code], span: Span, definition: Definition) -> tuple[int, int]:
-        """The true count and cell key of ``codes``: the same combination of the figures'."""
-        combination = span.express(self.family.vector(codes))
-        if combination is None or any(
-            isinstance(c, Fraction) and c.denominator != 1 for c in combination.values()
-        ):
-            return self.check.counted(self.domain, definition)
+    def _count(self, codes: frozenset[Code]) -> tuple[int, int]:
+        """The true count and cell key of ``codes`` in the family's context.
+
+        Sums of its codes' counts, read from the engine once per family (one
+        query of the context by the column): the same records as the block's
+        canonical definition, whatever relations made it canonical.
+        """
+        by_code = self.check.counted.along(self.domain, self.context, self.column)
         n = key = 0
-        for name, coefficient in combination.items():
-            if is_published(name):
-                fn, fk = self.check.account.count(position(name))
-            else:
-                f = self.check.figures[position(name)]
-                fn, fk = f.n, f.cell_key
-            n += int(coefficient) * fn
-            key += int(coefficient) * fk
+        for code in codes:
+            cn, ck = by_code.get(code, (0, 0))
+            n += cn
+            key += ck
         return n, key % _KEY_MODULUS
 
 

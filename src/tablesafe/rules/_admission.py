@@ -29,6 +29,7 @@ from tablesafe._protection_limits import Additivity
 from tablesafe._request import DimensionPlan, TabulationPlan
 from tablesafe._settings import RuleSettings, SliverScope
 from tablesafe.catalog._definitions import Definition, DefinitionSpace, definition_text
+from tablesafe.catalog._variables import Code
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.rules._account import (
     Account,
@@ -200,28 +201,43 @@ def _unpack(stored: bytes, shape: tuple[int, ...]) -> npt.NDArray[np.bool_]:
 
 @dataclass
 class EngineCounts:
-    """A block's true count and cell key from the engine (one query each, remembered).
+    """The true counts of a family's codes from the engine (one query each, remembered).
 
     Args:
         engine: The dataset's engine.
         dataset: The dataset.
         plan: The table's plan (its unit: a household table counts households).
+        space: The catalog's definition space (every code of each column).
     """
 
     engine: Engine
     dataset: Dataset
     plan: TabulationPlan
-    _memo: dict[Any, tuple[int, int]] = field(default_factory=dict)
+    space: DefinitionSpace
+    _memo: dict[Any, dict[Code, tuple[int, int]]] = field(default_factory=dict)
 
-    def __call__(self, domain: str, definition: Definition) -> tuple[int, int]:
-        key = (domain, definition)
-        if key not in self._memo:
-            cat = self.dataset.catalog
-            first = cat.variable(self.plan.dimensions[0].name)
+    def along(self, domain: str, context: Definition, column: str) -> dict[Code, tuple[int, int]]:
+        """Each code of ``column``: its true count and cell key within ``context``.
+
+        One tabulation of the context's records by the column's codes; a block
+        of the family (a set of codes) counts the sum of its codes'.
+        """
+        key = (domain, context, column)
+        found = self._memo.get(key)
+        if found is None:
+            codes = tuple(self.space.all_codes[column])
+            dimension = DimensionPlan(
+                name=column,
+                label=column,
+                column=column,
+                codes=codes,
+                labels=tuple(str(c) for c in codes),
+                members=tuple((c,) for c in codes),
+            )
             plan = replace(
                 self.plan,
-                dimensions=(DimensionPlan.from_variable(first),),
-                universe=definition,
+                dimensions=(dimension,),
+                universe=context,
                 grouping_sets=((0,), ()),
                 weight=None,
                 replicates=(),
@@ -229,8 +245,13 @@ class EngineCounts:
                 present=(),
             )
             agg = self.engine.tabulate(self.dataset, plan)
-            self._memo[key] = (int(agg.n[-1]), int(agg.cell_key[-1]))
-        return self._memo[key]
+            found = {
+                c: (int(n), int(k))
+                for c, n, k in zip(codes, agg.n.tolist(), agg.cell_key.tolist(), strict=False)
+                if n
+            }
+            self._memo[key] = found
+        return found
 
 
 def dataset_identity(engine: Engine, dataset: Dataset) -> str:

@@ -458,7 +458,9 @@ class TableService:
                     protection=s.builder.protection,
                     space=s.builder.definition_space,
                     rules=rules,
-                    counted=EngineCounts(s.builder.engine, s.dataset, prepared.full),
+                    counted=EngineCounts(
+                        s.builder.engine, s.dataset, prepared.full, s.builder.definition_space
+                    ),
                 ).withheld
                 figures = self._figures(s, prepared, withheld)
             assert figures is not None
