@@ -32,7 +32,7 @@ LAYERS: list[set[str]] = [
     {"cells", "_request"},
     {"engines", "ptable"},
     {"mechanisms"},
-    {"_protection", "_settings", "rules", "output"},
+    {"_protection", "_settings", "rules", "output", "statistics"},
     {"state"},
     {"_builder", "_release"},
     {"prepare"},

@@ -21,18 +21,20 @@ from typing import Any
 
 import pytest
 
-from tablesafe._request import TableRequest, TabulationPlan
+from tablesafe._request import Item, TableRequest, TabulationPlan
 from tablesafe._settings import load_site_config
 from tablesafe.catalog._catalog import Catalog, Variable
 from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.cells._magnitude_sums import MagnitudePlan
 from tablesafe.mechanisms._magnitudes import MagnitudeProtection
 from tablesafe.server._auth import Principal
 from tablesafe.server._bodies import TableBody
 from tablesafe.server._service import TableService
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tablesafe"
-#: The functions that run the path: their calls are followed.
-RUNNERS = {SRC / "_builder.py", SRC / "server" / "_service.py"}
+#: The functions that run the path: their calls are followed (the builder's loop
+#: over the statistics runs each statistic's module).
+RUNNERS = {SRC / "_builder.py", SRC / "server" / "_service.py", *SRC.glob("statistics/*.py")}
 #: The stages in the path's order; a module's stage is the first that names it.
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("request", ("catalog/", "_request.py", "_settings.py", "rules/_request")),
@@ -44,7 +46,16 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("output", ("output/",)),
 ]
 #: The values handed down the path (and the settings): reading them is no move.
-DATA = (TableRequest, TabulationPlan, CellAggregates, Catalog, Variable, MagnitudeProtection)
+DATA = (
+    TableRequest,
+    TabulationPlan,
+    CellAggregates,
+    Catalog,
+    Variable,
+    MagnitudeProtection,
+    Item,
+    MagnitudePlan,
+)
 #: The rules' checks of the request: they run before any microdata is read.
 REQUEST_CHECKS = {"check_request_limits", "check_grouping_limits"}
 #: Helpers every stage uses (errors, random streams, seeds, roundings) and the

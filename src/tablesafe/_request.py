@@ -21,11 +21,13 @@ from tablesafe.catalog._catalog import Catalog, Code, Variable
 from tablesafe.catalog._custom import CustomGrouping, extend_catalog, parse_groupings
 from tablesafe.catalog._magnitudes import parse_quantile_item, quantile_item
 from tablesafe.catalog._units import CountingUnit, Unit
-from tablesafe.cells._magnitude_sums import MagnitudePlan, with_top
+from tablesafe.cells._magnitude_sums import MagnitudePlan, replicate_name, with_top
 
 __all__ = [
+    "ITEM_KINDS",
     "MAX_DIMENSIONS",
     "DimensionPlan",
+    "Item",
     "MarginSpec",
     "Margins",
     "Percent",
@@ -84,6 +86,92 @@ class Percent(StrEnum):
                 )
             return (1,)
         return (0,) if self == Percent.COLUMN or k < 2 else (0, 1)
+
+
+#: The kinds of statistics of continuous variables a request may name, with how many
+#: variables each takes (``sum:VAR``, ``ratio:VAR:VAR``...). Medians and quantiles are
+#: written ``median:VAR`` and ``quantile:VAR:P``. A statistic the registry adds
+#: (:func:`tablesafe.statistics.register`) adds its kind here.
+ITEM_KINDS: dict[str, int] = {"sum": 1, "mean": 1}
+
+
+class Item(str):
+    """One statistic of continuous variables asked for, parsed once where the request is made.
+
+    Equal to its canonical text, as a :class:`~enum.StrEnum` member is
+    (``Item.parse("sum:INCOME") == "sum:INCOME"``), and typed: its kind, its
+    variables and (a quantile) its percent are attributes, never split from
+    the text again.
+
+    Attributes:
+        kind: ``sum``, ``mean``, ``median``, ``quantile`` or a registered kind.
+        variables: The continuous variables it is of (one, for all but a
+            registered kind that takes more).
+        percent: A quantile's percent (50 for a median), else ``None``.
+    """
+
+    kind: str
+    variables: tuple[str, ...]
+    percent: int | None
+
+    def __new__(cls, kind: str, variables: Sequence[str], percent: int | None = None) -> Item:
+        variables = tuple(variables)
+        if percent is not None:
+            kind = "median" if percent == 50 else "quantile"
+            text = quantile_item(variables[0], percent)
+        else:
+            text = ":".join((kind, *variables))
+        item = super().__new__(cls, text)
+        item.kind, item.variables, item.percent = kind, variables, percent
+        return item
+
+    def __reduce__(self) -> tuple[type[Item], tuple[str, tuple[str, ...], int | None]]:
+        return (Item, (self.kind, self.variables, self.percent))
+
+    @property
+    def variable(self) -> str:
+        """Its (first) variable."""
+        return self.variables[0]
+
+    @property
+    def is_quantile(self) -> bool:
+        """Whether it is a median or a quantile."""
+        return self.percent is not None
+
+    @classmethod
+    def of(cls, text: object) -> Item:
+        """The item ``text`` writes (a request's edge: its body, the command line).
+
+        Raises:
+            RequestError: for a text that is no item a request may name.
+        """
+        item = cls.parse(text)
+        if item is None:
+            raise RequestError(
+                f"unknown statistic {text!r}; magnitudes are written sum:VAR or mean:VAR "
+                "(medians and quantiles median:VAR or quantile:VAR:P; VAR a continuous "
+                "variable of the catalog)"
+            )
+        return item
+
+    @classmethod
+    def parse(cls, text: object) -> Item | None:
+        """The item ``text`` writes, or ``None`` for a text that is no known item.
+
+        Raises:
+            RequestError: for a quantile whose ``P`` is not a fraction of two decimals.
+        """
+        if isinstance(text, Item):
+            return text
+        found = parse_quantile_item(text)
+        if found is not None:
+            return cls("quantile", (found[0],), found[1])
+        if not isinstance(text, str):
+            return None
+        kind, *names = text.split(":")
+        if ITEM_KINDS.get(kind) != len(names) or not all(names):
+            return None
+        return cls(kind, names)
 
 
 class Margins(StrEnum):
@@ -167,9 +255,9 @@ class TableRequest:
     replicates: bool = False
     rounding: str | None = None
     groupings: tuple[CustomGrouping, ...] = ()
-    magnitudes: tuple[str, ...] = ()
+    magnitudes: tuple[Item, ...] = ()
     percentages: tuple[Percent, ...] = ()
-    quantiles: tuple[str, ...] = ()
+    quantiles: tuple[Item, ...] = ()
     unit: Unit | str | None = None
 
     def __post_init__(self) -> None:
@@ -277,27 +365,19 @@ class TableRequest:
             base = bases[0] if bases else implied
         kinds = [choice(Percent, p, "percentage", RequestError) for p in percents]
         object.__setattr__(self, "percentages", tuple(dict.fromkeys(kinds)))
-        out: list[str] = []
+        out: list[Item] = []
         quantiles = self._listed_quantiles()
-        for item in items:
-            found = parse_quantile_item(item)
-            if found is not None:
-                quantiles.append(quantile_item(*found))
-                continue
-            kind, _, name = item.partition(":") if isinstance(item, str) else ("", "", "")
-            if kind not in ("sum", "mean") or not name:
-                raise RequestError(
-                    f"unknown statistic {item!r}; magnitudes are written sum:VAR or mean:VAR "
-                    "(medians and quantiles median:VAR or quantile:VAR:P; VAR a continuous "
-                    "variable of the catalog)"
-                )
-            if f"{kind}:{name}" not in out:
-                out.append(f"{kind}:{name}")
+        for text in items:
+            item = Item.of(text)
+            if item.is_quantile:
+                quantiles.append(item)
+            elif item not in out:
+                out.append(item)
         object.__setattr__(self, "statistic", base)
         object.__setattr__(self, "magnitudes", tuple(out))
         object.__setattr__(self, "quantiles", tuple(dict.fromkeys(quantiles)))
 
-    def _listed_quantiles(self) -> list[str]:
+    def _listed_quantiles(self) -> list[Item]:
         """The ``quantiles`` field's items in their canonical form (``median:VAR``...)."""
         given: object = self.quantiles
         if isinstance(given, str):
@@ -307,14 +387,14 @@ class TableRequest:
                 f"quantiles must be a list of 'median:VAR' or 'quantile:VAR:P' items, not {given!r}"
             )
         out = []
-        for item in given:
-            parts = parse_quantile_item(item)
-            if parts is None:
+        for text in given:
+            item = Item.parse(text)
+            if item is None or not item.is_quantile:
                 raise RequestError(
-                    f"unknown quantile {item!r}; quantiles are written median:VAR or "
+                    f"unknown quantile {text!r}; quantiles are written median:VAR or "
                     "quantile:VAR:P (P a fraction such as 0.9)"
                 )
-            out.append(quantile_item(*parts))
+            out.append(item)
         return out
 
     def _listed_percentages(self) -> list[str]:
@@ -572,37 +652,31 @@ class TableRequest:
 
         With replicates and weights, each variable also gets one plan per
         replicate weight (its sums over ``w_r x``, named by
-        :func:`replicate_magnitude`), for the standard errors of sums and means.
+        :func:`~tablesafe.cells._magnitude_sums.replicate_name`), for the standard
+        errors of sums and means.
         """
         weight = catalog.weight if self.statistic != Statistic.COUNT else None
-        names = dict.fromkeys(catalog.magnitude(m.split(":", 1)[1]).name for m in self.magnitudes)
+        names = dict.fromkeys(
+            catalog.magnitude(name).name for item in self.magnitudes for name in item.variables
+        )
         for item in self.quantiles:
-            parts = parse_quantile_item(item)
-            assert parts is not None
-            catalog.magnitude(parts[0])
+            catalog.magnitude(item.variable)
         plans = [
             MagnitudePlan(name=n, column=catalog.magnitudes[n].column, weight=weight) for n in names
         ]
         if self.replicates and catalog.replicates is not None and weight is not None:
             plans += [
                 MagnitudePlan(
-                    name=replicate_magnitude(n, r),
+                    name=replicate_name(n, r),
                     column=catalog.magnitudes[n].column,
                     weight=column,
                     top=0,
+                    replicate=(n, r),
                 )
                 for n in names
                 for r, column in enumerate(catalog.replicates.columns)
             ]
         return tuple(plans)
-
-
-def replicate_magnitude(name: str, r: int) -> str:
-    """The plan name of magnitude ``name``'s sums over replicate weight ``r`` (from 0).
-
-    ``#`` is outside the catalog's alphabet: no variable has such a name.
-    """
-    return f"{name}#{r}"
 
 
 def _trim_to_universe(

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from tablesafe._errors import ParameterError, RefusedError
-from tablesafe._request import Margins, TableRequest
+from tablesafe._request import Item, Margins, TableRequest
 from tablesafe.catalog._catalog import Code
 from tablesafe.catalog._custom import CustomGroup, CustomGrouping
 from tablesafe.output._table import ProtectedTable
@@ -193,7 +193,7 @@ def _requests(
                 universe=u,
                 margins=margins,
                 groupings=groupings,
-                magnitudes=(f"sum:{magnitude}",) if magnitude else (),
+                magnitudes=(Item("sum", (magnitude,)),) if magnitude else (),
             )
         )
     return out

@@ -23,7 +23,7 @@ from tablesafe._request import DimensionPlan
 from tablesafe.cells._fixed import from_fixed
 from tablesafe.cells._magnitude_sums import MagnitudeSums
 
-__all__ = ["CellAggregates", "cell_mask"]
+__all__ = ["KEY_MODULUS", "CellAggregates", "all_grouping_sets", "cell_mask", "computed_cells"]
 
 KEY_MODULUS = 2**32
 
@@ -166,6 +166,16 @@ def cell_mask(shape: tuple[int, ...], grouping_set: tuple[int, ...]) -> tuple[sl
     return tuple(
         slice(0, s - 1) if i in grouping_set else slice(s - 1, s) for i, s in enumerate(shape)
     )
+
+
+def computed_cells(
+    shape: tuple[int, ...], grouping_sets: tuple[tuple[int, ...], ...]
+) -> npt.NDArray[np.bool_]:
+    """The cells a table computes: every cell of each of its grouping sets."""
+    computed = np.zeros(shape, dtype=bool)
+    for gs in grouping_sets:
+        computed[cell_mask(shape, gs)] = True
+    return computed
 
 
 def all_grouping_sets(k: int) -> tuple[tuple[int, ...], ...]:

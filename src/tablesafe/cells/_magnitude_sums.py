@@ -35,6 +35,7 @@ __all__ = [
     "MagnitudeSums",
     "magnitude_sql",
     "merge_top",
+    "replicate_name",
     "sums_from_records",
     "top_from_records",
     "top_of_margins",
@@ -57,6 +58,10 @@ class MagnitudePlan:
         replicates: Replicate-weight columns an engine lists beside each
             record's value (:meth:`~tablesafe.engines.Engine.record_values`, for
             the standard errors of quantiles); sums ignore them.
+        replicate: For the sums over one replicate weight (the standard errors
+            of sums and means): the magnitude and the replicate's position
+            (from 0); ``name`` is then :func:`replicate_name`'s. ``None``: the
+            sums over the table's own weight.
     """
 
     name: str
@@ -64,6 +69,20 @@ class MagnitudePlan:
     weight: str | None = None
     top: int = TOP_K
     replicates: tuple[str, ...] = ()
+    replicate: tuple[str, int] | None = None
+
+    @property
+    def variable(self) -> str:
+        """The magnitude these sums are of."""
+        return self.name if self.replicate is None else self.replicate[0]
+
+
+def replicate_name(name: str, r: int) -> str:
+    """The plan name of magnitude ``name``'s sums over replicate weight ``r`` (from 0).
+
+    ``#`` is outside the catalog's alphabet: no variable has such a name.
+    """
+    return f"{name}#{r}"
 
 
 @dataclass(frozen=True, eq=False)

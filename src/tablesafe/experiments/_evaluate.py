@@ -45,7 +45,7 @@ import numpy.typing as npt
 
 from tablesafe._builder import Protection, TableBuilder
 from tablesafe._errors import ParameterError
-from tablesafe._request import TableRequest
+from tablesafe._request import Item, TableRequest
 from tablesafe._seeds import SeedScheme
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.mechanisms import destatis, dp_geometric, drop_add_q, pram_shlomo_young
@@ -137,7 +137,7 @@ def evaluate(
         RequestError: for an unknown or categorical variable in ``magnitudes``.
     """
     out = []
-    mag_stats = tuple(f"{s}:{v}" for v in magnitudes for s in ("sum", "mean"))
+    mag_stats = tuple(Item(s, (v,)) for v in magnitudes for s in ("sum", "mean"))
     for dims in tables:
         request = TableRequest(tuple(dims), statistic="both", magnitudes=mag_stats)
         base = TableBuilder(dataset, Protection(None), engine=engine)

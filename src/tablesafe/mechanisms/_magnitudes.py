@@ -48,6 +48,7 @@ import numpy.typing as npt
 
 from tablesafe._errors import InternalError, ParameterError, RequestError, choice
 from tablesafe._protection_limits import check_number
+from tablesafe._request import Item
 from tablesafe._seeds import SeedScheme
 from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE, Magnitude, magnitude_column
 from tablesafe.mechanisms._num_ptable import NumPTable
@@ -474,12 +475,14 @@ class ProtectedMagnitudes:
         meta: The public statement (``meta.magnitudes``).
         sums: Magnitude name -> the protected sums before rounding (for their
             standard errors; never published as such).
+        items: Each item asked for -> its column.
     """
 
     columns: dict[str, npt.NDArray[np.float64]]
     sensitive: dict[str, npt.NDArray[np.bool_]]
     meta: dict[str, Any]
     sums: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
+    items: dict[Item, str] = field(default_factory=dict)
 
 
 def ckm_noise(
@@ -573,7 +576,7 @@ def dp_noise(
 
 
 def protect_magnitudes(
-    magnitudes: Sequence[str],
+    magnitudes: Sequence[Item],
     agg: CellAggregates,
     counts: npt.NDArray[np.int64],
     weighted: npt.NDArray[np.float64] | None,
@@ -618,31 +621,24 @@ def protect_magnitudes(
     r_sum, r_mean = Rounding.parse(prot.rounding), Rounding.parse(prot.mean_rounding)
     protected: dict[str, npt.NDArray[np.float64]] = {}
     sensitive: dict[str, npt.NDArray[np.bool_]] = {}
-    names = list(dict.fromkeys(item.split(":", 1)[1] for item in magnitudes))
+    names = list(dict.fromkeys(item.variable for item in magnitudes))
     bounds = {n: variables[n].bound for n in names}
     for name in names:
         sensitive[name] = _sensitive_cells(name, agg, computed, prot)
         if prot.method == MagnitudeMethod.NONE:
             protected[name] = agg.magnitudes[name].total.copy()
         else:
+            keys = (seeds, secret, definitions, empty_mean)
             protected[name] = _perturbed_sums(
-                name,
-                agg,
-                counts,
-                weighted,
-                variables[name],
-                prot,
-                seeds,
-                secret,
-                definitions,
-                empty_mean,
+                name, agg, counts, weighted, variables[name], prot, *keys
             )
     columns: dict[str, npt.NDArray[np.float64]] = {}
+    items: dict[Item, str] = {}
     for item in magnitudes:
-        kind, name = item.split(":", 1)
+        kind, name = item.kind, item.variable
         value = protected[name]
         hide = ~computed | (sensitive[name] if prot.action == SensitiveAction.SUPPRESS else False)
-        column = magnitude_column(kind, name, weighted=weighted is not None)
+        column = items[item] = magnitude_column(kind, name, weighted=weighted is not None)
         if kind == "sum":
             columns[column] = np.where(hide, np.nan, r_sum.apply(value))
         else:
@@ -651,7 +647,7 @@ def protect_magnitudes(
     meta = prot.describe({n: bounds[n] for n in names})
     meta["variables"] = names
     meta["weighted"] = weighted is not None
-    return ProtectedMagnitudes(columns, sensitive, meta, protected)
+    return ProtectedMagnitudes(columns, sensitive, meta, protected, items)
 
 
 def _sensitive_cells(

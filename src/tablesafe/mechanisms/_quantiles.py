@@ -45,9 +45,10 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import RequestError
+from tablesafe._request import Item
 from tablesafe._seeds import SeedScheme
 from tablesafe.catalog._catalog import ReplicateDesign
-from tablesafe.catalog._magnitudes import Magnitude, parse_quantile_item, quantile_column
+from tablesafe.catalog._magnitudes import Magnitude, quantile_column
 from tablesafe.cells._quantiles import (
     QuantileRanks,
     SortedCells,
@@ -387,7 +388,7 @@ def _interval(
 
 
 def protect_quantiles(
-    items: Sequence[str],
+    items: Sequence[Item],
     cells: Mapping[str, SortedCells],
     counts: npt.NDArray[np.int64],
     computed: npt.NDArray[np.bool_],
@@ -435,9 +436,8 @@ def protect_quantiles(
     ctx = _Context(counts, computed, aggregates[0], aggregates[1], seeds, secret, definitions)
     columns: dict[str, npt.NDArray[np.float64]] = {}
     for item in items:
-        parts = parse_quantile_item(item)
-        assert parts is not None
-        name, percent = parts
+        name, percent = item.variable, item.percent
+        assert percent is not None
         values, ranks = _one_quantile(cells[name], percent, variables[name], prot, ctx)
         shown = ~np.isnan(values)
         column = quantile_column(percent, name, weighted=weighted)

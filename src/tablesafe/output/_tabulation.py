@@ -149,7 +149,7 @@ def refuse_item_nonresponse(dataset: Dataset, plan: TabulationPlan) -> None:
         RequestError: naming the variable and the way to its figures.
     """
     for m in plan.magnitudes:
-        variable = dataset.catalog.magnitudes.get(m.name.split("#")[0])
+        variable = dataset.catalog.magnitudes.get(m.variable)
         if variable is not None and variable.missing is not None:
             raise RequestError(
                 f"{variable.name} has item non-response (missing codes): its sums and means "

@@ -23,16 +23,16 @@ and are enforced before anything is returned:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
-
-import numpy as np
-import numpy.typing as npt
+from typing import Any
 
 from tablesafe._errors import InternalError, RefusedError, TooManyCells
 from tablesafe._request import TableRequest
 from tablesafe._settings import RuleSettings, SmallCellAction
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.output._table import ProtectedTable
+from tablesafe.statistics import STATISTICS, PublishedStatistic
 
 __all__ = [
     "apply_small_cell_rule",
@@ -91,8 +91,17 @@ def check_universe_size(n: int, rules: RuleSettings) -> None:
         )
 
 
-def apply_small_cell_rule(table: ProtectedTable, rules: RuleSettings) -> ProtectedTable:
-    """Suppress (or show as ``"<k"``) protected counts below ``min_cell_size``."""
+def apply_small_cell_rule(
+    table: ProtectedTable,
+    rules: RuleSettings,
+    statistics: Sequence[PublishedStatistic] = STATISTICS,
+) -> ProtectedTable:
+    """Suppress (or show as ``"<k"``) protected counts below ``min_cell_size``.
+
+    Each statistic says what it hides with them
+    (:meth:`~tablesafe.statistics.PublishedStatistic.small_cells`: a
+    percentage of a hidden cell or of a hidden denominator).
+    """
     k = rules.min_cell_size
     if k <= 0 or table.counts is None:
         return table
@@ -100,33 +109,7 @@ def apply_small_cell_rule(table: ProtectedTable, rules: RuleSettings) -> Protect
     display = None if rules.small_cell_action == SmallCellAction.SUPPRESS else f"<{k}"
     meta = dict(table.metadata)
     meta["small_cell_rule"] = {"min_cell_size": k, "action": str(rules.small_cell_action)}
-    return replace(
-        table,
-        suppressed=small,
-        metadata=meta,
-        suppressed_display=display,
-        percentages=_hide_percentages(table, small),
-    )
-
-
-def _hide_percentages(
-    table: ProtectedTable, small: npt.NDArray[np.bool_]
-) -> dict[str, npt.NDArray[np.float64]] | None:
-    """Percentages blank where their cell or their denominator is suppressed.
-
-    A shown cell's percentage of a hidden total would give the total away
-    (the cell over its percentage), so it is left blank with its standard
-    error and interval.
-    """
-    if not table.percentages:
-        return None if table.percentages is None else dict(table.percentages)
-    from tablesafe._request import Percent
-    from tablesafe.mechanisms._precision import denominator_index
-
-    out = {}
-    for name, values in table.percentages.items():
-        # percent_row, percent_row_se...: the kind is the column's second word.
-        kind = Percent(name.split("_")[1])
-        hidden = small | small[denominator_index(kind, small.shape)]
-        out[name] = np.where(hidden, np.nan, values)
-    return out
+    hidden: dict[str, Any] = {}
+    for statistic in statistics:
+        hidden.update(statistic.small_cells(table, small))
+    return replace(table, suppressed=small, metadata=meta, suppressed_display=display, **hidden)

@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from tablesafe._errors import RequestError, UserError
-from tablesafe._request import Margins, Percent, Statistic, TableRequest
+from tablesafe._request import Item, Margins, Percent, Statistic, TableRequest
 from tablesafe.catalog._custom import parse_groupings
 from tablesafe.catalog._units import Unit
 
@@ -182,7 +182,7 @@ class TableBody(BaseModel):
             tuple(self.dimensions),
             universe={k: tuple(v) for k, v in self.universe.items()},
             statistic=self.statistic,
-            magnitudes=tuple(self.magnitudes),
+            magnitudes=tuple(Item.of(m) for m in self.magnitudes),
             margins=self.margins,
             replicates=self.se,
             rounding=self.rounding,
