@@ -56,8 +56,16 @@ DATA = (
     Item,
     MagnitudePlan,
 )
-#: The rules' checks of the request: they run before any microdata is read.
-REQUEST_CHECKS = {"check_request_limits", "check_grouping_limits"}
+#: The rules' checks of the request (the admission's first steps): they run before
+#: any microdata is read.
+REQUEST_CHECKS = {
+    "check_request_limits",
+    "check_grouping_limits",
+    "check_groupings",
+    "check_plan",
+    "check_plan_limits",
+    "refused_before",
+}
 #: Helpers every stage uses (errors, random streams, seeds, roundings) and the
 #: server's own modules are no stage.
 NO_STAGE = ("_errors.py", "_lazy.py", "_random.py", "_rounding.py", "_seeds.py", "_keys.py")

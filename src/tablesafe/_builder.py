@@ -26,7 +26,6 @@ import numpy.typing as npt
 
 from tablesafe._protection import CellwiseMechanism, Protection
 from tablesafe._request import MAX_DIMENSIONS, Margins, Statistic, TableRequest, TabulationPlan
-from tablesafe.catalog._custom import check_grouping_limits
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._definitions import DefinitionSpace
 from tablesafe.catalog._units import Unit
@@ -37,6 +36,8 @@ from tablesafe.output._footnotes import SE_UNWEIGHTED
 from tablesafe.output._table import ProtectedTable
 from tablesafe.output._tabulation import Tabulation, refuse_item_nonresponse
 from tablesafe.output._withheld import withhold
+from tablesafe.rules._admit import OWNER, Admission
+from tablesafe.rules._ledger import TableFigures
 from tablesafe.statistics import STATISTICS, PublishedStatistic, Source, TableWork
 from tablesafe.statistics._bases import figure_groups, item_nonresponse, without_bases
 from tablesafe.statistics._counts import protect_counts
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from tablesafe.engines._base import Engine
 
 __all__ = [
+    "Bound",
     "Built",
     "CellwiseMechanism",
     "Prepared",
@@ -57,28 +59,39 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Prepared:
-    """A request checked and bound, its grouping sets tabulated: before any protection.
+class Bound:
+    """A request checked against the site's limits and bound to the catalog, once.
+
+    Nothing of the microdata is read yet.
 
     Attributes:
-        request: The checked request.
+        request: The checked request (codes in the catalog's types).
         work: The request the table is built for (with replicates where the
             precision rule needs standard errors not asked for).
         plan: Its plan.
-        full: The plan the engine ran (every grouping set).
-        aggregates: The exact aggregates of every grouping set (the owner's).
+        full: The plan the engine runs (every grouping set, what each statistic adds).
         whole: The plan with every grouping set and every magnitude asked for
             (the bases of variables with item non-response tabulate from it).
-        computed: The table's cells.
-        structural_zero: Its structural zeros (of every cell, computed or not).
     """
 
     request: TableRequest
     work: TableRequest
     plan: TabulationPlan
     full: TabulationPlan
-    aggregates: CellAggregates
     whole: TabulationPlan
+
+
+@dataclass(frozen=True)
+class Prepared(Bound):
+    """A bound request, its grouping sets tabulated: before any protection.
+
+    Attributes:
+        aggregates: The exact aggregates of every grouping set (the owner's).
+        computed: The table's cells.
+        structural_zero: Its structural zeros (of every cell, computed or not).
+    """
+
+    aggregates: CellAggregates
     computed: npt.NDArray[np.bool_]
     structural_zero: npt.NDArray[np.bool_]
 
@@ -87,14 +100,16 @@ class Prepared:
 class Built:
     """One table's path, run: the checked request, its plan, the exact aggregates, the table.
 
-    The aggregates are the data owner's (the server's guard reads them); only
-    the table is published.
+    The aggregates are the data owner's; only the table is published.
+    ``figures`` are its figures as the site's privacy ledger counted them
+    (``None`` where the builder's admission keeps no ledger).
     """
 
     request: TableRequest
     plan: TabulationPlan
     aggregates: CellAggregates
     table: ProtectedTable
+    figures: TableFigures | None = None
 
 
 class TableBuilder:
@@ -110,9 +125,11 @@ class TableBuilder:
             the cell-key method for magnitudes, or exact sums when
             ``protection`` has no mechanism.
         rules: A site's disclosure rules (:class:`~tablesafe._settings.RuleSettings`):
-            the request limits, the universe-size rule and the small-cell rule
-            then apply on the path, as the server applies them (the sliver guard,
-            which depends on what was published, is the server's).
+            the request limits, the small-cell, precision and universe-size rules
+            then apply on the path, in the admission's order
+            (:mod:`tablesafe.rules._admit`); those that depend on what was
+            published (the account, the ledger, the putative-risk ceiling) apply
+            where a site's service gives the admission its state store.
         statistics: The statistics tables may publish, in the order they are
             built (:data:`tablesafe.statistics.STATISTICS`, the registry).
     """
@@ -145,6 +162,9 @@ class TableBuilder:
         self.magnitude_protection = magnitudes
         self.statistics = statistics
         self.source = Source(dataset, engine, protection, magnitudes, rules)
+        # Every rule that refuses or withholds, in its order (a site's service gives
+        # it the state store: what was published decides).
+        self.admission = Admission(self.source, rules, statistics=statistics)
 
     # -- the data owner's views --------------------------------------------------
 
@@ -172,94 +192,95 @@ class TableBuilder:
     def check(self, request: TableRequest) -> TableRequest:
         """``request`` checked against the catalog and the rules, codes in the catalog's types.
 
-        Runs before any microdata is read.
+        Runs before any microdata is read (the admission's limits, :meth:`Admission.check`).
 
         Raises:
             RequestError, RefusedError: for a request the catalog or rules do not allow.
         """
+        return self.admission.check(request)
+
+    def bind(self, request: TableRequest | Bound) -> Bound:
+        """``request`` checked against the limits and bound to the catalog, once.
+
+        Raises:
+            RequestError, RefusedError: for a request the catalog or rules do not allow.
+        """
+        if isinstance(request, Bound):
+            return request
         catalog = self.dataset.catalog
-        if self.rules is not None:
-            from tablesafe.rules._rules import check_request_limits
-
-            check_grouping_limits(
-                request.groupings,
-                max_groups=self.rules.max_custom_groups,
-                max_categories=self.rules.max_categories_per_group,
-            )
-            check_request_limits(request, catalog, self.rules)
-        return request.coerced(catalog)
-
-    def run(
-        self, request: TableRequest, *, checked: bool = False, universe_rule: bool = True
-    ) -> Built:
-        """The path of one table, every stage downward (DESIGN, "The path of one table").
-
-        Check the request (unless ``checked``: :meth:`check` gave it), bind it
-        into a plan, tabulate every grouping set (:meth:`prepare`), then
-        protect and apply the rules where the builder has them (:meth:`finish`).
-
-        Args:
-            request: The table asked for.
-            checked: Whether :meth:`check` already gave ``request``.
-            universe_rule: Whether to apply the universe-size rule here.
-
-        Raises:
-            RequestError, RefusedError, ComputationError: with a message for the user.
-        """
-        return self.finish(self.prepare(request, checked=checked), universe_rule=universe_rule)
-
-    def prepare(self, request: TableRequest, *, checked: bool = False) -> Prepared:
-        """Check and bind ``request``, and tabulate every grouping set of its plan.
-
-        Raises:
-            RequestError, RefusedError, ComputationError: with a message for the user.
-        """
-        if not checked:
-            request = self.check(request)
+        self.admission.check_groupings(request)
         # The precision rule decides on standard errors, asked for or not.
         work = replace(request, replicates=True) if self._precision_needs_se(request) else request
-        plan, full, whole = self._plans(work)
-        agg = self.engine.tabulate(self.dataset, full)
+        plan = work.bind(catalog, max_dimensions=self.max_dimensions)
+        self.admission.check_plan(plan)
+        full, whole = self._full_plans(work, plan)
+        return Bound(request.coerced(catalog), work.coerced(catalog), plan, full, whole)
+
+    def run(self, request: TableRequest | Bound, *, key_id: str = OWNER) -> Built:
+        """The path of one table, every stage downward (DESIGN, "The path of one table").
+
+        Check the request and bind it once (:meth:`bind`), tabulate every
+        grouping set (:meth:`prepare`), protect it and hand it to the
+        admission (:mod:`tablesafe.rules._admit`: every rule that refuses or
+        withholds, in its order), which gives the table published.
+
+        Args:
+            request: The table asked for (or bound already: :meth:`bind`).
+            key_id: Who asks (the API key's id; the account's and the ledger's key).
+
+        Raises:
+            RequestError, RefusedError, ComputationError: with a message for the user.
+        """
+        bound = self.bind(request)
+        self.admission.refused_before(bound.request, key_id)
+        prepared = self.prepare(bound)
+        protected = self._protect(prepared, None)
+        admitted = self.admission.admit(
+            prepared, protected, lambda withheld: self._protect(prepared, withheld), key_id
+        )
+        return Built(
+            prepared.request, prepared.plan, prepared.aggregates, admitted.table, admitted.figures
+        )
+
+    def replay(self, request: TableRequest | Bound) -> Built:
+        """A table as the builder publishes it where nothing was published before.
+
+        The request's limits, the protection and the rules on the table alone
+        (small cells, precision, the universe size): what a site's published
+        table is rebuilt as for a measure over published tables (the
+        putative-risk ceiling), spending nothing and recording nothing.
+
+        Raises:
+            RequestError, RefusedError, ComputationError: with a message for the user.
+        """
+        prepared = self.prepare(request)
+        admitted = self.admission.replay(prepared, self._protect(prepared, None))
+        return Built(prepared.request, prepared.plan, prepared.aggregates, admitted.table)
+
+    def prepare(self, request: TableRequest | Bound) -> Prepared:
+        """Check and bind ``request`` (unless bound already), and tabulate every grouping set.
+
+        Raises:
+            RequestError, RefusedError, ComputationError: with a message for the user.
+        """
+        bound = self.bind(request)
+        plan = bound.plan
+        agg = self.engine.tabulate(self.dataset, bound.full)
         computed = computed_cells(agg.shape, plan.grouping_sets)
         zeros = structural_zero_mask(self.dataset.catalog, plan)
-        return Prepared(request, work, plan, full, agg, whole, computed, zeros)
+        return Prepared(**vars(bound), aggregates=agg, computed=computed, structural_zero=zeros)
 
     def cells(self, prepared: Prepared) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
         """A prepared table's cells (computed), and its structural zeros among them."""
         return prepared.computed, prepared.computed & prepared.structural_zero
 
-    def finish(
-        self,
-        prepared: Prepared,
-        withheld: npt.NDArray[np.bool_] | None = None,
-        *,
-        universe_rule: bool = True,
-    ) -> Built:
-        """Protect a prepared table, withholding ``withheld``, then apply the builder's rules.
-
-        The universe-size rule (on the table's protected total), the small-cell
-        rule on the protected counts and the precision rule, where the builder
-        has rules.
-        """
-        request, plan, agg = prepared.request, prepared.plan, prepared.aggregates
+    def _protect(
+        self, prepared: Prepared, withheld: npt.NDArray[np.bool_] | None
+    ) -> ProtectedTable:
+        """A prepared table protected, ``withheld`` left out (the admission's rules not yet)."""
         cells = (prepared.computed, prepared.structural_zero)
-        table = self._protect(prepared.work, plan, agg, prepared.whole, withheld, cells)
-        rules = self.rules
-        if rules is not None:
-            from tablesafe.rules._precision import apply_precision_rule
-            from tablesafe.rules._rules import (
-                apply_small_cell_rule,
-                check_universe_size,
-                table_universe_size,
-            )
-
-            if universe_rule:
-                # On the table's own protected total: no figure beyond the table's.
-                check_universe_size(table_universe_size(table), rules)
-            table = apply_small_cell_rule(table, rules, self.statistics)
-            table = apply_precision_rule(table, rules, publish_se=request.replicates)
-            table = replace(table, request=request)
-        return Built(request, plan, agg, table)
+        plan, agg, whole = prepared.plan, prepared.aggregates, prepared.whole
+        return self._protected(prepared.work, plan, agg, whole, withheld, cells)
 
     def _precision_needs_se(self, request: TableRequest) -> bool:
         """Whether the site's precision rule needs standard errors the request did not ask for."""
@@ -278,26 +299,26 @@ class TableBuilder:
         """The plan of a coerced ``request``, and the plan the engine runs for it.
 
         The engine computes every grouping set (dynamic seeds hash the margins
-        a cell belongs to) and what each statistic adds (:meth:`~tablesafe.statistics.
-        PublishedStatistic.full_plan`): only as many largest contributions of
-        each magnitude as the protection and rules use; magnitudes with item
-        non-response are left out (each base tabulates its own).
+        a cell belongs to) and what each statistic adds
+        (:meth:`~tablesafe.statistics.PublishedStatistic.full_plan`): only as
+        many largest contributions of each magnitude as the protection and
+        rules use; magnitudes with item non-response are left out (each base
+        tabulates its own).
         """
-        plan, full, _ = self._plans(request, max_dimensions=max_dimensions)
-        return plan, full
-
-    def _plans(
-        self, request: TableRequest, *, max_dimensions: int | None = None
-    ) -> tuple[TabulationPlan, TabulationPlan, TabulationPlan]:
-        """:meth:`plans`, and the whole plan (every magnitude kept): the request bound once."""
         plan = request.bind(
             self.dataset.catalog, max_dimensions=max_dimensions or self.max_dimensions
         )
+        return plan, self._full_plans(request, plan)[0]
+
+    def _full_plans(
+        self, request: TableRequest, plan: TabulationPlan
+    ) -> tuple[TabulationPlan, TabulationPlan]:
+        """The engine's plan of ``request``'s bound ``plan``, and the whole (every magnitude)."""
         every_set = replace(request, margins=Margins.ALL).grouping_sets()
         whole = replace(plan, grouping_sets=every_set)
         for statistic in self.statistics:
             whole = statistic.full_plan(self.source, whole)
-        return plan, without_bases(self.source, whole), whole
+        return without_bases(self.source, whole), whole
 
     def protect(
         self,
@@ -318,10 +339,10 @@ class TableBuilder:
         """
         computed = computed_cells(agg.shape, plan.grouping_sets)
         zeros = structural_zero_mask(self.dataset.catalog, plan)
-        whole = self._plans(request)[2]
-        return self._protect(request, plan, agg, whole, withheld, (computed, zeros))
+        whole = self._full_plans(request, plan)[1]
+        return self._protected(request, plan, agg, whole, withheld, (computed, zeros))
 
-    def _protect(
+    def _protected(
         self,
         request: TableRequest,
         plan: TabulationPlan,

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from tablesafe._errors import InternalError, RefusedError, TooManyCells
-from tablesafe._request import TableRequest
+from tablesafe._request import TableRequest, TabulationPlan
 from tablesafe._settings import RuleSettings, SmallCellAction
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.output._table import ProtectedTable
@@ -36,6 +36,7 @@ from tablesafe.statistics import STATISTICS, PublishedStatistic
 
 __all__ = [
     "apply_small_cell_rule",
+    "check_plan_limits",
     "check_request_limits",
     "check_universe_size",
     "table_universe_size",
@@ -49,7 +50,15 @@ def check_request_limits(request: TableRequest, catalog: Catalog, rules: RuleSet
         RequestError: too many dimensions (a request the site never allows).
         TooManyCells: too many cells (a RefusedError).
     """
-    plan = request.bind(catalog, max_dimensions=rules.max_dimensions)
+    check_plan_limits(request.bind(catalog, max_dimensions=rules.max_dimensions), rules)
+
+
+def check_plan_limits(plan: TabulationPlan, rules: RuleSettings) -> None:
+    """Refuse a bound table with too many cells (margins included).
+
+    Raises:
+        TooManyCells: too many cells (a RefusedError).
+    """
     cells = math.prod(plan.shape)
     if cells > rules.max_cells:
         raise TooManyCells(

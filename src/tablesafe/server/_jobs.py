@@ -57,11 +57,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tablesafe._errors import TablesafeError, UserError
 from tablesafe._request import TableRequest
 from tablesafe._settings import AuditFailure, EmbeddedWorker, RuleSettings, SiteConfig
-from tablesafe.catalog._custom import check_grouping_limits
 from tablesafe.output._formats import OutputFormat, WriteOptions, format_names, output_format
 from tablesafe.output._stream import csv_pieces
 from tablesafe.output._table import ProtectedTable
-from tablesafe.rules._rules import check_request_limits
 from tablesafe.server._auth import Authenticator, Principal
 from tablesafe.server._bodies import TableBody
 from tablesafe.server._gate import error_object
@@ -138,14 +136,7 @@ def check_job(service: TableService, name: str, request: TableRequest) -> TableR
         TooManyCells: for more cells than ``max_job_cells``.
     """
     served = service.served(name)
-    rules = job_rules(served.settings.rules)
-    check_grouping_limits(
-        request.groupings,
-        max_groups=rules.max_custom_groups,
-        max_categories=rules.max_categories_per_group,
-    )
-    check_request_limits(request, served.dataset.catalog, rules)
-    return request.coerced(served.dataset.catalog)
+    return served.builder.admission.check(request, job_rules(served.settings.rules))
 
 
 def job_digest(service: TableService, name: str, checked: TableRequest, job: dict[str, Any]) -> str:

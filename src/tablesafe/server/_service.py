@@ -1,59 +1,37 @@
 """The table service: the site configuration put to work, independent of HTTP.
 
-One :class:`TableService` serves every dataset of a site configuration. For
-each table request it enforces the rules in this order, before anything is
-returned: request limits (dimensions, cells; before any microdata is read),
-tabulation (with the query timeout), protection with the small-cell and
-precision rules, the universe-size rule and the putative-risk ceiling (a
-refusal by either spends the table's figures in the ledger), then, in one
-transaction of the state store, the account of published figures (which
-cells are withheld, or a refusal) and the privacy ledger; a table with cells
-withheld is protected again over the cells it publishes. Every
-request, answered or refused, is written to the audit log.
+One :class:`TableService` serves every dataset of a site configuration, one
+builder each. Every table goes the builder's path, whose admission
+(:mod:`tablesafe.rules._admit`) applies every rule that refuses or withholds,
+in the order written there, with the site's state store: what was published
+decides. The service adds what is shared by every door: the cache of answered
+tables (a cached table's figures are counted by the ledger for each key it is
+given to) and the number of builds at once. Every request, answered or
+refused, is written to the audit log by the door that received it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tablesafe._builder import Prepared, TableBuilder
-from tablesafe._errors import (
-    ConfigError,
-    RefusedError,
-    RiskCeilingExceeded,
-    TablesafeError,
-    UserError,
-)
+from tablesafe._builder import TableBuilder
+from tablesafe._errors import ConfigError, TablesafeError, UserError
 from tablesafe._protection import Protection
 from tablesafe._protection import protection_from_settings as core_protection
-from tablesafe._request import Statistic, TableRequest
-from tablesafe._settings import (
-    DatasetSettings,
-    EngineKind,
-    RuleSettings,
-    SiteConfig,
-    SliverScope,
-)
+from tablesafe._request import TableRequest
+from tablesafe._settings import DatasetSettings, EngineKind, SiteConfig, SliverScope
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines._base import Engine
 from tablesafe.output._table import ProtectedTable
-from tablesafe.rules._admission import Accounts, EngineCounts, admit, dataset_identity
-from tablesafe.rules._ledger import (
-    Budgets,
-    TableFigures,
-    TableShape,
-    release_figures,
-    table_figures,
-    warm,
-)
-from tablesafe.rules._rules import check_universe_size, table_universe_size
+from tablesafe.rules._admit import Admission, budgets_of
+from tablesafe.rules._ledger import TableFigures, warm
 from tablesafe.server._auth import Principal
 from tablesafe.server._bodies import TableBody
 from tablesafe.server._risk_gate import RiskGate
@@ -67,15 +45,6 @@ class NotFound(UserError):
     """No such dataset, job, path or static file (HTTP 404, error type ``NotFound``)."""
 
     status_code = 404
-
-
-def _budgets(rules: RuleSettings) -> Budgets:
-    """The privacy budgets a dataset's rules set."""
-    return Budgets(
-        rules.privacy_budget_epsilon,
-        rules.privacy_budget_epsilon_per_key,
-        rules.privacy_budget_delta,
-    )
 
 
 def site_protection(dataset: DatasetSettings, site: SiteConfig) -> Protection:
@@ -102,15 +71,63 @@ class _Served:
     dataset: Dataset
     builder: TableBuilder
     title: str
-    # The microdata's identity (the account's key), computed when first needed.
-    identity: str | None = None
-    # This process's mirror of the account of published figures.
-    accounts: Accounts = field(default_factory=Accounts)
 
-    @functools.cached_property
-    def risk_gate(self) -> RiskGate:
-        """The putative-risk ceiling's memory of this dataset's published tables."""
-        return RiskGate()
+
+@dataclass
+class _Ceiling:
+    """The putative-risk ceiling of one served dataset, as the admission asks it.
+
+    The gate (:mod:`tablesafe.server._risk_gate`) measures against the tables
+    the audit log says were answered, rebuilt by the dataset's builder.
+    """
+
+    state: StateStore
+    settings: DatasetSettings
+    builder: TableBuilder
+    gate: RiskGate = field(default_factory=RiskGate)
+
+    def key(self, request: TableRequest) -> str:
+        """What decides the ceiling's refusal of a table, as a digest.
+
+        The checked request, the dataset's settings and the microdata's
+        identity: together they fix the table's figures (same request, same
+        bytes). A refusal stands until the data or the settings change.
+        """
+        what = {
+            "identity": self.builder.admission.identity,
+            "settings": self.settings.model_dump(mode="json"),
+            "request": dataclasses.asdict(request),
+        }
+        text = json.dumps(what, sort_keys=True, default=str, separators=(",", ":"))
+        return hashlib.blake2b(text.encode(), digest_size=16, person=b"ts-ceiling").hexdigest()
+
+    def refused(self, key: str) -> tuple[str, TableFigures] | None:
+        """The stored refusal of the table whose decision digest is ``key``, or None."""
+        return self.gate.refused(self.state, self.settings.name, key)
+
+    def check(
+        self,
+        request: TableRequest,
+        table: ProtectedTable,
+        *,
+        key: str,
+        figures: Callable[[], TableFigures],
+    ) -> None:
+        """The gate's measure of ``table`` against the published tables nearest it."""
+        rules = self.settings.rules
+        assert rules.putative_uniques_ceiling is not None
+        self.gate.check(
+            self.state,
+            self.settings.name,
+            self.builder,
+            request,
+            table,
+            ceiling=rules.putative_uniques_ceiling,
+            min_cell_size=rules.min_cell_size,
+            max_cells=rules.putative_max_cells,
+            key=key,
+            figures=figures,
+        )
 
 
 class TableService:
@@ -161,14 +178,20 @@ class TableService:
                 magnitudes=ds.magnitudes.protection() if protection.mechanism is not None else None,
                 rules=ds.rules,
             )
-            # dp-marginals: the release is kept in the state store, one for every replica.
-            builder.release_store = self.state
+            # The site's admission: what this site published decides the next answer.
+            builder.admission = Admission(
+                builder.source,
+                ds.rules,
+                state=self.state,
+                dataset=ds.name,
+                ceiling=_Ceiling(self.state, ds, builder),
+            )
             self._served[ds.name] = _Served(
                 ds, dataset, builder, ds.title or dataset.catalog.title or ds.name
             )
             # The accountant's distributions and each budget's count, before any table's
             # transaction needs them (the first use imports dp-accounting: seconds).
-            warm(protection, builder.magnitude_protection, dataset.catalog, _budgets(ds.rules))
+            warm(protection, builder.magnitude_protection, dataset.catalog, budgets_of(ds.rules))
 
     def warm_accounts(self) -> int:
         """Read each dataset's account of published figures into memory; how many figures.
@@ -182,8 +205,8 @@ class TableService:
             rules = s.settings.rules
             if rules.sliver_min_difference <= 0 or rules.sliver_scope != SliverScope.DATASET:
                 continue
-            with self.guard.transaction(self.identity(name)) as tx:
-                total += len(s.accounts.caught_up(tx, "*"))
+            with self.state.transaction(self.identity(name)) as tx:
+                total += len(s.builder.admission.accounts.caught_up(tx, "*"))
         return total
 
     def close(self) -> None:
@@ -308,10 +331,7 @@ class TableService:
 
     def identity(self, name: str) -> str:
         """The microdata identity of dataset ``name`` (one small query, the first time)."""
-        s = self._served[name]
-        if s.identity is None:
-            s.identity = dataset_identity(s.builder.engine, s.dataset)
-        return s.identity
+        return self._served[name].builder.admission.identity
 
     # -- tables --------------------------------------------------------------------------
 
@@ -343,193 +363,22 @@ class TableService:
             return self._table(who, name, request)
 
     def _table(self, who: Principal, name: str, request: TableRequest) -> ProtectedTable:
-        s = self._served[name]
-        request = s.builder.check(request)
-        if s.builder.protection.fixed_budget:
-            return self._released(s, who, name, request)
-        cache_key = (name, request)
+        builder = self._served[name].builder
+        bound = builder.bind(request)
+        cache_key = (name, bound.request)
         cached = self._cached(cache_key)
         if cached is not None:
             table, figures = cached
             # The cells it withholds are its stored decision; its figures are
             # published already, and the ledger counts them for this key too.
-            self._admit(s, who, None, figures)
+            builder.admission.again(figures, who.id)
         else:
-            self._ceiling_refused(s, who, request)
-            prepared = s.builder.prepare(request, checked=True)
-            # Protected first (DESIGN's path: mechanism, then rules); a table with
-            # cells withheld is protected again with its margins over the rest.
-            table = s.builder.finish(prepared, universe_rule=False).table
-            try:
-                self._universe_rule(s, table)
-                self._risk_ceiling(s, request, table, prepared)
-            except RefusedError:
-                # Decided on the table's own figures: they spend as if published
-                # (the account records nothing: nothing was published).
-                self._admit(s, who, None, self._figures(s, prepared, None))
-                raise
-            withheld = self._admit(s, who, prepared, None)
-            if withheld is not None and withheld.any():
-                table = s.builder.finish(prepared, withheld, universe_rule=False).table
-            self._store(cache_key, (table, self._figures(s, prepared, withheld)))
+            built = builder.run(bound, key_id=who.id)
+            table = built.table
+            assert built.figures is not None
+            self._store(cache_key, (table, built.figures))
         self.tally.add(name, cached=cached is not None)
         return table
-
-    def _figures(self, s: _Served, prepared: Prepared, withheld: Any) -> TableFigures:
-        """A table's noisy figures (the ledger's), from its plan and the cells it publishes."""
-        plan, work = prepared.plan, prepared.work
-        computed, structural_zero = s.builder.cells(prepared)
-        shape = TableShape(
-            work,
-            computed,
-            structural_zero,
-            work.statistic != Statistic.COUNT and s.dataset.catalog.weight is not None,
-            withheld,
-        )
-        return table_figures(
-            plan,
-            shape,
-            s.builder.protection,
-            s.dataset.catalog,
-            magnitudes=s.builder.magnitude_protection,
-        )
-
-    def _released(
-        self, s: _Served, who: Principal, name: str, request: TableRequest
-    ) -> ProtectedTable:
-        """A ``dp-marginals`` table: post-processing of the site's one release.
-
-        The ledger is given the release's one figure (:func:`release_figures`):
-        the first table spends the site's whole (epsilon, delta), every other
-        table nothing. The account of published figures has nothing to decide:
-        every figure is a function of the release, however it is asked. The
-        universe-size rule reads the table's own total (post-processing too);
-        the putative-risk ceiling is not a setting of such a site.
-        """
-        release = s.builder.release()
-        assert release is not None
-        figures = release_figures(s.builder.protection, release)
-        self._admit(s, who, None, figures)
-        cache_key = (name, request)
-        cached = self._cached(cache_key)
-        if cached is None:
-            table = s.builder.run(request, checked=True).table
-            self._store(cache_key, (table, figures))
-        else:
-            table = cached[0]
-        self.tally.add(name, cached=cached is not None)
-        return table
-
-    def _admit(
-        self,
-        s: _Served,
-        who: Principal,
-        prepared: Prepared | None,
-        figures: TableFigures | None,
-    ) -> Any:
-        """The account of published figures and the privacy ledger, in one transaction.
-
-        The account first (which cells the table withholds, or a refusal:
-        :func:`tablesafe.rules._admission.admit`), then the ledger on the
-        figures the table publishes (its budgets decide on published
-        definitions alone); a refusal by either writes nothing.
-
-        Returns:
-            The cells withheld (extended shape), or None for a cached table.
-
-        Raises:
-            BudgetExhausted: for a table whose new figures take a record past a budget.
-            RefusedError: for a table that would withhold too many cells.
-        """
-        identity = self.identity(s.settings.name)
-        rules = s.settings.rules
-        budgets = _budgets(rules)
-        withheld = None
-        with self.guard.transaction(identity) as tx:
-            if prepared is not None:
-                computed, structural_zero = s.builder.cells(prepared)
-                withheld = admit(
-                    tx,
-                    s.accounts,
-                    key_id=who.id,
-                    plan=prepared.plan,
-                    agg=prepared.aggregates,
-                    cells=computed & ~structural_zero,
-                    protection=s.builder.protection,
-                    space=s.builder.definition_space,
-                    rules=rules,
-                    counted=EngineCounts(
-                        s.builder.engine, s.dataset, prepared.full, s.builder.definition_space
-                    ),
-                ).withheld
-                figures = self._figures(s, prepared, withheld)
-            assert figures is not None
-            if tx.ledger.check(who.id, figures, budgets):
-                tx.spend(who.id, figures, s.settings.name)
-        return withheld
-
-    def _universe_rule(self, s: _Served, table: ProtectedTable) -> None:
-        """The universe-size rule, on the table's protected total.
-
-        The decision is a function of the table's own noisy figures, which
-        the ledger has already counted (a refused table spends as an answered
-        one would; the same request refused again spends nothing).
-        """
-        if s.settings.rules.min_universe_size <= 0:
-            return
-        check_universe_size(table_universe_size(table), s.settings.rules)
-
-    def _risk_ceiling(
-        self, s: _Served, request: TableRequest, table: ProtectedTable, prepared: Prepared
-    ) -> None:
-        """The putative-risk ceiling (:mod:`._risk_gate`) on the table's own figures.
-
-        A refusal is stored with the table's figures (:meth:`_ceiling_refused`).
-        """
-        ceiling = s.settings.rules.putative_uniques_ceiling
-        if ceiling is None:
-            return
-        s.risk_gate.check(
-            self.state,
-            s.settings.name,
-            s.builder,
-            request,
-            table,
-            ceiling=ceiling,
-            min_cell_size=s.settings.rules.min_cell_size,
-            max_cells=s.settings.rules.putative_max_cells,
-            key=self._ceiling_key(s, request),
-            figures=lambda: self._figures(s, prepared, None),
-        )
-
-    def _ceiling_key(self, s: _Served, request: TableRequest) -> str:
-        """What decides the ceiling's refusal of a table, as a digest.
-
-        The checked request, the dataset's settings and the microdata's
-        identity: together they fix the table's figures (same request, same
-        bytes). A refusal stands until the data or the settings change.
-        """
-        what = {
-            "identity": self.identity(s.settings.name),
-            "settings": s.settings.model_dump(mode="json"),
-            "request": dataclasses.asdict(request),
-        }
-        text = json.dumps(what, sort_keys=True, default=str, separators=(",", ":"))
-        return hashlib.blake2b(text.encode(), digest_size=16, person=b"ts-ceiling").hexdigest()
-
-    def _ceiling_refused(self, s: _Served, who: Principal, request: TableRequest) -> None:
-        """A table the ceiling refused before is refused again at once, with the same message.
-
-        Nothing is built: the stored refusal holds the table's figures, which
-        the ledger counts for this key as the first refusal did.
-        """
-        if s.settings.rules.putative_uniques_ceiling is None:
-            return
-        stored = s.risk_gate.refused(self.state, s.settings.name, self._ceiling_key(s, request))
-        if stored is not None:
-            message, figures = stored
-            self._admit(s, who, None, figures)
-            raise RiskCeilingExceeded(message)
 
     def _cached(self, key: tuple[str, TableRequest]) -> _Entry | None:
         with self._cache_lock:
