@@ -48,7 +48,7 @@ from tablesafe._cli._methods import protection_from_options
 from tablesafe._request import TableRequest
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import Dataset
-from tablesafe.cells._magnitude_sums import with_top
+from tablesafe.cells._plan import with_top
 from tablesafe.engines import DuckDBEngine
 from tablesafe.mechanisms._magnitudes import MagnitudeProtection
 

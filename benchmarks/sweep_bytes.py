@@ -17,7 +17,9 @@ HTTP API, so the same script runs against an older checkout: put its
 (percentages, medians and quantiles, standard errors) and serves a second
 dataset (``tests/tsdata.py``'s random records) with item non-response in a
 magnitude and a household unit, under a few of the profiles: the figures of
-every statistic, of bases and of another unit.
+every statistic, of bases and of another unit; and the demo under the rules
+that read what was published (the account of published figures, the
+putative-risk ceiling), its tables asked in order.
 
 Usage: python benchmarks/sweep_bytes.py [--tables 60] [--records 20000] [--wide] [--out FILE]
 """
@@ -51,6 +53,12 @@ SECRET_ENV = "TABLESAFE_SWEEP_SECRET"
 FORMATS = ("json", "csv", "xlsx")
 #: The profiles the wide sweep also serves its second dataset under.
 WIDE_PROFILES = ("ckm-keyed", "dp", "q-records", "ckm-precision", "ckm-small")
+#: The rules the wide sweep also serves the demo under (as ckm-keyed): what was
+#: published decides (the account of published figures, the putative-risk ceiling).
+SHARED_RULES = {
+    "account": {"sliver_min_difference": 5},
+    "ceiling": {"putative_uniques_ceiling": 0.005},
+}
 #: The second dataset's missing code of X (item non-response).
 MISSING = -9.0
 
@@ -80,6 +88,8 @@ def site(data: Path, base: Path, wide: Path | None = None) -> Any:
     served = [(name, data, p) for name, p in PROFILES.items()]
     if wide is not None:
         served += [(f"wide-{n}", wide, PROFILES[n]) for n in WIDE_PROFILES if n in PROFILES]
+        prot, mags, _ = PROFILES["ckm-keyed"]
+        served += [(name, data, (prot, mags, rules)) for name, rules in SHARED_RULES.items()]
     return load_site_config(
         data={
             "base": str(base),
@@ -229,6 +239,7 @@ def sweep(tables: int, records: int, wide: bool = False) -> list[str]:
         served = list(PROFILES)
         if wide:
             served += [f"wide-{n}" for n in WIDE_PROFILES if n in PROFILES]
+            served += list(SHARED_RULES)
         with TestClient(create_app(site(data, Path(tmp), second))) as client:
             for profile in served:
                 described = client.get(f"/api/datasets/{profile}").json()

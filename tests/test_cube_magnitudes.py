@@ -15,7 +15,8 @@ from tablesafe._request import TableRequest
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE, from_magnitude_fixed, magnitude_fixed
 from tablesafe.cells._aggregates import CellAggregates
-from tablesafe.cells._magnitude_sums import MagnitudeSums, with_top
+from tablesafe.cells._magnitude_sums import MagnitudeSums
+from tablesafe.cells._plan import with_top
 from tablesafe.engines import CubeCache, DuckDBEngine, MemoryEngine
 from tablesafe.engines._cube import _rows_of, _to_fixed
 from tablesafe.mechanisms._magnitudes import MagnitudeProtection

@@ -59,7 +59,8 @@ def test_a_cell_with_fewer_records_than_k_is_zero_padded() -> None:
 
 def test_duckdb_query_returns_no_list_column(tmp_path: object) -> None:
     """The grouping sets carry k DOUBLE columns, not lists (the slow path before)."""
-    from tablesafe.cells._magnitude_sums import MagnitudePlan, magnitude_sql
+    from tablesafe.cells._magnitude_sums import magnitude_sql
+    from tablesafe.cells._plan import MagnitudePlan
     from tablesafe.engines._duckdb import _DIALECT
 
     inner, outer = magnitude_sql(

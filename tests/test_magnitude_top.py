@@ -15,7 +15,7 @@ from tablesafe._cli._methods import protection_from_options
 from tablesafe._errors import InternalError
 from tablesafe._request import TableRequest
 from tablesafe.catalog._dataset import Dataset
-from tablesafe.cells._magnitude_sums import TOP_K, with_top
+from tablesafe.cells._plan import TOP_K, with_top
 from tablesafe.engines import DuckDBEngine, MemoryEngine
 from tablesafe.mechanisms._magnitudes import MagnitudeProtection
 

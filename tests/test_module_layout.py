@@ -13,10 +13,11 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tablesafe"
 
-#: Lowest first: the foundation, the catalog, cells and the request, engines and
-#: ptables, mechanisms, the protection and rules and outputs, the state store, the
-#: builder, the owner's preparation tools, the workbench, the server and command
-#: line, the API.
+#: Lowest first: the foundation, the catalog, cells (and the plan types), the request,
+#: engines and ptables, mechanisms, the protection and settings and outputs, the
+#: statistics, the state store, the rules (the one admission), the builder, the owner's
+#: preparation tools, the workbench, the doors (server and command line: never each
+#: other), the API. docs/decisions.md ("The house") shows this list.
 LAYERS: list[set[str]] = [
     {
         "_errors",
@@ -29,11 +30,14 @@ LAYERS: list[set[str]] = [
         "_seeds",
     },
     {"catalog"},
-    {"cells", "_request"},
+    {"cells"},
+    {"_request"},
     {"engines", "ptable"},
     {"mechanisms"},
-    {"_protection", "_settings", "rules", "output", "statistics"},
+    {"_protection", "_settings", "output"},
+    {"statistics"},
     {"state"},
+    {"rules"},
     {"_builder", "_release"},
     {"prepare"},
     {"postprocess", "metrics", "attacks", "experiments"},
@@ -175,8 +179,10 @@ def test_table_level_commands_share_table_files_not_each_other():
 
 
 def test_the_state_store_sits_between_the_core_and_the_server():
-    """DESIGN decision 10 and its layout: the server imports state/, never the reverse."""
-    assert LAYER["rules"] < LAYER["state"] < LAYER["server"]
+    """DESIGN decision 10 and its layout: state/ below rules/ (it keeps rows, the rules read
+    them); the server imports state/, never the reverse."""
+    assert LAYER["state"] < LAYER["rules"] < LAYER["server"]
     state = [m for m in MODULES if _unit(m) == "state"]
-    assert state and not any(_unit(t) in ("server", "_cli") for m in state for t in GRAPH[m])
+    above = ("rules", "server", "_cli")
+    assert state and not any(_unit(t) in above for m in state for t in GRAPH[m])
     assert "tablesafe.state" in {t for m in MODULES if _unit(m) == "server" for t in GRAPH[m]}

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from tablesafe._request import Item, TableRequest, TabulationPlan
+from tablesafe._request import Item, TableRequest
 from tablesafe._settings import load_site_config
 from tablesafe.catalog._catalog import Catalog, Variable
 from tablesafe.cells._aggregates import CellAggregates
-from tablesafe.cells._magnitude_sums import MagnitudePlan
+from tablesafe.cells._plan import MagnitudePlan, TabulationPlan
 from tablesafe.mechanisms._magnitudes import MagnitudeProtection
 from tablesafe.server._auth import Principal
 from tablesafe.server._bodies import TableBody

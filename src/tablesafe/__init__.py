@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from tablesafe._builder import TableBuilder
     from tablesafe._keys import cell_key_uniform, cell_keys, draw_record_keys
     from tablesafe._protection import Protection, protection_from_settings
-    from tablesafe._request import TableRequest, TabulationPlan
+    from tablesafe._request import TableRequest
     from tablesafe._rounding import Rounding
     from tablesafe._settings import ProtectionSettings, SiteConfig, load_site_config
     from tablesafe.catalog._catalog import Catalog
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from tablesafe.catalog._dataset import Dataset
     from tablesafe.catalog._variables import Category, Variable
     from tablesafe.cells._aggregates import CellAggregates
+    from tablesafe.cells._plan import TabulationPlan
     from tablesafe.output._table import ProtectedTable
     from tablesafe.output._tabulation import Tabulation, tabulate
     from tablesafe.ptable._ptable import PrivacyFigures, PTable
@@ -63,7 +64,7 @@ _EXPORTS = {
     "TableBuilder": "tablesafe._builder",
     "TableRequest": "tablesafe._request",
     "Tabulation": "tablesafe.output._tabulation",
-    "TabulationPlan": "tablesafe._request",
+    "TabulationPlan": "tablesafe.cells._plan",
     "Variable": "tablesafe.catalog._variables",
     "cell_key_uniform": "tablesafe._keys",
     "cell_keys": "tablesafe._keys",

@@ -25,11 +25,12 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._protection import CellwiseMechanism, Protection
-from tablesafe._request import MAX_DIMENSIONS, Margins, Statistic, TableRequest, TabulationPlan
+from tablesafe._request import MAX_DIMENSIONS, Margins, Statistic, TableRequest
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._definitions import DefinitionSpace
 from tablesafe.catalog._units import Unit
 from tablesafe.cells._aggregates import CellAggregates, computed_cells
+from tablesafe.cells._plan import TabulationPlan
 from tablesafe.cells._zeros import structural_zero_mask
 from tablesafe.mechanisms._magnitudes import MagnitudeMethod, MagnitudeProtection
 from tablesafe.output._footnotes import SE_UNWEIGHTED

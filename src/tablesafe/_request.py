@@ -21,19 +21,17 @@ from tablesafe.catalog._catalog import Catalog, Code, Variable
 from tablesafe.catalog._custom import CustomGrouping, extend_catalog, parse_groupings
 from tablesafe.catalog._magnitudes import parse_quantile_item, quantile_item
 from tablesafe.catalog._units import CountingUnit, Unit
-from tablesafe.cells._magnitude_sums import MagnitudePlan, replicate_name, with_top
+from tablesafe.cells._plan import DimensionPlan, MagnitudePlan, TabulationPlan, replicate_name
 
 __all__ = [
     "ITEM_KINDS",
     "MAX_DIMENSIONS",
-    "DimensionPlan",
     "Item",
     "MarginSpec",
     "Margins",
     "Percent",
     "Statistic",
     "TableRequest",
-    "TabulationPlan",
 ]
 
 #: The largest number of dimensions a table may have.
@@ -699,93 +697,6 @@ def _trim_to_universe(
         inside = tuple(c for c in v.codes if allowed.intersection(v.source_codes(c)))
         if inside:
             trimmed[v.name] = inside
-
-
-@dataclass(frozen=True)
-class DimensionPlan:
-    """One dimension of a tabulation: output categories and the source codes of each.
-
-    Attributes:
-        name: The requested variable or grouping name.
-        label: Its label.
-        column: The microdata column it is read from.
-        codes: The output category codes, in table order.
-        labels: The output category labels.
-        members: For each output category, the column's codes it stands for.
-    """
-
-    name: str
-    label: str
-    column: str
-    codes: tuple[Code, ...]
-    labels: tuple[str, ...]
-    members: tuple[tuple[Code, ...], ...]
-
-    @classmethod
-    def from_variable(cls, var: Variable, only: Sequence[Code] | None = None) -> DimensionPlan:
-        """Build the plan of ``var``, keeping only categories ``only`` if given."""
-        codes = var.codes
-        wanted = None if only is None else set(only)
-        keep = [i for i, c in enumerate(codes) if wanted is None or c in wanted]
-        return cls(
-            name=var.name,
-            label=var.label,
-            column=var.column,
-            codes=tuple(codes[i] for i in keep),
-            labels=tuple(var.categories[i].label for i in keep),
-            members=tuple((codes[i],) if var.members is None else var.members[i] for i in keep),
-        )
-
-    @property
-    def size(self) -> int:
-        """Number of categories (without the total)."""
-        return len(self.codes)
-
-
-@dataclass(frozen=True)
-class TabulationPlan:
-    """What an engine must compute: the engine-neutral form of a bound request.
-
-    Every identifier in it comes from the catalog; every value is a category
-    code that the catalog declares. Engines bind codes as parameters.
-
-    Attributes:
-        dimensions: The table's dimensions.
-        universe: (column, allowed codes of that column) pairs, a conjunction.
-        grouping_sets: Which dimensions each requested grouping set keeps
-            (positions into ``dimensions``); the first is the inner cells.
-        record_key: The record-key column.
-        weight: The weight column, or ``None`` when only counts are wanted.
-        replicates: Replicate-weight columns to sum (may be empty).
-        magnitudes: Continuous variables to sum, with their largest contributions.
-        present: (column, missing codes) pairs: only the records that hold a
-            value of each column count (not NULL, NaN or a missing code; the
-            base of a magnitude with item non-response), a condition the
-            universe adds to.
-        unit: For a table of another unit than the records' (households):
-            its identifier column and the columns it reads; engines count each
-            unit once (one record per identifier), ``record_key`` and
-            ``weight`` being the unit's. ``None``: the records themselves.
-    """
-
-    dimensions: tuple[DimensionPlan, ...]
-    universe: tuple[tuple[str, tuple[Code, ...]], ...]
-    grouping_sets: tuple[tuple[int, ...], ...]
-    record_key: str
-    weight: str | None
-    replicates: tuple[str, ...] = ()
-    magnitudes: tuple[MagnitudePlan, ...] = ()
-    present: tuple[tuple[str, tuple[float, ...]], ...] = ()
-    unit: tuple[str, tuple[str, ...]] | None = None
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Shape of the extended cell arrays: one more slot per dimension for its total."""
-        return tuple(d.size + 1 for d in self.dimensions)
-
-    def with_top(self, top: int) -> TabulationPlan:
-        """This plan asking for the ``top`` largest contributions of each magnitude."""
-        return replace(self, magnitudes=with_top(self.magnitudes, top))
 
 
 class _FrozenDict(dict[str, tuple[Code, ...]]):

@@ -35,10 +35,11 @@ import numpy as np
 
 from tablesafe._builder import Protection, TableBuilder
 from tablesafe._errors import ParameterError, RequestError
-from tablesafe._request import TableRequest, TabulationPlan
+from tablesafe._request import TableRequest
 from tablesafe.catalog._catalog import Code
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
+from tablesafe.cells._plan import TabulationPlan
 from tablesafe.engines import MemoryEngine
 from tablesafe.output._table import ProtectedTable
 

@@ -19,9 +19,9 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import InternalError
-from tablesafe._request import DimensionPlan
 from tablesafe.cells._fixed import from_fixed
 from tablesafe.cells._magnitude_sums import MagnitudeSums
+from tablesafe.cells._plan import DimensionPlan
 
 __all__ = ["KEY_MODULUS", "CellAggregates", "all_grouping_sets", "cell_mask", "computed_cells"]
 

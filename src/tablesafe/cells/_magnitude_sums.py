@@ -22,67 +22,22 @@ multiset's largest elements are unique).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from tablesafe.catalog._magnitudes import magnitude_fixed_sql
+from tablesafe.cells._plan import MagnitudePlan
 
 __all__ = [
-    "TOP_K",
-    "MagnitudePlan",
     "MagnitudeSums",
     "magnitude_sql",
     "merge_top",
-    "replicate_name",
     "sums_from_records",
     "top_from_records",
     "top_of_margins",
-    "with_top",
 ]
-
-#: How many of a cell's largest contributions engines return.
-TOP_K = 3
-
-
-@dataclass(frozen=True)
-class MagnitudePlan:
-    """One continuous variable of a tabulation.
-
-    Attributes:
-        name: The magnitude's name in the catalog.
-        column: Its microdata column.
-        weight: The weight column when contributions are ``w x``, else ``None``.
-        top: How many largest contributions per cell to return (0: the sum alone).
-        replicates: Replicate-weight columns an engine lists beside each
-            record's value (:meth:`~tablesafe.engines.Engine.record_values`, for
-            the standard errors of quantiles); sums ignore them.
-        replicate: For the sums over one replicate weight (the standard errors
-            of sums and means): the magnitude and the replicate's position
-            (from 0); ``name`` is then :func:`replicate_name`'s. ``None``: the
-            sums over the table's own weight.
-    """
-
-    name: str
-    column: str
-    weight: str | None = None
-    top: int = TOP_K
-    replicates: tuple[str, ...] = ()
-    replicate: tuple[str, int] | None = None
-
-    @property
-    def variable(self) -> str:
-        """The magnitude these sums are of."""
-        return self.name if self.replicate is None else self.replicate[0]
-
-
-def replicate_name(name: str, r: int) -> str:
-    """The plan name of magnitude ``name``'s sums over replicate weight ``r`` (from 0).
-
-    ``#`` is outside the catalog's alphabet: no variable has such a name.
-    """
-    return f"{name}#{r}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,13 +94,6 @@ def magnitude_sql(
         f"MAX({top_item(f'ts_l{i}', j)}) AS ts_t{i}_{j}" for j in range(1, mag.top + 1)
     ]
     return inner, outer
-
-
-def with_top(plans: Sequence[MagnitudePlan], top: int) -> tuple[MagnitudePlan, ...]:
-    """The magnitude plans asking for ``top`` largest contributions per cell (1 to ``TOP_K``)."""
-    if not 1 <= top <= TOP_K:
-        raise ValueError(f"top must lie in 1..{TOP_K}, not {top}")
-    return tuple(replace(m, top=top) for m in plans)
 
 
 def merge_top(

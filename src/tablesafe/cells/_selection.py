@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from tablesafe._request import TabulationPlan
+    from tablesafe.cells._plan import TabulationPlan
 
 __all__ = [
     "MIX_MULTIPLIER",

@@ -11,7 +11,7 @@ import numpy.typing as npt
 from tablesafe.catalog._catalog import Catalog
 
 if TYPE_CHECKING:
-    from tablesafe._request import TabulationPlan
+    from tablesafe.cells._plan import TabulationPlan
 
 __all__ = ["structural_zero_mask"]
 

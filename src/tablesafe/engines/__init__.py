@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from tablesafe._lazy import attach
 
 if TYPE_CHECKING:
-    from tablesafe._request import DimensionPlan
+    from tablesafe.cells._plan import DimensionPlan
     from tablesafe.engines._base import DatasetSummary, Engine
     from tablesafe.engines._cube import CubeCache
     from tablesafe.engines._duckdb import DuckDBEngine
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from tablesafe.engines._spark import SparkEngine
 
 _EXPORTS = {
-    "DimensionPlan": "tablesafe._request",
+    "DimensionPlan": "tablesafe.cells._plan",
     "CubeCache": "tablesafe.engines._cube",
     "DatasetSummary": "tablesafe.engines._base",
     "DuckDBEngine": "tablesafe.engines._duckdb",

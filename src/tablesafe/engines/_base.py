@@ -24,13 +24,13 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import ComputationError, DataError
-from tablesafe._request import TabulationPlan
 from tablesafe.catalog._catalog import Catalog, ReplicateMethod
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._magnitudes import from_magnitude_fixed
 from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe.cells._fixed import from_fixed, range_error
-from tablesafe.cells._magnitude_sums import MagnitudePlan, MagnitudeSums, merge_top, top_of_margins
+from tablesafe.cells._magnitude_sums import MagnitudeSums, merge_top, top_of_margins
+from tablesafe.cells._plan import MagnitudePlan, TabulationPlan
 from tablesafe.cells._quantiles import RecordValues
 from tablesafe.cells._selection import SelectedSums
 

@@ -42,12 +42,12 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import ComputationError, ConfigError
-from tablesafe._request import DimensionPlan, TabulationPlan
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE
 from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
 from tablesafe.cells._fixed import FIXED_SCALE
-from tablesafe.cells._magnitude_sums import MagnitudePlan, merge_top
+from tablesafe.cells._magnitude_sums import merge_top
+from tablesafe.cells._plan import DimensionPlan, MagnitudePlan, TabulationPlan
 from tablesafe.cells._quantiles import RecordValues
 from tablesafe.cells._selection import SelectedSums
 from tablesafe.engines._base import DatasetSummary, Engine, assemble_grouped, group_sums

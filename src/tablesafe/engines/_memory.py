@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 
 from tablesafe._errors import DataError, FormatError
 from tablesafe._keys import KEY_MODULUS
-from tablesafe._request import TabulationPlan
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
@@ -26,7 +25,7 @@ from tablesafe.catalog._magnitudes import present_values
 from tablesafe.catalog._units import CountingUnit, raise_unit_problem
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._fixed import from_fixed, range_error, to_fixed
-from tablesafe.cells._magnitude_sums import MagnitudePlan
+from tablesafe.cells._plan import MagnitudePlan, TabulationPlan
 from tablesafe.cells._quantiles import RecordValues
 from tablesafe.cells._selection import SelectedSums, mix32
 from tablesafe.engines._base import (

@@ -22,13 +22,12 @@ from typing import Any
 import numpy as np
 
 from tablesafe._errors import ConfigError, DataError
-from tablesafe._request import TabulationPlan
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
 from tablesafe.catalog._units import raise_unit_problem, unit_check_sql
 from tablesafe.cells._aggregates import CellAggregates
-from tablesafe.cells._magnitude_sums import MagnitudePlan
+from tablesafe.cells._plan import MagnitudePlan, TabulationPlan
 from tablesafe.cells._quantiles import RecordValues
 from tablesafe.cells._selection import (
     MIX_MULTIPLIER,

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tablesafe._request import TabulationPlan
 from tablesafe.catalog._magnitudes import present_sql
 from tablesafe.cells._aggregates import KEY_MODULUS
 from tablesafe.cells._fixed import fixed_sql
-from tablesafe.cells._magnitude_sums import MagnitudePlan, magnitude_sql
+from tablesafe.cells._magnitude_sums import magnitude_sql
+from tablesafe.cells._plan import MagnitudePlan, TabulationPlan
 
 __all__ = [
     "Dialect",

@@ -63,7 +63,7 @@ from tablesafe.output._published import WITHHELD, sensitive_flag, unreliable_fla
 from tablesafe.output._render import TOTAL_CODE, TOTAL_LABEL, _plain
 
 if TYPE_CHECKING:
-    from tablesafe._request import DimensionPlan
+    from tablesafe.cells._plan import DimensionPlan
     from tablesafe.output._published import Published
 
 __all__ = ["STATUS", "jsonstat_bytes", "jsonstat_dataset", "statistic_dimension_id"]

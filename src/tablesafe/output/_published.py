@@ -18,9 +18,10 @@ from tablesafe.catalog._magnitudes import read_magnitude_column
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tablesafe._request import DimensionPlan, TableRequest
+    from tablesafe._request import TableRequest
     from tablesafe._rounding import Rounding
     from tablesafe.catalog import Catalog
+    from tablesafe.cells._plan import DimensionPlan
 
 __all__ = [
     "WITHHELD",

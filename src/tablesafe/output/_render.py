@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from tablesafe._request import DimensionPlan
+from tablesafe.cells._plan import DimensionPlan
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -47,7 +47,7 @@ from tablesafe.output._sdmx import (
 )
 
 if TYPE_CHECKING:
-    from tablesafe._request import DimensionPlan
+    from tablesafe.cells._plan import DimensionPlan
     from tablesafe.output._published import Published
 
 __all__ = ["SCHEMA", "sdmx_json", "sdmx_json_bytes"]

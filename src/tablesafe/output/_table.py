@@ -18,9 +18,10 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import FormatError
-from tablesafe._request import DimensionPlan, TableRequest
+from tablesafe._request import TableRequest
 from tablesafe._rounding import Rounding
 from tablesafe.catalog._magnitudes import read_base_column
+from tablesafe.cells._plan import DimensionPlan
 from tablesafe.output._published import estimate_companions, figure_masks
 from tablesafe.output._render import (
     EXCLUDES_WITHHELD_MARK,

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tablesafe._errors import RequestError
-from tablesafe._request import Statistic, TableRequest, TabulationPlan
+from tablesafe._request import Statistic, TableRequest
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._magnitudes import magnitude_column
 from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.cells._plan import TabulationPlan
 from tablesafe.output._render import (
     UNPROTECTED,
     long_columns,

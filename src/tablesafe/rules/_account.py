@@ -63,7 +63,6 @@ import numpy as np
 import numpy.typing as npt
 from cachetools import LRUCache
 
-from tablesafe._request import TabulationPlan
 from tablesafe.catalog._definitions import (
     DIGEST_MODULUS,
     Definition,
@@ -79,6 +78,7 @@ from tablesafe.catalog._definitions import (
 )
 from tablesafe.catalog._variables import Code
 from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.cells._plan import TabulationPlan
 from tablesafe.rules._family import (
     Name,
     Span,

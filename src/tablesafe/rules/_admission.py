@@ -26,11 +26,11 @@ import numpy.typing as npt
 from tablesafe._errors import RefusedError
 from tablesafe._protection import Protection
 from tablesafe._protection_limits import Additivity
-from tablesafe._request import DimensionPlan, TabulationPlan
 from tablesafe._settings import RuleSettings, SliverScope
 from tablesafe.catalog._definitions import Definition, DefinitionSpace, definition_text
 from tablesafe.catalog._variables import Code
 from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.cells._plan import DimensionPlan, TabulationPlan
 from tablesafe.rules._account import (
     Account,
     AccountRules,

@@ -37,10 +37,11 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import RefusedError, RiskCeilingExceeded
-from tablesafe._request import Statistic, TableRequest, TabulationPlan
+from tablesafe._errors import InternalError, RefusedError, RiskCeilingExceeded
+from tablesafe._request import Statistic, TableRequest
 from tablesafe.catalog._custom import check_grouping_limits
 from tablesafe.cells._aggregates import CellAggregates
+from tablesafe.cells._plan import TabulationPlan
 from tablesafe.output._table import ProtectedTable
 from tablesafe.rules._admission import Accounts, EngineCounts, Transaction, admit, dataset_identity
 from tablesafe.rules._ledger import Budgets, LedgerIndex, TableFigures, TableShape, table_figures
@@ -51,6 +52,7 @@ from tablesafe.rules._rules import (
     check_universe_size,
     table_universe_size,
 )
+from tablesafe.state._store import LedgerMirror
 from tablesafe.statistics import STATISTICS, PublishedStatistic, Source
 
 if TYPE_CHECKING:
@@ -105,9 +107,14 @@ class Candidate(Protocol):
 
 
 class LedgerTransaction(Transaction, Protocol):
-    """The state store's transaction as the ledger also reads and writes it."""
+    """The state store's transaction as the ledger also reads and writes it.
 
-    ledger: LedgerIndex
+    The store keeps the ledger's rows and replays them into the rules'
+    :class:`~tablesafe.rules._ledger.LedgerIndex` (registered with it); it sees
+    only the :class:`~tablesafe.state.LedgerMirror` side.
+    """
+
+    ledger: LedgerMirror
 
     def spend(self, key_id: str, figures: TableFigures, dataset: str | None = None) -> None:
         """Write a table's figures to the ledger when the transaction commits."""
@@ -397,5 +404,8 @@ class Admission:
     def _spend(self, tx: LedgerTransaction, key_id: str, figures: TableFigures) -> None:
         """The ledger's check of ``figures`` for ``key_id``, and their spending if new."""
         assert self.rules is not None
-        if tx.ledger.check(key_id, figures, budgets_of(self.rules)):
+        ledger = tx.ledger
+        if not isinstance(ledger, LedgerIndex):
+            raise InternalError("the state store's ledger is not the rules' LedgerIndex")
+        if ledger.check(key_id, figures, budgets_of(self.rules)):
             tx.spend(key_id, figures, self.dataset)

@@ -56,11 +56,11 @@ import numpy.typing as npt
 from tablesafe._errors import BudgetExhausted
 from tablesafe._protection import CellwiseMechanism, Protection
 from tablesafe._protection_limits import Additivity
-from tablesafe._request import TabulationPlan
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._definitions import code_order, definition_text
 from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE
 from tablesafe.catalog._variables import Code
+from tablesafe.cells._plan import TabulationPlan
 from tablesafe.output._table import ProtectedTable
 from tablesafe.ptable._ptable import PTable
 from tablesafe.rules._ledger_loss import Family, Loss, make_family, max_loss
@@ -76,6 +76,7 @@ from tablesafe.rules._ledger_pld import (
     release_descriptor,
     within,
 )
+from tablesafe.state._store import register_ledger
 
 __all__ = [
     "BudgetExhausted",
@@ -701,6 +702,10 @@ class LedgerIndex:
         """The keys given something, sorted."""
         return sorted({*self.keys, *self.pending})
 
+    def add_row(self, key_id: str, spec: str, digests: bytes) -> None:
+        """Take a table given to ``key_id`` into the ledger, as the state store keeps it."""
+        self.add(key_id, TableFigures.from_row(spec, digests))
+
     def add(self, key_id: str, figures: TableFigures) -> None:
         """Take a table given to ``key_id`` into the ledger."""
         self.dataset.add(figures, self.dataset.fresh(figures))
@@ -821,3 +826,7 @@ def summary(account: Account, delta: float = DEFAULT_DELTA) -> dict[str, Any]:
             for (n, e, d, p), c in sorted(account.kinds.items(), key=lambda i: str(i[0]))
         ],
     }
+
+
+# The state store keeps the ledger's rows; the rules read them (the store sits below).
+register_ledger(LedgerIndex, TableFigures.from_row)

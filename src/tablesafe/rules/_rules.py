@@ -28,9 +28,10 @@ from dataclasses import replace
 from typing import Any
 
 from tablesafe._errors import InternalError, RefusedError, TooManyCells
-from tablesafe._request import TableRequest, TabulationPlan
+from tablesafe._request import TableRequest
 from tablesafe._settings import RuleSettings, SmallCellAction
 from tablesafe.catalog._catalog import Catalog
+from tablesafe.cells._plan import TabulationPlan
 from tablesafe.output._table import ProtectedTable
 from tablesafe.statistics import STATISTICS, PublishedStatistic
 

@@ -21,10 +21,10 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import ComputationError, RequestError
-from tablesafe._request import DimensionPlan, TabulationPlan
 from tablesafe._settings import SiteConfig
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._variables import Code
+from tablesafe.cells._plan import DimensionPlan, TabulationPlan
 from tablesafe.engines._base import Engine
 from tablesafe.rules._admission import dataset_identity
 from tablesafe.rules._ledger import LedgerIndex, summary

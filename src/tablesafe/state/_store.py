@@ -28,13 +28,16 @@ import json
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from tablesafe.rules._ledger import LedgerIndex, TableFigures
+import numpy as np
+import numpy.typing as npt
+
+from tablesafe._errors import InternalError
 from tablesafe.state._rates import MINUTE_MS, minute_and_rest
 
 __all__ = [
@@ -159,6 +162,60 @@ DROP TABLE IF EXISTS guard_sets
 Publication = tuple[int, str, int, int]
 
 
+class LedgerFigures(Protocol):
+    """A table's figures as the ledger stores them: their definitions and 8-byte digests.
+
+    The rules' :class:`~tablesafe.rules._ledger.TableFigures`; the store keeps
+    them as rows and gives them back through :func:`register_ledger`'s decoder.
+    """
+
+    @property
+    def digests(self) -> npt.NDArray[np.uint64]:
+        """The figures' digests."""
+        ...
+
+    def spec(self) -> str:
+        """The figures' definitions, as text."""
+        ...
+
+
+class LedgerMirror(Protocol):
+    """The rules' ledger of one microdata identity in memory, as the store replays rows into it."""
+
+    last_id: int
+
+    def add_row(self, key_id: str, spec: str, digests: bytes) -> None:
+        """Take one stored row (a table given to ``key_id``) into the ledger."""
+        ...
+
+
+@dataclass(frozen=True)
+class _LedgerTypes:
+    mirror: Callable[[], LedgerMirror]
+    figures: Callable[[str, bytes], LedgerFigures]
+
+
+#: The rules' ledger types, registered by :mod:`tablesafe.rules._ledger` (the store
+#: sits below the rules: it keeps rows, the rules read them).
+_LEDGER: list[_LedgerTypes] = []
+
+
+def register_ledger(
+    mirror: Callable[[], LedgerMirror], figures: Callable[[str, bytes], LedgerFigures]
+) -> None:
+    """Register the rules' ledger: its in-memory mirror and the figures a row decodes to."""
+    _LEDGER[:] = [_LedgerTypes(mirror, figures)]
+
+
+def _ledger_types() -> _LedgerTypes:
+    if not _LEDGER:
+        raise InternalError(
+            "the privacy ledger's types are not registered: import tablesafe.rules._ledger "
+            "(every admission does) before asking the state store for the ledger"
+        )
+    return _LEDGER[0]
+
+
 class GuardTransaction(Protocol):
     """One admission of a table, inside the store's transaction for its microdata identity.
 
@@ -166,7 +223,7 @@ class GuardTransaction(Protocol):
     when the transaction commits, and a refusal (an exception) writes nothing.
     """
 
-    ledger: LedgerIndex
+    ledger: LedgerMirror
 
     def publications(self, scope: str, after: int) -> list[tuple[int, Publication]]:
         """The published figures of ``scope`` with an id above ``after``, in id order."""
@@ -184,7 +241,7 @@ class GuardTransaction(Protocol):
         """Store a table's decision, so that it is answered again the same way."""
         ...
 
-    def spend(self, key_id: str, figures: TableFigures, dataset: str | None = None) -> None:
+    def spend(self, key_id: str, figures: LedgerFigures, dataset: str | None = None) -> None:
         """Write a table's figures to the ledger when the transaction commits."""
         ...
 
@@ -193,10 +250,10 @@ class GuardTransaction(Protocol):
 class _Transaction:
     sql: Sql
     identity: str
-    ledger: LedgerIndex
+    ledger: LedgerMirror
     rows: list[tuple[str, str, Publication]] = field(default_factory=list)
     decided: list[tuple[str, int, bytes]] = field(default_factory=list)
-    spent: list[tuple[str, TableFigures, str | None]] = field(default_factory=list)
+    spent: list[tuple[str, LedgerFigures, str | None]] = field(default_factory=list)
 
     def publications(self, scope: str, after: int) -> list[tuple[int, Publication]]:
         rows = self.sql.execute(
@@ -219,7 +276,7 @@ class _Transaction:
     def decide(self, scope: str, digest: int, withheld: bytes) -> None:
         self.decided.append((scope, digest, withheld))
 
-    def spend(self, key_id: str, figures: TableFigures, dataset: str | None = None) -> None:
+    def spend(self, key_id: str, figures: LedgerFigures, dataset: str | None = None) -> None:
         self.spent.append((key_id, figures, dataset))
 
 
@@ -228,7 +285,7 @@ class _Shard:
     """One microdata identity in this process: its lock and the ledger."""
 
     lock: threading.Lock
-    ledger: LedgerIndex = field(default_factory=LedgerIndex)
+    ledger: LedgerMirror = field(default_factory=lambda: _ledger_types().mirror())
 
 
 def _now() -> str:
@@ -456,7 +513,7 @@ class StateStore(ABC):
 
     # -- the putative-risk ceiling -------------------------------------------------------
 
-    def ceiling_refusal(self, dataset: str, digest: str) -> tuple[str, TableFigures] | None:
+    def ceiling_refusal(self, dataset: str, digest: str) -> tuple[str, Any] | None:
         """The ceiling's stored refusal of a table (its message and figures), or None."""
         with self._connection() as sql:
             row = sql.execute(
@@ -466,16 +523,16 @@ class StateStore(ABC):
             ).fetchone()
         if row is None:
             return None
-        return str(row[0]), TableFigures.from_row(str(row[1]), bytes(row[2]))
+        return str(row[0]), _ledger_types().figures(str(row[1]), bytes(row[2]))
 
     def record_ceiling_refusal(
         self,
         dataset: str,
         digest: str,
         message: str,
-        figures: TableFigures,
+        figures: LedgerFigures,
         measured: dict[str, Any],
-    ) -> tuple[str, TableFigures]:
+    ) -> tuple[str, Any]:
         """Store a refusal unless one is stored for ``digest``; the stored one wins.
 
         Two processes refusing one table at once store one row: each reads
@@ -541,9 +598,7 @@ class StateStore(ABC):
             _write_decisions(sql, identity, tx.decided)
             _write_ledger(sql, identity, tx.spent)
 
-    def ledger_rows(
-        self, identity: str, after: int = 0
-    ) -> list[tuple[int, str, str | None, TableFigures]]:
+    def ledger_rows(self, identity: str, after: int = 0) -> list[tuple[int, str, str | None, Any]]:
         """The ledger's rows of the microdata ``identity`` after id ``after``, in order.
 
         Returns:
@@ -555,8 +610,9 @@ class StateStore(ABC):
                 "WHERE identity = ? AND id > ? ORDER BY id",
                 (identity, int(after)),
             ).fetchall()
+        decode = _ledger_types().figures
         return [
-            (int(i), str(k), None if d is None else str(d), TableFigures.from_row(f, bytes(g)))
+            (int(i), str(k), None if d is None else str(d), decode(f, bytes(g)))
             for i, k, d, f, g in rows
         ]
 
@@ -602,7 +658,7 @@ def _write_decisions(sql: Sql, identity: str, decided: Sequence[tuple[str, int, 
         )
 
 
-def _ledger_catch_up(sql: Sql, identity: str, ledger: LedgerIndex) -> None:
+def _ledger_catch_up(sql: Sql, identity: str, ledger: LedgerMirror) -> None:
     """Replay into ``ledger`` the tables of ``identity`` committed since it last read."""
     rows = sql.execute(
         "SELECT id, key_id, figures, digests FROM ledger_tables WHERE identity = ? AND id > ? "
@@ -610,12 +666,12 @@ def _ledger_catch_up(sql: Sql, identity: str, ledger: LedgerIndex) -> None:
         (identity, ledger.last_id),
     ).fetchall()
     for row_id, key_id, spec, digests in rows:
-        ledger.add(str(key_id), TableFigures.from_row(spec, bytes(digests)))
+        ledger.add_row(str(key_id), str(spec), bytes(digests))
         ledger.last_id = int(row_id)
 
 
 def _write_ledger(
-    sql: Sql, identity: str, spent: Sequence[tuple[str, TableFigures, str | None]]
+    sql: Sql, identity: str, spent: Sequence[tuple[str, LedgerFigures, str | None]]
 ) -> None:
     now = _now()
     for key_id, figures, dataset in spent:

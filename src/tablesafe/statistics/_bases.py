@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from tablesafe._request import Statistic, TabulationPlan
+from tablesafe._request import Statistic
 from tablesafe.catalog._magnitudes import base_column
+from tablesafe.cells._plan import TabulationPlan
 from tablesafe.statistics._counts import protect_counts
 from tablesafe.statistics._source import Source
 from tablesafe.statistics._statistic import Figures, PublishedStatistic, TableWork

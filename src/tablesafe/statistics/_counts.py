@@ -21,9 +21,9 @@ import numpy.typing as npt
 from tablesafe._errors import InternalError
 from tablesafe._protection import CellwiseMechanism
 from tablesafe._protection_limits import Additivity
-from tablesafe._request import TabulationPlan
 from tablesafe._seeds import SeedScheme, dynamic_streams
 from tablesafe.cells._aggregates import KEY_MODULUS, CellAggregates
+from tablesafe.cells._plan import TabulationPlan
 from tablesafe.mechanisms._additivity import aggregate_margins, controlled_rounding, fit_to_margins
 from tablesafe.mechanisms._records import DropAddRecords
 from tablesafe.mechanisms._weighted import enclosing_means, protected_weighted, replicate_figures

@@ -19,9 +19,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tablesafe._request import Item, TabulationPlan
+from tablesafe._request import Item
 from tablesafe._rounding import Rounding
-from tablesafe.cells._magnitude_sums import replicate_name
+from tablesafe.cells._plan import TabulationPlan, replicate_name
 from tablesafe.mechanisms._magnitudes import ProtectedMagnitudes, protect_magnitudes
 from tablesafe.mechanisms._precision import (
     magnitude_noise_variance,

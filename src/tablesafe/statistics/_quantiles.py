@@ -10,7 +10,7 @@ them: Woodruff's, from the records' replicate weights.
 
 from __future__ import annotations
 
-from tablesafe.cells._magnitude_sums import MagnitudePlan
+from tablesafe.cells._plan import MagnitudePlan
 from tablesafe.cells._quantiles import sort_cells
 from tablesafe.mechanisms._quantiles import QuantileIntervals, protect_quantiles
 from tablesafe.statistics._statistic import Figures, PublishedStatistic, TableWork

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from tablesafe._protection import Protection
 from tablesafe._protection_limits import Additivity
-from tablesafe._request import Item, Margins, Statistic, TableRequest, TabulationPlan
+from tablesafe._request import Item, Margins, Statistic, TableRequest
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._definitions import (
     DefinitionSpace,
@@ -26,6 +26,7 @@ from tablesafe.catalog._definitions import (
     domain_text,
 )
 from tablesafe.catalog._units import Unit
+from tablesafe.cells._plan import TabulationPlan
 from tablesafe.mechanisms._magnitudes import MagnitudeProtection
 
 if TYPE_CHECKING:

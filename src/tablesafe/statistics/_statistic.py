@@ -27,9 +27,10 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._request import Item, Statistic, TableRequest, TabulationPlan
+from tablesafe._request import Item, Statistic, TableRequest
 from tablesafe._rounding import Rounding
 from tablesafe.cells._aggregates import CellAggregates, all_grouping_sets
+from tablesafe.cells._plan import TabulationPlan
 from tablesafe.mechanisms._additivity import aggregate_margins
 from tablesafe.output._table import ProtectedTable
 from tablesafe.statistics._source import Source

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._request import TableRequest, TabulationPlan
+from tablesafe._request import TableRequest
 from tablesafe.catalog._catalog import Catalog, Code
+from tablesafe.cells._plan import TabulationPlan
 from tablesafe.output._table import ProtectedTable
 
 

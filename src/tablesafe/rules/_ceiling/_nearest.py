@@ -39,8 +39,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tablesafe._protection import Protection
-from tablesafe._request import TableRequest, TabulationPlan
+from tablesafe._request import TableRequest
 from tablesafe.catalog._catalog import Catalog
+from tablesafe.cells._plan import TabulationPlan
 from tablesafe.output._table import ProtectedTable
 from tablesafe.rules._ceiling._blocks import MAX_CELLS
 from tablesafe.rules._ceiling._constraints import Intervals, open_cells
