@@ -19,12 +19,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from tablesafe._protection import CellwiseMechanism, Protection
+from tablesafe._release import (
+    Release,
+    ReleaseStore,
+    check_release_request,
+    open_release,
+    released_table,
+)
 from tablesafe._request import MAX_DIMENSIONS, Margins, Statistic, TableRequest
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._definitions import DefinitionSpace
@@ -33,12 +40,11 @@ from tablesafe.cells._aggregates import CellAggregates, computed_cells
 from tablesafe.cells._plan import TabulationPlan
 from tablesafe.cells._zeros import structural_zero_mask
 from tablesafe.mechanisms._magnitudes import MagnitudeMethod, MagnitudeProtection
-from tablesafe.output._footnotes import SE_UNWEIGHTED
 from tablesafe.output._table import ProtectedTable
 from tablesafe.output._tabulation import Tabulation, refuse_item_nonresponse
 from tablesafe.output._withheld import withhold
 from tablesafe.rules._admit import OWNER, Admission
-from tablesafe.rules._ledger import TableFigures
+from tablesafe.rules._ledger import TableFigures, release_figures
 from tablesafe.statistics import STATISTICS, PublishedStatistic, Source, TableWork
 from tablesafe.statistics._bases import figure_groups, item_nonresponse, without_bases
 from tablesafe.statistics._counts import protect_counts
@@ -101,14 +107,15 @@ class Prepared(Bound):
 class Built:
     """One table's path, run: the checked request, its plan, the exact aggregates, the table.
 
-    The aggregates are the data owner's; only the table is published.
+    The aggregates are the data owner's; only the table is published (a
+    table answered from a ``dp-marginals`` release reads no microdata: it has none).
     ``figures`` are its figures as the site's privacy ledger counted them
     (``None`` where the builder's admission keeps no ledger).
     """
 
     request: TableRequest
     plan: TabulationPlan
-    aggregates: CellAggregates
+    aggregates: CellAggregates | None
     table: ProtectedTable
     figures: TableFigures | None = None
 
@@ -166,6 +173,10 @@ class TableBuilder:
         # Every rule that refuses or withholds, in its order (a site's service gives
         # it the state store: what was published decides).
         self.admission = Admission(self.source, rules, statistics=statistics)
+        # dp-marginals: where the site keeps its release (the server's state store), and
+        # the release once opened (tablesafe._release).
+        self.release_store: ReleaseStore | None = None
+        self._release: Release | None = None
 
     # -- the data owner's views --------------------------------------------------
 
@@ -198,7 +209,10 @@ class TableBuilder:
         Raises:
             RequestError, RefusedError: for a request the catalog or rules do not allow.
         """
-        return self.admission.check(request)
+        checked = self.admission.check(request)
+        if self.protection.fixed_budget:
+            check_release_request(checked, self)
+        return checked
 
     def bind(self, request: TableRequest | Bound) -> Bound:
         """``request`` checked against the limits and bound to the catalog, once.
@@ -214,8 +228,11 @@ class TableBuilder:
         work = replace(request, replicates=True) if self._precision_needs_se(request) else request
         plan = work.bind(catalog, max_dimensions=self.max_dimensions)
         self.admission.check_plan(plan)
+        checked = request.coerced(catalog)
+        if self.protection.fixed_budget:
+            check_release_request(checked, self)
         full, whole = self._full_plans(work, plan)
-        return Bound(request.coerced(catalog), work.coerced(catalog), plan, full, whole)
+        return Bound(checked, work.coerced(catalog), plan, full, whole)
 
     def run(self, request: TableRequest | Bound, *, key_id: str = OWNER) -> Built:
         """The path of one table, every stage downward (DESIGN, "The path of one table").
@@ -233,6 +250,8 @@ class TableBuilder:
             RequestError, RefusedError, ComputationError: with a message for the user.
         """
         bound = self.bind(request)
+        if self.protection.fixed_budget:
+            return self._released(bound, key_id)
         self.admission.refused_before(bound.request, key_id)
         prepared = self.prepare(bound)
         protected = self._protect(prepared, None)
@@ -242,6 +261,34 @@ class TableBuilder:
         return Built(
             prepared.request, prepared.plan, prepared.aggregates, admitted.table, admitted.figures
         )
+
+    def _released(self, bound: Bound, key_id: str) -> Built:
+        """A ``dp-marginals`` table: read from the site's release, no microdata, then admitted.
+
+        :func:`tablesafe._release.released_table`; the admission spends the
+        release's one figure (:meth:`Admission.released`).
+        """
+        release = self.release()
+        assert release is not None
+        plan = bound.plan
+        computed = computed_cells(plan.shape, plan.grouping_sets)
+        zeros = structural_zero_mask(self.dataset.catalog, plan) & computed
+        table = released_table(self, bound.request, plan, computed, zeros)
+        figures = release_figures(self.protection, release)
+        admitted = self.admission.released(table, bound.request, figures, key_id)
+        return Built(bound.request, plan, None, admitted.table, admitted.figures)
+
+    def release(self) -> Release | None:
+        """The ``dp-marginals`` release every table is read from (made once), else ``None``.
+
+        Read from :attr:`release_store` where it holds it; else measured and
+        fitted now, and stored there (:func:`tablesafe._release.open_release`).
+        """
+        if not self.protection.fixed_budget:
+            return None
+        if self._release is None:
+            self._release = open_release(self, self.admission.identity, self.release_store)
+        return self._release
 
     def replay(self, request: TableRequest | Bound) -> Built:
         """A table as the builder publishes it where nothing was published before.
@@ -364,7 +411,7 @@ class TableBuilder:
             zeros,
             withheld,
             [],
-            self._metadata(request, plan),
+            self.source.metadata(request, plan),
         )
         work.missing = item_nonresponse(work)
         main, perturbed, adjusted = protect_counts(work, plan, agg, work.meta, withheld)
@@ -386,23 +433,6 @@ class TableBuilder:
         """
         figures = bool(request.magnitudes or request.quantiles)
         return self.protection.protects and (not figures or self.magnitude_protection.protects)
-
-    def _metadata(self, request: TableRequest, plan: TabulationPlan) -> dict[str, Any]:
-        """The table's metadata as the dataset, its unit and the protection open it."""
-        meta: dict[str, Any] = {
-            "dataset": self.dataset.name,
-            "additivity": str(self.protection.additivity),
-        }
-        catalog = self.dataset.catalog
-        for key in ("citation", "reference_date", "updated"):
-            if getattr(catalog, key):
-                meta[key] = getattr(catalog, key)
-        if plan.unit is not None:
-            meta["unit"] = str(self.source.unit_of(plan))
-        if request.replicates and request.statistic == Statistic.COUNT:
-            # Asked for, none given: the table says why rather than leave them out silently.
-            meta["se_unavailable"] = SE_UNWEIGHTED
-        return meta
 
     def definitions(self, plan: TabulationPlan, mask: npt.NDArray[np.bool_]) -> list[bytes]:
         """The canonical definitions of the cells of ``mask`` (:meth:`Source.definitions`)."""

@@ -28,10 +28,10 @@ import numpy.typing as npt
 
 from tablesafe._errors import RequestError
 from tablesafe._protection import Protection
-from tablesafe._request import Statistic, TableRequest, TabulationPlan
+from tablesafe._request import Statistic, TableRequest
 from tablesafe._rounding import Rounding
 from tablesafe.catalog._magnitudes import magnitude_column
-from tablesafe.cells._magnitude_sums import MagnitudePlan
+from tablesafe.cells._plan import DimensionPlan, MagnitudePlan, TabulationPlan
 from tablesafe.mechanisms._marginal_model import MarginalModel, fit, zero_boxes
 from tablesafe.mechanisms._marginals import (
     NAME,
@@ -44,6 +44,9 @@ from tablesafe.mechanisms._marginals import (
     release_seed,
 )
 from tablesafe.output._table import ProtectedTable
+from tablesafe.statistics import Source
+from tablesafe.statistics._percentages import shares, shares_meta
+from tablesafe.statistics._statistic import round_figures, roundings
 
 if TYPE_CHECKING:
     from tablesafe.catalog._dataset import Dataset
@@ -74,32 +77,11 @@ class TableBuilder(Protocol):
     protection: Protection
     engine: Engine
     magnitude_protection: MagnitudeProtection
+    source: Source
 
     def release(self) -> Release | None:
         """The site's release."""
         ...
-
-    def _metadata(self) -> dict[str, Any]: ...
-
-    def _roundings(self, request: TableRequest) -> tuple[Rounding, ...]: ...
-
-    def _round(
-        self,
-        values: np.ndarray,
-        request: TableRequest,
-        computed: npt.NDArray[np.bool_],
-        *,
-        additive: bool,
-    ) -> np.ndarray: ...
-
-    def _publish_percentages(
-        self,
-        request: TableRequest,
-        computed: npt.NDArray[np.bool_],
-        counts: np.ndarray,
-        weighted: tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None],
-        meta: dict[str, Any],
-    ) -> dict[str, np.ndarray]: ...
 
 
 class ReleaseStore(Protocol):
@@ -206,8 +188,6 @@ def release_digest(identity: str, spec: DPMarginals, domain: ModelDomain, secret
 
 def _records(builder: TableBuilder, domain: ModelDomain) -> dict[str, npt.NDArray[np.int64]]:
     """Each record's value of each of the model's attributes (one query per value read)."""
-    from tablesafe._request import DimensionPlan
-
     cat = builder.dataset.catalog
     plan = TabulationPlan(
         dimensions=tuple(DimensionPlan.from_variable(v) for v in cat.source_variables),
@@ -306,7 +286,7 @@ def check_release_request(request: TableRequest, builder: TableBuilder) -> None:
     if weighted and not (spec.weight_range and cat.weight):
         raise RequestError(f"{supported}; ask for statistic count")
     for item in request.magnitudes:
-        name = cat.magnitude(item.split(":")[1]).name
+        name = cat.magnitude(item.variable).name
         if name not in binned:
             raise RequestError(f"{supported}; not {item}")
 
@@ -369,7 +349,7 @@ def _magnitudes(
     prot = builder.magnitude_protection
     out: dict[str, npt.NDArray[np.float64]] = {}
     for item in request.magnitudes:
-        kind, name = item.split(":")[0], cat.magnitude(item.split(":")[1]).name
+        kind, name = item.kind, cat.magnitude(item.variable).name
         bins = release.domain.magnitudes[name]
         if weighted:
             assert release.domain.weight is not None
@@ -485,7 +465,7 @@ def released_table(
     cat = builder.dataset.catalog
     raw = np.where(sz, 0.0, model_figures(builder, plan))
     counts = np.where(computed, np.rint(np.maximum(raw, 0.0)), 0).astype(np.int64)
-    meta = builder._metadata()
+    meta = builder.source.metadata(request, plan)
     meta["additivity"] = "none: every figure read from one model (dp-marginals)"
     meta["release"] = release.describe()
     meta["release"]["margin_of_error"] = MARGIN_STATEMENT
@@ -495,13 +475,15 @@ def released_table(
         assert release.domain.weight is not None
         by = model_figures(builder, plan, (release.domain.weight.attr,))
         raw_w = np.where(sz, 0.0, by @ release.domain.weight.values)
-        weighted = builder._round(raw_w, request, computed, additive=False)
+        steps = roundings(builder.protection.round, request)
+        weighted = round_figures(raw_w, steps, computed, additive=False)
         meta["weighted"] = {"method": WEIGHTED_STATEMENT, "rounding": str(builder.protection.round)}
     percentages = None
     if request.percentages:
-        percentages = builder._publish_percentages(
-            request, computed, counts, (weighted, raw_w, None, None), meta
-        )
+        values = raw_w if raw_w is not None else counts.astype(np.float64)
+        shared = shares(values, request, computed)
+        percentages = {k.column_name: v for k, v in zip(request.percentages, shared, strict=True)}
+        meta["percentages"] = shares_meta(of_weighted=weighted is not None)
     return ProtectedTable(
         request=request,
         dimensions=plan.dimensions,
@@ -513,7 +495,7 @@ def released_table(
         structural_zero=sz,
         mechanism=builder.protection.describe(),
         metadata=meta,
-        roundings=builder._roundings(request),
+        roundings=roundings(builder.protection.round, request),
         percentages=percentages,
         magnitudes=_magnitudes(builder, request, plan, (raw, raw_w), computed),
         base_counts=counts,

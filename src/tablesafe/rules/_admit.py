@@ -291,6 +291,26 @@ class Admission:
             table = self.ruled(protect(withheld), candidate.request)
         return Admitted(table, figures)
 
+    def released(
+        self, table: ProtectedTable, request: TableRequest, figures: TableFigures, key_id: str
+    ) -> Admitted:
+        """A table read from a ``dp-marginals`` release: the ledger first, then steps 3 and 4.
+
+        Every table is post-processing of the one release: the ledger is given
+        the release's one figure (the first table spends the site's whole
+        budget, every other nothing), the account of published figures has
+        nothing to decide (every figure is a function of the release, however
+        asked) and the putative-risk ceiling is not a setting of such a site.
+
+        Raises:
+            BudgetExhausted: for a key past a budget.
+            RefusedError: for too small a universe.
+        """
+        self.again(figures, key_id)
+        table = self.ruled(table, request)
+        self._universe_size(table)
+        return Admitted(table, figures if self.state is not None else None)
+
     def replay(self, candidate: Candidate, protected: ProtectedTable) -> Admitted:
         """Steps 3 and 4 alone: a table as published where nothing was published before.
 

@@ -186,6 +186,8 @@ class TableService:
                 dataset=ds.name,
                 ceiling=_Ceiling(self.state, ds, builder),
             )
+            # dp-marginals: the release is kept in the state store, one for every replica.
+            builder.release_store = self.state
             self._served[ds.name] = _Served(
                 ds, dataset, builder, ds.title or dataset.catalog.title or ds.name
             )

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tablesafe._request import Percent
+from tablesafe._request import Percent, TableRequest
 from tablesafe.mechanisms._precision import (
     PERCENT_ROUNDING,
     denominator_index,
@@ -27,7 +27,7 @@ from tablesafe.mechanisms._variance import confidence_interval
 from tablesafe.output._table import ProtectedTable
 from tablesafe.statistics._statistic import Array, Figures, Mask, PublishedStatistic, TableWork
 
-__all__ = ["Percentages"]
+__all__ = ["Percentages", "shares", "shares_meta"]
 
 #: What a percentage's companion columns end with (after ``percent_KIND``).
 _COMPANIONS = ("", "_se", "_ci_low", "_ci_high")
@@ -47,17 +47,15 @@ class Percentages(PublishedStatistic):
         values = raw if raw is not None else counts.astype(np.float64)
         design = work.source.dataset.catalog.replicates
         out: dict[str, Array] = {}
-        for kind in work.request.percentages:
+        shared = shares(values, work.request, computed)
+        for kind, share in zip(work.request.percentages, shared, strict=True):
             name = kind.column_name
-            out[name] = np.where(computed, PERCENT_ROUNDING.apply(percent_of(values, kind)), np.nan)
+            out[name] = share
             if reps is None or design is None or raw is None or noise is None:
                 continue
             se, low, high = _percent_se(work, kind, figures, np.nan_to_num(out[name]))
             out[f"{name}_se"], out[f"{name}_ci_low"], out[f"{name}_ci_high"] = se, low, high
-        meta: dict[str, Any] = {
-            "of": "weighted" if figures.weighted is not None else "count",
-            "rounding": str(PERCENT_ROUNDING),
-        }
+        meta = shares_meta(of_weighted=figures.weighted is not None)
         if reps is not None and design is not None:
             meta["ci_upper_bound"] = 100 if work.source.additive else None
         work.meta["percentages"] = meta
@@ -81,6 +79,25 @@ class Percentages(PublishedStatistic):
                     out[name] = np.where(hidden, np.nan, table.percentages[name])
         order = list(table.percentages)
         return {"percentages": {name: out.get(name, table.percentages[name]) for name in order}}
+
+
+def shares(values: Array, request: TableRequest, computed: Mask) -> list[Array]:
+    """Each percentage ``request`` asks for, of ``values``, in its order, rounded once.
+
+    Args:
+        values: The protected figures divided (unrounded: counts, or weighted figures).
+        request: The request (its ``percentages``).
+        computed: The table's cells (the rest is NaN).
+    """
+    return [
+        np.where(computed, PERCENT_ROUNDING.apply(percent_of(values, kind)), np.nan)
+        for kind in request.percentages
+    ]
+
+
+def shares_meta(*, of_weighted: bool) -> dict[str, Any]:
+    """What the table's metadata says of its percentages: what they divide, their rounding."""
+    return {"of": "weighted" if of_weighted else "count", "rounding": str(PERCENT_ROUNDING)}
 
 
 def _percent_se(

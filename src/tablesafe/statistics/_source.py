@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +28,7 @@ from tablesafe.catalog._definitions import (
 from tablesafe.catalog._units import Unit
 from tablesafe.cells._plan import TabulationPlan
 from tablesafe.mechanisms._magnitudes import MagnitudeProtection
+from tablesafe.output._footnotes import SE_UNWEIGHTED
 
 if TYPE_CHECKING:
     from tablesafe._settings import RuleSettings
@@ -161,6 +162,23 @@ class Source:
         if plan.unit is None:
             return None
         return next(u.unit for u in self.dataset.catalog.units.values() if u.id == plan.unit[0])
+
+    def metadata(self, request: TableRequest, plan: TabulationPlan) -> dict[str, Any]:
+        """A table's metadata as the dataset, its unit and the protection open it."""
+        meta: dict[str, Any] = {
+            "dataset": self.dataset.name,
+            "additivity": str(self.protection.additivity),
+        }
+        catalog = self.dataset.catalog
+        for key in ("citation", "reference_date", "updated"):
+            if getattr(catalog, key):
+                meta[key] = getattr(catalog, key)
+        if plan.unit is not None:
+            meta["unit"] = str(self.unit_of(plan))
+        if request.replicates and request.statistic == Statistic.COUNT:
+            # Asked for, none given: the table says why rather than leave them out silently.
+            meta["se_unavailable"] = SE_UNWEIGHTED
+        return meta
 
     def definitions(self, plan: TabulationPlan, mask: npt.NDArray[np.bool_]) -> list[bytes]:
         """The canonical definitions of the cells of ``mask``, as the bytes draws are keyed to.

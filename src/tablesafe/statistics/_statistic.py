@@ -20,7 +20,7 @@ the table's own, then each base (:class:`Figures`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -35,10 +35,47 @@ from tablesafe.mechanisms._additivity import aggregate_margins
 from tablesafe.output._table import ProtectedTable
 from tablesafe.statistics._source import Source
 
-__all__ = ["Columns", "Figures", "PublishedStatistic", "TableWork"]
+__all__ = [
+    "Columns",
+    "Figures",
+    "PublishedStatistic",
+    "TableWork",
+    "round_figures",
+    "roundings",
+]
 
 Array = np.ndarray
 Mask = npt.NDArray[np.bool_]
+
+
+def roundings(site: Rounding, request: TableRequest) -> tuple[Rounding, ...]:
+    """The site's rounding, then the request's where it asks for another (never finer)."""
+    extra = request.rounding
+    if extra is None or Rounding.parse(extra) == site:
+        return (site,)
+    return (site, Rounding.parse(extra))
+
+
+def round_figures(
+    values: Array, steps: Sequence[Rounding], computed: Mask, *, additive: bool
+) -> Array:
+    """Round as the site says, then as the request asks (on top: never finer).
+
+    In an additive table rounded to a base, margins are the sums of the
+    rounded inner cells, so the published table still adds up.
+
+    Args:
+        values: Protected weighted figures (or sums), unrounded.
+        steps: The roundings, in order (:func:`roundings`).
+        computed: The table's cells (the rest is NaN, or 0 in an additive table).
+        additive: Whether the table adds up.
+    """
+    out = values
+    for r in steps:
+        out = r.apply(out)
+    if additive and all(r.base is not None for r in steps):
+        out = aggregate_margins(out, all_grouping_sets(values.ndim))
+    return np.where(computed, out, np.nan if not additive else 0.0)
 
 
 @dataclass
@@ -146,26 +183,12 @@ class TableWork:
 
     @property
     def roundings(self) -> tuple[Rounding, ...]:
-        """The site's rounding, then the request's where it asks for another (never finer)."""
-        site = self.source.protection.round
-        extra = self.request.rounding
-        if extra is None or Rounding.parse(extra) == site:
-            return (site,)
-        return (site, Rounding.parse(extra))
+        """The site's rounding, then the request's where it asks for another (:func:`roundings`)."""
+        return roundings(self.source.protection.round, self.request)
 
     def round(self, values: Array, *, additive: bool) -> Array:
-        """Round as the site says, then as the request asks (on top: never finer).
-
-        In an additive table rounded to a base, margins are the sums of the
-        rounded inner cells, so the published table still adds up.
-        """
-        steps = self.roundings
-        out = values
-        for r in steps:
-            out = r.apply(out)
-        if additive and all(r.base is not None for r in steps):
-            out = aggregate_margins(out, all_grouping_sets(values.ndim))
-        return np.where(self.computed, out, np.nan if not additive else 0.0)
+        """``values`` rounded as the table's :attr:`roundings` say (:func:`round_figures`)."""
+        return round_figures(values, self.roundings, self.computed, additive=additive)
 
     def table(self, *, protected: bool) -> ProtectedTable:
         """The protected table of the columns filled (before the rules and withheld cells)."""
