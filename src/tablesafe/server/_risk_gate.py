@@ -28,7 +28,7 @@ answered by another replica counts once its audit row is written.
 **Refusals are kept.** A refusal is stored in the state store with what it
 was measured on, under the service's digest of the checked request, the
 settings and the microdata's identity; the service gives it again at once,
-before building anything (``TableService._ceiling_refused``).
+before building anything (:meth:`tablesafe.rules._admit.Admission.refused_before`).
 
 Limitations: the measure runs outside the state store's transaction, so two
 tables of one component asked at the same instant are each measured
