@@ -37,6 +37,9 @@ __all__ = [
     "Additivity",
     "ProtectionMethod",
     "Range",
+    "SliverScope",
+    "SmallCellAction",
+    "UnreliableAction",
     "check_number",
     "field_bounds",
 ]
@@ -66,6 +69,31 @@ class Additivity(StrEnum):
     AGGREGATE = "aggregate"
     INDEPENDENT = "independent"
     IPF = "ipf"
+
+
+class SmallCellAction(StrEnum):
+    """What the small-cell rule does to a protected count below ``min_cell_size``."""
+
+    SUPPRESS = "suppress"
+    SHOW_LESS_THAN = "show_less_than"
+
+
+class UnreliableAction(StrEnum):
+    """What the precision rule does to an estimate above ``max_rse``.
+
+    ``np``: the estimate, its standard error and interval show ``"np"`` (not
+    published: too unreliable); ``flag``: they are published, with a flag.
+    """
+
+    NP = "np"
+    FLAG = "flag"
+
+
+class SliverScope(StrEnum):
+    """Which earlier tables the sliver guard compares a new one with."""
+
+    DATASET = "dataset"
+    KEY = "key"
 
 
 @dataclass(frozen=True)

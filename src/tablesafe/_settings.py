@@ -45,6 +45,9 @@ from tablesafe._protection_limits import (
     Additivity,
     ProtectionMethod,
     Range,
+    SliverScope,
+    SmallCellAction,
+    UnreliableAction,
     field_bounds,
 )
 from tablesafe._seeds import SeedScheme
@@ -77,24 +80,6 @@ class EngineKind(StrEnum):
     SPARK = "spark"
 
 
-class SmallCellAction(StrEnum):
-    """What the small-cell rule does to a protected count below ``min_cell_size``."""
-
-    SUPPRESS = "suppress"
-    SHOW_LESS_THAN = "show_less_than"
-
-
-class UnreliableAction(StrEnum):
-    """What the precision rule does to an estimate above ``max_rse``.
-
-    ``np``: the estimate, its standard error and interval show ``"np"`` (not
-    published: too unreliable); ``flag``: they are published, with a flag.
-    """
-
-    NP = "np"
-    FLAG = "flag"
-
-
 class AuditFailure(StrEnum):
     """What the server does when it cannot write a request's audit row.
 
@@ -117,13 +102,6 @@ class EmbeddedWorker(StrEnum):
     AUTO = "auto"
     ON = "on"
     OFF = "off"
-
-
-class SliverScope(StrEnum):
-    """Which earlier tables the sliver guard compares a new one with."""
-
-    DATASET = "dataset"
-    KEY = "key"
 
 
 # Schemas are built on first validation: a command that validates one model

@@ -25,8 +25,7 @@ import numpy.typing as npt
 
 from tablesafe._errors import RefusedError
 from tablesafe._protection import Protection
-from tablesafe._protection_limits import Additivity
-from tablesafe._settings import RuleSettings, SliverScope
+from tablesafe._protection_limits import Additivity, SliverScope
 from tablesafe.catalog._definitions import Definition, DefinitionSpace, definition_text
 from tablesafe.catalog._variables import Code
 from tablesafe.cells._aggregates import CellAggregates
@@ -42,6 +41,7 @@ from tablesafe.rules._account import (
 )
 
 if TYPE_CHECKING:
+    from tablesafe._settings import RuleSettings
     from tablesafe.catalog._dataset import Dataset
     from tablesafe.engines._base import Engine
 

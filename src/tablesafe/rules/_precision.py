@@ -27,15 +27,20 @@ recomputes every mark from the flagged table's published figures).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from tablesafe._protection_limits import UnreliableAction
 from tablesafe._request import Percent
-from tablesafe._settings import RuleSettings, UnreliableAction
 from tablesafe.mechanisms._precision import denominator_index
 from tablesafe.output._published import estimate_companions
 from tablesafe.output._table import ProtectedTable
+
+if TYPE_CHECKING:
+    # The rules are a pydantic model: applying them imports no pydantic.
+    from tablesafe._settings import RuleSettings
 
 __all__ = ["apply_precision_rule", "unreliable_cells"]
 

@@ -25,15 +25,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tablesafe._errors import InternalError, RefusedError, TooManyCells
+from tablesafe._protection_limits import SmallCellAction
 from tablesafe._request import TableRequest
-from tablesafe._settings import RuleSettings, SmallCellAction
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.cells._plan import TabulationPlan
 from tablesafe.output._table import ProtectedTable
 from tablesafe.statistics import STATISTICS, PublishedStatistic
+
+if TYPE_CHECKING:
+    # The rules are a pydantic model: applying them imports no pydantic.
+    from tablesafe._settings import RuleSettings
 
 __all__ = [
     "apply_small_cell_rule",

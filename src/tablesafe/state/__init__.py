@@ -19,7 +19,9 @@ Two backends: :class:`SQLiteState`, one file, the embedded default (the
 site's ``[server] audit_db``); :class:`PostgresState`, one database for
 several replicas (``[state] url``). :func:`open_state` opens the one a site
 configuration names. The server, the command line and the audit import
-this package; it imports the core (rules, settings), never the server.
+this package, and the rules read and write through it; it sits below the
+rules (it keeps their rows: :func:`tablesafe.state._store.register_ledger`)
+and never imports them, nor the server.
 
 Adding what must be shared next (as the privacy ledger was, issue 28):
 

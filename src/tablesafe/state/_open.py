@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from tablesafe._settings import SiteConfig
+from typing import TYPE_CHECKING
+
 from tablesafe.state._store import StateStore
+
+if TYPE_CHECKING:
+    # A store opened for a table imports no pydantic (the settings are validated already).
+    from tablesafe._settings import SiteConfig
 
 __all__ = ["open_state"]
 
