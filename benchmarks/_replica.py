@@ -65,7 +65,7 @@ class _TimedLock:
 
 
 def _patch() -> None:
-    from tablesafe.server._service import TableService
+    from tablesafe.service._service import TableService
     from tablesafe.state import _store
     from tablesafe.state._postgres import PostgresState
 
@@ -135,7 +135,7 @@ def _timed(name: str, function: Any) -> Any:
 def _time_steps() -> None:
     """Timers on the steps inside the held lock (looked up by name when called)."""
     from tablesafe.rules._ledger import LedgerIndex
-    from tablesafe.server import _service
+    from tablesafe.service import _service
     from tablesafe.state import _store
 
     steps = {"catch-up": "_catch_up", "ledger catch-up": "_ledger_catch_up",

@@ -144,7 +144,7 @@ def research_session(n: int = 100, seed: int = 1, spec: SessionSpec = DEMO) -> l
 
 def as_body(body: dict[str, Any]) -> Any:
     """A session's body as the server's validated ``TableBody``."""
-    from tablesafe.server._bodies import TableBody
+    from tablesafe.service._bodies import TableBody
 
     return TableBody.model_validate(body)
 

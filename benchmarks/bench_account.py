@@ -45,7 +45,7 @@ CKM = {"method": "ckm", "max_deviation": 3, "variance": 1.0, "seeds": "keyed",
 
 def service(folder: Path, tmp: str, protection: dict, **rules):
     from tablesafe._settings import load_site_config
-    from tablesafe.server._service import TableService
+    from tablesafe.service._service import TableService
 
     site = load_site_config(
         data={
@@ -72,7 +72,7 @@ def service(folder: Path, tmp: str, protection: dict, **rules):
 def _ask(svc, who, body: dict) -> tuple[str, bytes, int, int]:
     """(outcome, the table's bytes, cells, cells withheld)."""
     from tablesafe._errors import RefusedError
-    from tablesafe.server._bodies import TableBody
+    from tablesafe.service._bodies import TableBody
 
     try:
         table = svc.table(who, "data", TableBody(**body).to_request())
@@ -84,7 +84,7 @@ def _ask(svc, who, body: dict) -> tuple[str, bytes, int, int]:
 
 
 def census_part(records: int, undeclared: bool) -> dict:
-    from tablesafe.server._auth import Principal
+    from tablesafe.service import Principal
 
     folder = census(records, relations=not undeclared)
     bodies = workload(128)
@@ -171,7 +171,7 @@ def session(count: int = 100, seed: int = 1) -> list[dict]:
 
 def session_part(records: int) -> dict:
     from tablesafe.prepare._demo import write_demo_data
-    from tablesafe.server._auth import Principal
+    from tablesafe.service import Principal
 
     folder = Path(__file__).parent / "_data" / f"demo_{records}"
     if not (folder / "catalog.toml").exists():

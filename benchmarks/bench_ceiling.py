@@ -99,7 +99,7 @@ def _site(data: Path, state: Path, args: argparse.Namespace) -> Any:
 def _ask(service: Any, body: dict[str, Any], name: str = "demo") -> tuple[str, float, str]:
     """One table through the service's one path, as the audit log records it."""
     from tablesafe._errors import RiskCeilingExceeded, UserError
-    from tablesafe.server._auth import Principal
+    from tablesafe.service import Principal
 
     who = Principal("researcher", "user", 10**9)
     start = time.perf_counter()
@@ -164,7 +164,7 @@ def main() -> None:
     parser.add_argument("--secret", type=int, default=0, help="another secret: other noise")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
-    from tablesafe.server._service import TableService
+    from tablesafe.service._service import TableService
 
     data = _data(args.data, args.records, args.census_like)
     spec = CENSUS_LIKE if args.census_like else DEMO

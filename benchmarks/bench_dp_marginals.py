@@ -115,8 +115,8 @@ def _run(site: Any, requests: list[Any]) -> dict[str, Any]:
     """Ask the session of one site: tables, refusals, the ledger's largest loss, times."""
     from tablesafe._errors import UserError
     from tablesafe.rules._ledger import summary
-    from tablesafe.server._auth import Principal
-    from tablesafe.server._service import TableService
+    from tablesafe.service import Principal
+    from tablesafe.service._service import TableService
 
     service = TableService(site)
     who = Principal("researcher", "user", 10**9)

@@ -35,13 +35,13 @@ from typing import Any
 
 import numpy as np
 
-import tablesafe.server._service as service_module
+import tablesafe.service._service as service_module
 from tablesafe._errors import RefusedError, RequestError
 from tablesafe._settings import load_site_config
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.rules._admit import Admission
-from tablesafe.server._auth import Principal
-from tablesafe.server._bodies import TableBody
+from tablesafe.service import Principal
+from tablesafe.service._bodies import TableBody
 
 DATA = Path(__file__).parent / "_data"
 SECRET_ENV = "TS_BENCH_GUARD_SECRET"

@@ -213,7 +213,7 @@ def gate(folder: Path, records: int, ceiling: float, exact: bool, max_cells: int
     from tablesafe.rules._ceiling import _likely
     from tablesafe.rules._ceiling._measure import putative_risk
     from tablesafe.rules._ceiling._nearest import Nearest
-    from tablesafe.server._risk_gate import RiskGate
+    from tablesafe.service._risk_gate import RiskGate
 
     print(
         f"\n### The putative-risk ceiling's cost per request, demo survey, {records:,} records, "

@@ -110,7 +110,7 @@ def free_port() -> int:
 def baseline(config: Path, pool: list[dict]) -> float:
     from tablesafe._settings import load_site_config
     from tablesafe.server import TableBody, TableService
-    from tablesafe.server._auth import Principal
+    from tablesafe.service import Principal
 
     site = load_site_config(config)
     service = TableService(

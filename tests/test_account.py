@@ -27,8 +27,8 @@ from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._definitions import DefinitionSpace
 from tablesafe.rules._family import Span, indicator, partition, position, published
-from tablesafe.server._auth import Principal
-from tablesafe.server._service import TableService
+from tablesafe.service import Principal
+from tablesafe.service._service import TableService
 from tsdata import write_dataset
 
 SECRET_ENV = "TS_ACCOUNT_TEST_SECRET"

@@ -70,8 +70,8 @@ def test_admin_endpoint_attacks_every_served_table(served_site, demo_dir):
         for name in ("cells_exact_share", "records_exact_share", "uniques_exact_share"):
             assert 0 <= out[name] <= out["unprotected"][name] <= 1
         # The same attack by hand on the same requests agrees (the site's rules included).
+        from tablesafe.attacks._reconstruct._cumulative import requests_from_bodies
         from tablesafe.catalog._dataset import Dataset
-        from tablesafe.server._cumulative import requests_from_bodies
 
         plain = reconstruction_attack(
             Dataset.open(demo_dir),
@@ -154,7 +154,7 @@ def test_audit_reconstruct_bad_input(served_site, demo_dir, tmp_path):
 
 
 def test_requests_from_bodies_is_strict():
-    from tablesafe.server._cumulative import requests_from_bodies
+    from tablesafe.attacks._reconstruct._cumulative import requests_from_bodies
 
     with pytest.raises(RequestError, match="JSON list"):
         requests_from_bodies({"dimensions": ["SEX"]})  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ import pytest
 
 from tablesafe._errors import ConfigError
 from tablesafe.server import TableBody, TableService
-from tablesafe.server._auth import Principal
+from tablesafe.service import Principal
 from test_jobs import make_site
 
 BODIES = [{"dimensions": ["AGEGRP", "SEX"], "universe": {"REGION": [r]}} for r in (1, 2, 3, 4)]

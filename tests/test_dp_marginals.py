@@ -338,8 +338,8 @@ def _site_config(root: Path, **rules: object) -> object:
 
 
 def test_the_ledger_shows_one_spend_whatever_the_tables(site, monkeypatch):
-    from tablesafe.server._auth import Principal
-    from tablesafe.server._service import TableService
+    from tablesafe.service import Principal
+    from tablesafe.service._service import TableService
 
     monkeypatch.setenv("TS_DPM_SECRET", SECRET.decode())
     config = _site_config(site["root"], privacy_budget_epsilon=4.0,
@@ -370,8 +370,8 @@ def test_the_ledger_shows_one_spend_whatever_the_tables(site, monkeypatch):
 
 
 def test_a_restart_and_another_process_serve_the_same_bytes(site, monkeypatch):
-    from tablesafe.server._auth import Principal
-    from tablesafe.server._service import TableService
+    from tablesafe.service import Principal
+    from tablesafe.service._service import TableService
 
     monkeypatch.setenv("TS_DPM_SECRET", SECRET.decode())
     req = TableRequest(("B", "CG"), universe={"A": [1, 2]}, statistic="weighted,mean:X")
@@ -393,8 +393,8 @@ def test_a_restart_and_another_process_serve_the_same_bytes(site, monkeypatch):
         rel.fit = refuse
         from test_dp_marginals import _site_config
         from tablesafe import TableRequest
-        from tablesafe.server._auth import Principal
-        from tablesafe.server._service import TableService
+        from tablesafe.service import Principal
+        from tablesafe.service._service import TableService
         from pathlib import Path
         config = _site_config(Path({str(site["root"])!r}))
         service = TableService(config)

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from tablesafe._cli import get_app
 from tablesafe.server import create_app
-from tablesafe.server._bodies import GroupBody, GroupingBody, TableBody
+from tablesafe.service._bodies import GroupBody, GroupingBody, TableBody
 from test_server import USER_KEY, error_of, site
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -444,8 +444,8 @@ def test_definitions_that_differ_only_by_structural_zeros_are_the_same_records(d
 
 def _guard_service(demo_dir, tmp_path):
     from tablesafe._settings import load_site_config
-    from tablesafe.server._auth import Principal
-    from tablesafe.server._service import TableService
+    from tablesafe.service import Principal
+    from tablesafe.service._service import TableService
 
     rules = {"min_universe_size": 20, "sliver_min_difference": 10}
     data = {

@@ -331,7 +331,7 @@ def test_tables_of_disjoint_universes_compose_in_parallel(data):
 
 def test_the_records_distribution_is_over_the_records_the_microdata_hold(data):
     from tablesafe.engines import DuckDBEngine
-    from tablesafe.server._ledger import records_distribution
+    from tablesafe.service._ledger import records_distribution
 
     builder, prot = _builder(data, "aggregate")
     ledger = LedgerIndex()
@@ -421,7 +421,7 @@ def test_structural_zeros_hold_no_figure(demo_dir):
 def test_the_records_distribution_has_a_size_limit(data, monkeypatch):
     from tablesafe._errors import ComputationError
     from tablesafe.engines import DuckDBEngine
-    from tablesafe.server import _ledger as report
+    from tablesafe.service import _ledger as report
 
     builder, prot = _builder(data, "aggregate")
     built = builder.run(ts.TableRequest(("A", "B"), statistic="count"))

@@ -21,7 +21,7 @@ from tablesafe.rules._admission import dataset_identity
 from tablesafe.rules._ledger import BudgetExhausted, Budgets, table_figures
 from tablesafe.rules._ledger_pld import ACCOUNTANT, epsilon_at, ptable_descriptor
 from tablesafe.server import create_app
-from tablesafe.server._ledger import NOT_DP, ledger_report
+from tablesafe.service._ledger import NOT_DP, ledger_report
 from test_server import ADMIN_KEY, USER_KEY, error_of, site
 
 SECRET = "ledger-server-secret-0123456789"

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from tablesafe._settings import load_site_config
 from tablesafe.server import create_app, hash_key
-from tablesafe.server._service import TableService
+from tablesafe.service._service import TableService
 
 KEY = "ts_alice_key_for_tests_0123456789"
 HEADERS = {"x-api-key": KEY}

@@ -15,9 +15,11 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tablesafe"
 
 #: Lowest first: the foundation, the catalog, cells (and the plan types), the request,
 #: engines and ptables, mechanisms, the protection and settings and outputs, the
-#: statistics, the state store, the rules (the one admission), the builder, the owner's
-#: preparation tools, the workbench, the doors (server and command line: never each
-#: other), the API. docs/decisions.md ("The house") shows this list.
+#: statistics, the state store, the rules (the one admission), the builder (and the
+#: dp-marginals release), the service (the one path every door takes), the owner's
+#: preparation tools, the workbench, the server, the command line (which starts the
+#: server's processes, nothing more: test_the_doors_meet_in_the_core_not_in_each_other),
+#: the API. docs/decisions.md ("The house") shows this list.
 LAYERS: list[set[str]] = [
     {
         "_errors",
@@ -39,9 +41,11 @@ LAYERS: list[set[str]] = [
     {"state"},
     {"rules"},
     {"_builder", "_release"},
+    {"service"},
     {"prepare"},
     {"postprocess", "metrics", "attacks", "experiments"},
-    {"server", "_cli"},
+    {"server"},
+    {"_cli"},
     {"__init__", "__main__"},
 ]
 LAYER = {unit: i for i, units in enumerate(LAYERS) for unit in units}
@@ -186,3 +190,24 @@ def test_the_state_store_sits_between_the_core_and_the_server():
     above = ("rules", "server", "_cli")
     assert state and not any(_unit(t) in above for m in state for t in GRAPH[m])
     assert "tablesafe.state" in {t for m in MODULES if _unit(m) == "server" for t in GRAPH[m]}
+
+
+def test_the_doors_meet_in_the_core_not_in_each_other():
+    """DESIGN 15 and its layout: the server and the command line build tables through the
+    core (service/, the builder, the rules); the server never imports the command line,
+    and the command line imports the server only to start its processes (serve, mcp,
+    worker, a new API key), through the package's public names."""
+    server_to_cli = [
+        f"{m} imports {t}"
+        for m in MODULES
+        if _unit(m) == "server"
+        for t in GRAPH[m]
+        if _unit(t) == "_cli"
+    ]
+    assert server_to_cli == []
+    cli_to_server = {
+        (m, t) for m in MODULES if _unit(m) == "_cli" for t in GRAPH[m] if _unit(t) == "server"
+    }
+    assert {t for _, t in cli_to_server} <= {"tablesafe.server"}
+    assert {m for m, _ in cli_to_server} <= {"tablesafe._cli._server", "tablesafe._cli._worker"}
+

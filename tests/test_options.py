@@ -57,7 +57,7 @@ from tablesafe.mechanisms._magnitudes import MagnitudeMethod, MagnitudeProtectio
 from tablesafe.mechanisms._resampling import Resampling
 from tablesafe.ptable._io import ptable_csv
 from tablesafe.ptable._ptable import Layout, PTable, Selector
-from tablesafe.server._bodies import TableBody
+from tablesafe.service._bodies import TableBody
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 

@@ -50,7 +50,7 @@ from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._custom import extend_catalog, parse_groupings
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.server import create_app
-from tablesafe.server._bodies import TableBody
+from tablesafe.service._bodies import TableBody
 
 SECRET_ENV = "TABLESAFE_FUZZ_SECRET"
 SECRET = "fuzz-secret-0123456789abcdef"

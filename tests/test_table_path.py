@@ -27,9 +27,9 @@ from tablesafe.catalog._catalog import Catalog, Variable
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._plan import MagnitudePlan, TabulationPlan
 from tablesafe.mechanisms._magnitudes import MagnitudeProtection
-from tablesafe.server._auth import Principal
-from tablesafe.server._bodies import TableBody
-from tablesafe.server._service import TableService
+from tablesafe.service import Principal
+from tablesafe.service._bodies import TableBody
+from tablesafe.service._service import TableService
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tablesafe"
 #: The functions that run the path: their calls are followed (the builder's loop

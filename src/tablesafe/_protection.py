@@ -38,7 +38,7 @@ from tablesafe.mechanisms._records import DropAddRecords
 from tablesafe.mechanisms._weighted import weight_uniforms
 
 if TYPE_CHECKING:
-    from tablesafe._settings import ProtectionSettings
+    from tablesafe._settings import DatasetSettings, ProtectionSettings, SiteConfig
     from tablesafe.ptable._ptable import PTable
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "Rounding",
     "mechanism_from_settings",
     "protection_from_settings",
+    "site_protection",
 ]
 
 
@@ -410,4 +411,20 @@ def protection_from_settings(
         weight_noise=settings.weight_noise,
         rounding=Rounding.parse(settings.rounding),
         se_min_count=settings.se_min_count,
+    )
+
+
+def site_protection(dataset: DatasetSettings, site: SiteConfig) -> Protection:
+    """The Protection a site configuration fixes for one of its datasets.
+
+    Reads the secret where the configuration says, then defers to
+    :func:`protection_from_settings`, the one place that turns protection
+    settings into a Protection.
+
+    Raises:
+        ConfigError: if the secret cannot be read.
+        ParameterError: for impossible mechanism parameters.
+    """
+    return protection_from_settings(
+        dataset.protection, secret=site.secret(dataset), resolve=site.resolve
     )

@@ -321,7 +321,7 @@ def _guarded_site(data_dir: Path, config: Path | None, m: int | None, method: st
 
 
 def _guard_ask(service: Any) -> Any:
-    from tablesafe.server._auth import Principal
+    from tablesafe.service import Principal
 
     def ask(name: str, request: Any, key: str) -> Any:
         return service.table(Principal(key, "user", 1_000_000_000), name, request)
@@ -375,7 +375,7 @@ def guard(
         slices_attack,
     )
     from tablesafe.catalog._dataset import Dataset
-    from tablesafe.server._service import TableService
+    from tablesafe.service._service import TableService
 
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
@@ -455,7 +455,7 @@ def refusals(
     from tablesafe._errors import RequestError
     from tablesafe.attacks._guard import refusal_zeros
     from tablesafe.catalog._dataset import Dataset
-    from tablesafe.server._service import TableService
+    from tablesafe.service._service import TableService
 
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")

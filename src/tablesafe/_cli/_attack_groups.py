@@ -99,7 +99,7 @@ def _one(
     import tempfile
 
     from tablesafe.attacks._groups import group_attack, group_targets
-    from tablesafe.server._service import TableService
+    from tablesafe.service._service import TableService
 
     cat = dataset.catalog
     with tempfile.TemporaryDirectory() as tmp:

@@ -53,8 +53,8 @@ def _protections(
     from tablesafe._cli._methods import protection_from_options
 
     if config is not None:
+        from tablesafe._protection import site_protection
         from tablesafe._settings import load_site_config
-        from tablesafe.server._service import site_protection
 
         site = load_site_config(config)
         served = site.dataset_at(data_dir)

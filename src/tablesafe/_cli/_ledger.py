@@ -20,7 +20,7 @@ def audit_ledger(config: Path, dataset: str, fmt: str) -> None:
     """The privacy loss of everything served from a dataset's microdata, all keys and per key."""
     from tablesafe._errors import RequestError
     from tablesafe._settings import load_site_config
-    from tablesafe.server._ledger import ledger_report
+    from tablesafe.service._ledger import ledger_report
     from tablesafe.state import open_state
 
     if fmt not in ("text", "json"):

@@ -264,7 +264,7 @@ def _published_requests(
     """
     from tablesafe._errors import FormatError, RequestError
     from tablesafe.attacks._reconstruct import all_k_way_requests
-    from tablesafe.server._cumulative import requests_from_bodies
+    from tablesafe.attacks._reconstruct._cumulative import requests_from_bodies
 
     if tables is not None:
         try:
@@ -300,7 +300,7 @@ def _published_requests(
 def audit_reconstruct(config: Path, dataset: str, time_limit: float, store: bool, fmt: str) -> None:
     """Attack every table the audit log says was served for a dataset, across all keys."""
     from tablesafe._settings import load_site_config
-    from tablesafe.server._cumulative import audit_reconstruction
+    from tablesafe.attacks._reconstruct._cumulative import audit_reconstruction
     from tablesafe.state import open_state
 
     _check_options(fmt, time_limit)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -30,31 +29,10 @@ def serve(config: Path, host: str, port: int) -> None:
     worker`). SIGTERM or Ctrl-C: requests in flight and the job being built
     get [server] shutdown_timeout_seconds; a job not done goes back to the queue.
     """
-    import uvicorn
-
     from tablesafe._settings import load_site_config
-    from tablesafe.server import create_app
-    from tablesafe.server._protocol import listen, open_files_for, server_config
+    from tablesafe.server import serve_http
 
-    site = load_site_config(config)
-    # Bound before the data is loaded or anything announced: a busy port fails first.
-    sock = listen(host, port)
-    if site.server.access_log:
-        _log_access()
-    try:
-        application = create_app(site)
-        # A restarted server reads the account of published figures before
-        # it says it is ready, not in its first table's transaction.
-        application.state.service.warm_accounts()
-        connections = open_files_for(site.server.max_connections)
-        server = uvicorn.Server(server_config(application, max_connections=connections))
-        url = f"http://{host}:{sock.getsockname()[1]}/"
-        click.echo(f"tablesafe: serving {', '.join(d.name for d in site.datasets)} at {url}")
-        if importlib.util.find_spec("mcp") is not None:
-            click.echo(f"tablesafe: agents (MCP, docs/agents.md) at {url}mcp")
-        server.run(sockets=[sock])
-    finally:
-        sock.close()
+    serve_http(load_site_config(config), host, port, say=click.echo)
 
 
 @app.command("mcp")
@@ -78,19 +56,6 @@ def mcp(config: Path, api_key: str | None) -> None:
     from tablesafe.server import serve_agents
 
     serve_agents(load_site_config(config), api_key=api_key)
-
-
-def _log_access() -> None:
-    """Access-log lines (one JSON object each) to standard error, as they are."""
-    import logging
-    import sys
-
-    access = logging.getLogger("tablesafe.access")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    access.addHandler(handler)
-    access.setLevel(logging.INFO)
-    access.propagate = False
 
 
 @app.group(

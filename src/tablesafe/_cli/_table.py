@@ -308,8 +308,8 @@ def _request(
 
 def _site_protection(config: Path, data_dir: Path) -> tuple[Protection, Any, Any]:
     """``--config``: the protection, magnitude protection and rules the site fixes for the data."""
+    from tablesafe._protection import site_protection
     from tablesafe._settings import load_site_config
-    from tablesafe.server._service import site_protection
 
     site = load_site_config(config)
     served = site.dataset_at(data_dir)

@@ -28,26 +28,7 @@ def worker(config: Path, poll_seconds: float, once: bool) -> None:
     workers may share one store. SIGTERM or Ctrl-C: the job being built is
     finished first, then the worker stops.
     """
-    import signal
-    import threading
-
     from tablesafe._settings import load_site_config
-    from tablesafe.server._jobs import Worker
+    from tablesafe.server import run_worker
 
-    site = load_site_config(config)
-    runner = Worker(site)
-    stop = threading.Event()
-
-    def finish(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, finish)
-    signal.signal(signal.SIGINT, finish)
-    click.echo(
-        f"tablesafe: worker {runner.name} taking jobs from {runner.service.state.location}",
-    )
-    try:
-        done = runner.run(stop, poll_seconds=poll_seconds, once=once)
-    finally:
-        runner.close()
-    click.echo(f"tablesafe: worker {runner.name} stopped after {done} jobs")
+    run_worker(load_site_config(config), poll_seconds=poll_seconds, once=once, say=click.echo)

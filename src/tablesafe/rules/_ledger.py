@@ -30,7 +30,7 @@ exist (every combination of codes), from the published definitions alone
 (:mod:`tablesafe.rules._ledger_loss`): it is the add-one-record bound, and
 a budget refusal depends on what was published, never on which records
 the microdata hold. The distribution over the microdata's own records is
-the owner's report (:mod:`tablesafe.server._ledger`).
+the owner's report (:mod:`tablesafe.service._ledger`).
 
 **Representation.** Per microdata identity, a set of 8-byte digests of the
 published figures (dataset-wide and per API key) to tell new figures from

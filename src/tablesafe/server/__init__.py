@@ -1,15 +1,24 @@
-"""The online table builder: HTTP API, web page, agent interface, API keys, audit log and rules."""
+"""The online table builder: HTTP API, web page, jobs, agent interface, API keys.
+
+The server is a door (DESIGN decision 15): its tables take the one path of
+:mod:`tablesafe.service`. The command line starts its processes through
+:func:`serve_http`, :func:`serve_agents` and :func:`run_worker` (``tablesafe
+serve``, ``mcp``, ``worker``), its only use of this package; the server never
+imports the command line.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 
 from tablesafe._errors import ConfigError
+from tablesafe._protection import site_protection
 from tablesafe._settings import SiteConfig
 from tablesafe.server._app import create_app
-from tablesafe.server._auth import Authenticator, Principal, hash_key, new_key
-from tablesafe.server._bodies import TableBody
-from tablesafe.server._service import TableService, site_protection
+from tablesafe.server._auth import Authenticator, hash_key, new_key
+from tablesafe.server._jobs import run_worker
+from tablesafe.server._protocol import serve_http
+from tablesafe.service import Principal, TableBody, TableService
 from tablesafe.state import SQLiteState as AuditLog
 
 __all__ = [
@@ -21,7 +30,9 @@ __all__ = [
     "create_app",
     "hash_key",
     "new_key",
+    "run_worker",
     "serve_agents",
+    "serve_http",
     "site_protection",
 ]
 

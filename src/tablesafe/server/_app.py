@@ -53,12 +53,12 @@ from starlette.types import ASGIApp
 from tablesafe._errors import TablesafeError
 from tablesafe._settings import SiteConfig
 from tablesafe.output._formats import WriteOptions, format_names, output_format
-from tablesafe.server._auth import Authenticator, AuthError, Principal, site_authenticator
-from tablesafe.server._bodies import TableBody, invalid_body
+from tablesafe.server._auth import Authenticator, AuthError, site_authenticator
 from tablesafe.server._gate import Edge, Gate, error_object, error_shape
 from tablesafe.server._jobs import ServerWorker, add_job_routes, embedded_worker
 from tablesafe.server._observe import Observed, Operations
-from tablesafe.server._service import NotFound, TableService
+from tablesafe.service._bodies import TableBody, invalid_body
+from tablesafe.service._service import NotFound, Principal, TableService
 from tablesafe.state import StateStore
 
 __all__ = ["create_app"]
@@ -290,7 +290,7 @@ def _add_admin_routes(
         time_limit: Annotated[float, Query(gt=0, le=600)] = 30.0,
     ) -> dict[str, Any]:
         """Attack every table served for the dataset now; stored and returned (admin keys only)."""
-        from tablesafe.server._cumulative import audit_reconstruction
+        from tablesafe.attacks._reconstruct._cumulative import audit_reconstruction
 
         auth.require_admin(who)
         _served(service, request, name)
@@ -312,7 +312,7 @@ def _add_ledger_route(
     @app.get("/api/admin/datasets/{name}/ledger", tags=["admin"])
     def ledger(request: Request, name: str, who: Principal = Depends(_principal)) -> dict[str, Any]:
         """The privacy loss of everything served from the dataset, all keys and per key."""
-        from tablesafe.server._ledger import ledger_report
+        from tablesafe.service._ledger import ledger_report
 
         auth.require_admin(who)
         _served(service, request, name)

@@ -12,12 +12,11 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
 
 from tablesafe._errors import UserError
 from tablesafe._settings import ApiKeySettings, SiteConfig
+from tablesafe.service import Principal
 from tablesafe.state import MemoryRates, RateCounter, StateStore
 
 __all__ = [
@@ -67,15 +66,6 @@ def new_key() -> tuple[str, str]:
     """A new random API key and its stored hash."""
     key = "ts_" + secrets.token_urlsafe(32)
     return key, hash_key(key)
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is asking: a key id and its role (``anonymous`` when keys are off)."""
-
-    id: str
-    role: Literal["user", "admin", "anonymous"]
-    rate_limit_per_minute: int
 
 
 class Authenticator:

@@ -19,7 +19,7 @@ beyond). Workers take jobs fairly between keys (the state store's claim).
 
 A :class:`Worker` (``tablesafe worker --config SITE``) takes jobs one at a
 time and builds each with :meth:`TableService.table
-<tablesafe.server._service.TableService.table>`, the path of a direct table:
+<tablesafe.service._service.TableService.table>`, the path of a direct table:
 the same protection, rules, sliver guard and privacy ledger, only with the
 job limits (``max_job_cells``, ``job_timeout_seconds``) and no table cache.
 It writes the file into the store in pieces of about 1 MiB (CSV by a
@@ -44,6 +44,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -60,10 +61,10 @@ from tablesafe._settings import AuditFailure, EmbeddedWorker, RuleSettings, Site
 from tablesafe.output._formats import OutputFormat, WriteOptions, format_names, output_format
 from tablesafe.output._stream import csv_pieces
 from tablesafe.output._table import ProtectedTable
-from tablesafe.server._auth import Authenticator, Principal
-from tablesafe.server._bodies import TableBody
+from tablesafe.server._auth import Authenticator
 from tablesafe.server._gate import error_object
-from tablesafe.server._service import TableService
+from tablesafe.service._bodies import TableBody
+from tablesafe.service._service import Principal, TableService
 from tablesafe.state import StateStore
 from tablesafe.state._jobs import JobQueue, JobStatus
 
@@ -80,6 +81,7 @@ __all__ = [
     "job_progress",
     "job_rules",
     "job_site",
+    "run_worker",
     "submit_job",
     "visible_job",
 ]
@@ -680,3 +682,34 @@ class Unavailable(UserError):
     """A job whose audit row could not be written (HTTP 503), as a direct table's answer."""
 
     status_code = 503
+
+
+def run_worker(
+    site: SiteConfig, *, poll_seconds: float, once: bool, say: Callable[[str], None]
+) -> int:
+    """Build a site's queued jobs until SIGTERM or Ctrl-C (with ``once``: those queued now).
+
+    What ``tablesafe worker`` runs: the job being built is finished first,
+    then the worker stops. Returns how many jobs it built.
+
+    Args:
+        site: The site configuration.
+        poll_seconds: How long to wait at an empty queue before looking again.
+        once: Build the jobs queued now, then stop.
+        say: Where the worker's announcements go (the command line's output).
+    """
+    runner = Worker(site)
+    stop = threading.Event()
+
+    def finish(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, finish)
+    signal.signal(signal.SIGINT, finish)
+    say(f"tablesafe: worker {runner.name} taking jobs from {runner.service.state.location}")
+    try:
+        done = runner.run(stop, poll_seconds=poll_seconds, once=once)
+    finally:
+        runner.close()
+    say(f"tablesafe: worker {runner.name} stopped after {done} jobs")
+    return done

@@ -7,7 +7,7 @@ at ``/mcp`` of ``tablesafe serve``. Both are this module's :class:`Agent`
 :mod:`tablesafe.server._mcp_answers`), built on the official SDK's low-level
 server (PyPI ``mcp``, the ``mcp`` extra), and both are a door to the one
 path (DESIGN decision 15): a table is :meth:`TableService.answer
-<tablesafe.server._service.TableService.answer>`, the HTTP API's own call,
+<tablesafe.service._service.TableService.answer>`, the HTTP API's own call,
 with the caller's key, so the sliver guard, the privacy ledger, the risk
 ceiling and the cache are the API's, and the same request with the same key
 publishes the same values.
@@ -70,8 +70,7 @@ from tablesafe._errors import RefusedError, RequestError, UserError
 from tablesafe._settings import AuditFailure, SiteConfig
 from tablesafe._version import __version__
 from tablesafe.output._formats import OutputFormat, WriteOptions, format_names, output_format
-from tablesafe.server._auth import AuthError, Principal, site_authenticator
-from tablesafe.server._bodies import TableBody, ValidationError, parse_body
+from tablesafe.server._auth import AuthError, site_authenticator
 from tablesafe.server._gate import Edge, error_object
 from tablesafe.server._jobs import JobNotDone, job_progress, submit_job, visible_job
 from tablesafe.server._mcp_answers import (
@@ -85,7 +84,8 @@ from tablesafe.server._mcp_answers import (
     safe_text,
 )
 from tablesafe.server._mcp_tools import INSTRUCTIONS, FindArguments, NoArguments, tools
-from tablesafe.server._service import NotFound, TableService
+from tablesafe.service._bodies import TableBody, ValidationError, parse_body
+from tablesafe.service._service import NotFound, Principal, TableService
 from tablesafe.state._jobs import JobQueue, JobStatus
 
 __all__ = ["Agent", "HttpAgents", "serve_stdio"]

@@ -22,8 +22,8 @@ from tablesafe.output._footnotes import footnotes
 from tablesafe.output._formats import format_names
 from tablesafe.output._render import to_json
 from tablesafe.output._table import ProtectedTable
-from tablesafe.server._bodies import TableBody
-from tablesafe.server._service import TableService
+from tablesafe.service._bodies import TableBody
+from tablesafe.service._service import TableService
 
 __all__ = [
     "INLINE_CELLS",

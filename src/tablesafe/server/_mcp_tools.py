@@ -1,7 +1,7 @@
 """The agent interface's tools: names, descriptions written for a model, JSON schemas.
 
 The input schema of the table tools is the HTTP API's table request
-(:class:`~tablesafe.server._bodies.TableBody`) with its dataset; each output
+(:class:`~tablesafe.service._bodies.TableBody`) with its dataset; each output
 schema is what the SDK's client checks a result's structured content against.
 """
 
@@ -13,8 +13,8 @@ import mcp_types as types
 from pydantic import BaseModel, ConfigDict, Field
 
 from tablesafe.output._formats import format_names
-from tablesafe.server._bodies import TableBody
 from tablesafe.server._mcp_answers import INLINE_CELLS, PROMPT
+from tablesafe.service._bodies import TableBody
 
 __all__ = ["INSTRUCTIONS", "FindArguments", "NoArguments", "tools"]
 

@@ -41,7 +41,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tablesafe.server._gate import CSP, SECURITY_HEADERS, Edge, error_shape
 
 if TYPE_CHECKING:
-    from tablesafe.server._service import TableService
+    from tablesafe.service._service import TableService
 
 __all__ = ["OPS_PATHS", "Observed", "Operations", "access_log"]
 

@@ -26,21 +26,35 @@ from __future__ import annotations
 import asyncio
 import errno
 import http
+import importlib.util
 import json
 import logging
 import math
 import resource
 import socket
-from typing import Any, ClassVar
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from tablesafe._errors import UserError
+from tablesafe.server._app import create_app
 from tablesafe.server._gate import CSP, SECURITY_HEADERS, Edge, error_shape
 
-__all__ = ["LINGER_SECONDS", "EdgeProtocol", "listen", "open_files_for", "server_config"]
+if TYPE_CHECKING:
+    from tablesafe._settings import SiteConfig
+
+__all__ = [
+    "LINGER_SECONDS",
+    "EdgeProtocol",
+    "listen",
+    "open_files_for",
+    "serve_http",
+    "server_config",
+]
 
 log = logging.getLogger("tablesafe.server")
 
@@ -356,3 +370,44 @@ def server_config(app: Any, *, max_connections: int | None = None) -> uvicorn.Co
         log_level="warning",
         access_log=False,
     )
+
+
+def serve_http(site: SiteConfig, host: str, port: int, *, say: Callable[[str], None]) -> None:
+    """Serve a site's HTTP API and page on ``host:port`` until SIGTERM or Ctrl-C.
+
+    What ``tablesafe serve`` runs: the port is bound before the data is loaded
+    or anything announced (a busy port fails first); the account of published
+    figures is read before the server says it is ready, not in its first
+    table's transaction.
+
+    Args:
+        site: The site configuration.
+        host: The address to listen on.
+        port: The port (0: any free one).
+        say: Where the server's announcements go (the command line's output).
+    """
+    sock = listen(host, port)
+    if site.server.access_log:
+        _log_access()
+    try:
+        application = create_app(site)
+        application.state.service.warm_accounts()
+        connections = open_files_for(site.server.max_connections)
+        server = uvicorn.Server(server_config(application, max_connections=connections))
+        url = f"http://{host}:{sock.getsockname()[1]}/"
+        say(f"tablesafe: serving {', '.join(d.name for d in site.datasets)} at {url}")
+        if importlib.util.find_spec("mcp") is not None:
+            say(f"tablesafe: agents (MCP, docs/agents.md) at {url}mcp")
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _log_access() -> None:
+    """Access-log lines (one JSON object each) to standard error, as they are."""
+    access = logging.getLogger("tablesafe.access")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False

@@ -4,7 +4,7 @@
 turns it into a :class:`~tablesafe.TableRequest`. The application
 (:mod:`tablesafe.server._app`), jobs, the agent interface
 (:mod:`tablesafe.server._mcp`) and the cumulative audit
-(:mod:`tablesafe.server._cumulative`) all read bodies with it, and
+(:mod:`tablesafe.attacks._reconstruct._cumulative`) all read bodies with it, and
 :func:`invalid_body` words what is wrong with one for all of them.
 """
 

@@ -19,12 +19,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from tablesafe._builder import TableBuilder
 from tablesafe._errors import ConfigError, TablesafeError, UserError
-from tablesafe._protection import Protection
-from tablesafe._protection import protection_from_settings as core_protection
+from tablesafe._protection import site_protection
 from tablesafe._request import TableRequest
 from tablesafe._settings import DatasetSettings, EngineKind, SiteConfig, SliverScope
 from tablesafe.catalog._dataset import Dataset
@@ -32,33 +31,31 @@ from tablesafe.engines._base import Engine
 from tablesafe.output._table import ProtectedTable
 from tablesafe.rules._admit import Admission, budgets_of
 from tablesafe.rules._ledger import TableFigures, warm
-from tablesafe.server._auth import Principal
-from tablesafe.server._bodies import TableBody
-from tablesafe.server._risk_gate import RiskGate
-from tablesafe.server._tally import Tally
+from tablesafe.service._bodies import TableBody
+from tablesafe.service._risk_gate import RiskGate
+from tablesafe.service._tally import Tally
 from tablesafe.state import StateStore, open_state
 
-__all__ = ["NotFound", "TableService", "site_protection"]
+__all__ = ["NotFound", "Principal", "TableService"]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is asking: a key id and its role (``anonymous`` when keys are off).
+
+    Every door names the caller this way (the server from an API key, jobs
+    from the key that queued them, the agent interface from its key).
+    """
+
+    id: str
+    role: Literal["user", "admin", "anonymous"]
+    rate_limit_per_minute: int
 
 
 class NotFound(UserError):
     """No such dataset, job, path or static file (HTTP 404, error type ``NotFound``)."""
 
     status_code = 404
-
-
-def site_protection(dataset: DatasetSettings, site: SiteConfig) -> Protection:
-    """The Protection a site configuration fixes for one of its datasets.
-
-    Reads the secret where the configuration says, then defers to
-    :func:`tablesafe._protection.protection_from_settings`, the one place
-    that turns protection settings into a Protection.
-
-    Raises:
-        ConfigError: if the secret cannot be read.
-        ParameterError: for impossible mechanism parameters.
-    """
-    return core_protection(dataset.protection, secret=site.secret(dataset), resolve=site.resolve)
 
 
 # A cached answer: the protected table and its noisy figures (for the privacy ledger).
@@ -77,7 +74,7 @@ class _Served:
 class _Ceiling:
     """The putative-risk ceiling of one served dataset, as the admission asks it.
 
-    The gate (:mod:`tablesafe.server._risk_gate`) measures against the tables
+    The gate (:mod:`tablesafe.service._risk_gate`) measures against the tables
     the audit log says were answered, rebuilt by the dataset's builder.
     """
 

@@ -79,7 +79,7 @@ class RiskGate:
         """
         from pydantic import ValidationError
 
-        from tablesafe.server._bodies import TableBody
+        from tablesafe.service._bodies import TableBody
 
         for _, body in store.served_tables(name):
             key = json.dumps(body, sort_keys=True)

@@ -38,7 +38,7 @@ def requests_from_bodies(
     """
     from pydantic import ValidationError
 
-    from tablesafe.server._bodies import TableBody
+    from tablesafe.service._bodies import TableBody
 
     if not isinstance(bodies, list):
         raise RequestError(
@@ -98,8 +98,8 @@ def audit_reconstruction(
         RequestError: for a dataset the site does not serve or the audit log
             holds no answered table for, or a time limit that is not positive.
     """
+    from tablesafe._protection import site_protection
     from tablesafe.catalog._dataset import Dataset
-    from tablesafe.server._service import site_protection
 
     settings = {d.name: d for d in site.datasets}
     if dataset not in settings:
