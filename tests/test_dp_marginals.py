@@ -444,3 +444,53 @@ def test_site_settings_refuse_what_cannot_work(site, monkeypatch):
 
     with pytest.raises(ValueError, match="needs secret_env or secret_file"):
         ProtectionSettings(method="dp-marginals")
+
+
+def test_a_check_decides_as_the_request_and_spends_nothing(site, monkeypatch):
+    """The pre-flight check of a dp-marginals site (issue 40): the ledger, then the release.
+
+    A key not yet given the release is told what its first table costs and that
+    the universe-size rule waits for the request (no check reads a release the
+    key was not charged for); once given it, every check answers as the request.
+    """
+    from tablesafe._errors import RefusedError
+    from tablesafe.service import Principal
+    from tablesafe.service._service import TableService
+
+    monkeypatch.setenv("TS_DPM_SECRET", SECRET.decode())
+    service = TableService(_site_config(site["root"], min_universe_size=300))
+    cora = Principal("cora", "user", 10**9)
+    identity = service.identity("rand")
+    requests = [
+        TableRequest(("B",), universe={"A": [a], "C": [c]}, statistic="count")
+        for a in (1, 2, 3)
+        for c in (0, 5)
+    ] + [TableRequest(("B", "D"), universe={"A": [1, 2]}, statistic="count")]
+    try:
+        first = service.check(cora, "rand", requests[-1])
+        assert first.passes and first.undecided == ("universe_size",)
+        assert first.ledger is not None and first.ledger.new_figures == 1
+        with service.state.transaction(identity) as tx:
+            assert summary(tx.ledger.key("cora"))["figures"] == 0
+        service.table(cora, "rand", requests[-1])
+        outcomes = set()
+        for req in requests:
+            verdict = service.check(cora, "rand", req)
+            assert verdict.undecided == () and verdict.ledger.new_figures == 0
+            try:
+                table = service.table(cora, "rand", req)
+            except RefusedError as exc:  # the real request's refusal, word for word
+                assert verdict.refusal is not None
+                assert (type(exc), str(exc)) == (type(verdict.refusal), str(verdict.refusal))
+                # ... with a way forward the same rules answer (a wider universe).
+                assert exc.alternatives
+                assert set(exc.alternatives[0].kinds) <= {"wider", "universe"}
+                assert service.table(cora, "rand", exc.alternatives[0].request) is not None
+                outcomes.add("refused")
+            else:
+                assert verdict.passes, verdict.refusal
+                assert verdict.cells == int(table.computed.sum())
+                outcomes.add("answered")
+        assert outcomes == {"refused", "answered"}
+    finally:
+        service.close_engines()

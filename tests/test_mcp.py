@@ -131,6 +131,7 @@ def test_tools_are_listed_with_schemas_a_model_can_use(app):
         "find_variables",
         "build_table",
         "explain_table",
+        "check_table",
         "queue_table",
     }
     for tool in tools.values():
@@ -293,9 +294,12 @@ def test_a_refusal_is_the_builders_typed_message_and_explained(app):
             tool = await client.call_tool("build_table", tiny)
             direct = await http.post(TABLES, json=tiny)
             explained = await client.call_tool("explain_table", tiny)
-            return tool, direct, explained
+            checked = await client.call_tool("check_table", tiny)
+            nearest = tool.structured_content["alternatives"][0]["request"]
+            taken = await client.call_tool("build_table", nearest)
+            return tool, direct, explained, checked, taken
 
-    tool, direct, explained = run(scenario)
+    tool, direct, explained, checked, taken = run(scenario)
     assert direct.status_code == 403
     assert tool.is_error and tool.structured_content == direct.json()
     assert tool.structured_content["error"]["type"] == "RefusedError"
@@ -304,8 +308,13 @@ def test_a_refusal_is_the_builders_typed_message_and_explained(app):
     out = explained.structured_content
     assert not explained.is_error and out["answered"] is False
     assert out["refusal"] == direct.json()["error"]
-    # The builder offers no alternatives yet (issue 40): none is invented.
-    assert "alternatives" not in out and "alternatives" not in tool.structured_content
+    # Every door offers the same nearest passing alternatives (issue 40), and the
+    # nearest one is answered when asked.
+    offered = tool.structured_content["alternatives"]
+    assert offered and out["alternatives"] == offered == checked.structured_content["alternatives"]
+    assert checked.structured_content["passes"] is False
+    assert checked.structured_content["refusal"] == direct.json()["error"]
+    assert not taken.is_error and taken.structured_content["flagged"].get("withheld", 0) == 0
 
 
 def test_withheld_cells_are_explained_with_their_flags_meaning(app):
@@ -604,8 +613,14 @@ def test_bad_tool_input_gets_the_mcp_error_shape_with_the_builders_message(
     assert words in error["message"] and "Traceback" not in error["message"]
     assert data_of(tool) == tool.structured_content
     if not isinstance(arguments.get("dataset"), int) and "colour" not in arguments:
-        # The API answers the same body with the same error (its own JSON shape).
-        assert direct.json() == {"error": error}
+        # The API answers the same body with the same error (its own JSON shape), and the
+        # same nearest passing alternatives where a table near it passes (issue 40).
+        assert direct.json() == tool.structured_content
+    offered = tool.structured_content.get("alternatives", [])
+    if words == "at most 3 dimensions":
+        assert offered and all(len(a["request"]["dimensions"]) == 3 for a in offered)
+    else:
+        assert offered == []
 
 
 def test_ten_megabytes_of_arguments_are_refused_in_the_mcp_shape(app):
@@ -838,6 +853,7 @@ def test_tablesafe_mcp_over_stdio_is_the_same_door_as_the_http_api(config, app):
         "find_variables",
         "build_table",
         "explain_table",
+        "check_table",
         "queue_table",
     ]
     table = out["table"].structured_content

@@ -210,4 +210,3 @@ def test_the_doors_meet_in_the_core_not_in_each_other():
     }
     assert {t for _, t in cli_to_server} <= {"tablesafe.server"}
     assert {m for m, _ in cli_to_server} <= {"tablesafe._cli._server", "tablesafe._cli._worker"}
-

@@ -101,7 +101,8 @@ def error_of(response: h11.Response | None, body: bytes, head: bool = False) -> 
     if head:
         return {"status": response.status_code}
     doc = json.loads(body)
-    assert set(doc) == {"error"} and set(doc["error"]) == {"status", "type", "message"}
+    assert set(doc) - {"alternatives"} == {"error"}
+    assert set(doc["error"]) == {"status", "type", "message"}
     assert doc["error"]["status"] == response.status_code
     return doc["error"]
 

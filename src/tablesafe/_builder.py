@@ -234,7 +234,13 @@ class TableBuilder:
         full, whole = self._full_plans(work, plan)
         return Bound(checked, work.coerced(catalog), plan, full, whole)
 
-    def run(self, request: TableRequest | Bound, *, key_id: str = OWNER) -> Built:
+    def run(
+        self,
+        request: TableRequest | Bound,
+        *,
+        key_id: str = OWNER,
+        admission: Admission | None = None,
+    ) -> Built:
         """The path of one table, every stage downward (DESIGN, "The path of one table").
 
         Check the request and bind it once (:meth:`bind`), tabulate every
@@ -245,24 +251,27 @@ class TableBuilder:
         Args:
             request: The table asked for (or bound already: :meth:`bind`).
             key_id: Who asks (the API key's id; the account's and the ledger's key).
+            admission: Another admission than the builder's (a dry run of it:
+                :meth:`Admission.dry`).
 
         Raises:
             RequestError, RefusedError, ComputationError: with a message for the user.
         """
+        admission = admission or self.admission
         bound = self.bind(request)
         if self.protection.fixed_budget:
-            return self._released(bound, key_id)
-        self.admission.refused_before(bound.request, key_id)
+            return self._released(bound, key_id, admission)
+        admission.refused_before(bound.request, key_id)
         prepared = self.prepare(bound)
         protected = self._protect(prepared, None)
-        admitted = self.admission.admit(
+        admitted = admission.admit(
             prepared, protected, lambda withheld: self._protect(prepared, withheld), key_id
         )
         return Built(
             prepared.request, prepared.plan, prepared.aggregates, admitted.table, admitted.figures
         )
 
-    def _released(self, bound: Bound, key_id: str) -> Built:
+    def _released(self, bound: Bound, key_id: str, admission: Admission) -> Built:
         """A ``dp-marginals`` table: read from the site's release, no microdata, then admitted.
 
         :func:`tablesafe._release.released_table`; the admission spends the
@@ -275,7 +284,7 @@ class TableBuilder:
         zeros = structural_zero_mask(self.dataset.catalog, plan) & computed
         table = released_table(self, bound.request, plan, computed, zeros)
         figures = release_figures(self.protection, release)
-        admitted = self.admission.released(table, bound.request, figures, key_id)
+        admitted = admission.released(table, bound.request, figures, key_id)
         return Built(bound.request, plan, None, admitted.table, admitted.figures)
 
     def release(self) -> Release | None:

@@ -27,7 +27,7 @@ record key, a seed or a secret.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 __all__ = [
     "BudgetExhausted",
@@ -58,9 +58,15 @@ class TablesafeError(Exception):
 
 
 class UserError(TablesafeError, ValueError):
-    """Bad input that the caller can fix."""
+    """Bad input that the caller can fix.
+
+    Attributes:
+        alternatives: A refusal's nearest passing alternatives, where the server
+            found some (:mod:`tablesafe.rules._alternatives`): every door shows them.
+    """
 
     status_code = 400
+    alternatives: tuple[Any, ...] = ()
 
 
 class CatalogError(UserError):

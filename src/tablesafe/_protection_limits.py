@@ -233,6 +233,7 @@ RANGES: dict[str, Range] = {
     "rules.sliver_min_difference": _i(0, 1_000_000),
     "rules.sliver_max_candidates": _i(1, 1_000_000),
     "rules.max_withheld_share": _r(0, 1),
+    "rules.alternatives_max_dry_runs": _i(0, 1000),
     "rules.privacy_budget_epsilon": _r(0, 1_000_000, low_open=True),
     "rules.privacy_budget_epsilon_per_key": _r(0, 1_000_000, low_open=True),
     "rules.privacy_budget_delta": _r(0, 1, low_open=True, high_open=True),

@@ -602,6 +602,13 @@ class RuleSettings(BaseModel):
         "refused whole (403), with what would pass; below it the table is published with "
         "those cells withheld.",
     )
+    alternatives_max_dry_runs: int = Field(
+        12,
+        **field_bounds("rules.alternatives_max_dry_runs"),
+        description="The nearest passing alternatives of a refused or partly withheld table: "
+        "the most dry runs one search may run (each counted against the key's rate limit; a "
+        "candidate the request limits refuse costs none); 0 offers none.",
+    )
     sliver_cells: bool = Field(
         True,
         description="No longer used: every figure a table publishes is checked. Accepted so "

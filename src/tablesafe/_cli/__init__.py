@@ -199,7 +199,34 @@ def main(args: list[str] | None = None) -> None:
         app.main(args, prog_name="tablesafe")
     except TablesafeError as exc:
         click.echo(f"error: {exc}", err=True)
+        for line in alternative_lines(exc):
+            click.echo(line, err=True)
         sys.exit(2 if isinstance(exc, UserError) else 1)
+
+
+def alternative_lines(refusal: Exception) -> list[str]:
+    """A refusal's alternatives as the command prints them: what changes, then the options."""
+    found = getattr(refusal, "alternatives", ())
+    if not found:
+        return []
+    lines = [
+        "tables near it that pass this site's request limits and universe-size rule (the "
+        "server decides the rest when asked; other options as given):"
+    ]
+    for i, alternative in enumerate(found, 1):
+        body = alternative.to_dict()["request"]
+        dims = body["dimensions"]
+        options = [f"--rows {dims[0]}"]
+        options += [f"--cols {dims[1]}"] if len(dims) > 1 else []
+        options += [f"--layers {d}" for d in dims[2:]]
+        options += [
+            f"--where {name}={','.join(str(c) for c in codes)}"
+            for name, codes in body["universe"].items()
+        ]
+        options += [f"--margins {body['margins']}"] if "margins" in body else []
+        options += [f"--statistic {body['statistic']}"]
+        lines += [f"  {i}. {alternative.to_dict()['change']}", f"     {' '.join(options)}"]
+    return lines
 
 
 @app.command("version")

@@ -10,7 +10,7 @@ import click
 
 from tablesafe._cli import PATH, app, number
 from tablesafe._cli._methods import protection_options
-from tablesafe._errors import ConfigError, RequestError
+from tablesafe._errors import ConfigError, RefusedError, RequestError, UserError
 from tablesafe._protection_limits import ProtectionMethod
 
 if TYPE_CHECKING:
@@ -262,7 +262,56 @@ def table(
     # With --config, the site's rules as its server applies them (the sliver guard
     # aside: it depends on what the server has published).
     builder = TableBuilder(dataset, protection, engine=eng, magnitudes=magnitudes, rules=rules)
-    _echo_built(builder.build(request), output, WriteOptions(footnotes, labels), owner_flags)
+    _echo_built(_built(builder, request), output, WriteOptions(footnotes, labels), owner_flags)
+
+
+def _built(builder: Any, request: TableRequest) -> ProtectedTable:
+    """The table, or its refusal with the nearest alternatives that pass here."""
+    try:
+        table: ProtectedTable = builder.build(request)
+    except (RefusedError, RequestError) as exc:
+        exc.alternatives = _alternatives(builder, request, exc)
+        raise
+    return table
+
+
+def _alternatives(builder: Any, request: TableRequest, refusal: UserError) -> tuple[Any, ...]:
+    """With ``--config``, a refusal's nearest alternatives that pass the site's rules here.
+
+    The command line has no state store: it checks what the builder decides
+    (the request limits, the universe-size rule), never the account of
+    published figures, the ledger or the risk ceiling (docs/cli.md).
+    """
+    from tablesafe.rules._alternatives import Search, nearest, useful_steps
+    from tablesafe.rules._dry_run import Verdict
+
+    rules = builder.rules
+    if rules is None or rules.alternatives_max_dry_runs <= 0:
+        return ()
+    if isinstance(refusal, RequestError) and len(request.dimensions) <= rules.max_dimensions:
+        return ()  # a request no alternative mends (an unknown variable...)
+    catalog = builder.dataset.catalog
+    try:
+        checked = request.coerced(catalog)
+    except UserError:
+        return ()
+
+    def limits(candidate: TableRequest) -> UserError | None:
+        try:
+            builder.check(candidate)
+        except UserError as exc:
+            return exc
+        return None
+
+    def dry_run(candidate: TableRequest) -> Verdict:
+        try:
+            table = builder.build(candidate)
+        except UserError as exc:
+            return Verdict(exc)
+        return Verdict(None, int(table.computed.sum()))
+
+    search = Search(limits, dry_run, rules.alternatives_max_dry_runs, useful_steps(refusal))
+    return tuple(nearest(catalog, checked, search))
 
 
 def _echo_built(

@@ -141,6 +141,9 @@ class ProtectedTable:
     protected: bool = field(kw_only=True)
     withheld: npt.NDArray[np.bool_] | None = None
     excludes_withheld: npt.NDArray[np.bool_] | None = None
+    #: A partly withheld table's nearest passing alternatives, where a door asked for them
+    #: (no format writes them: the table's bytes stay a function of its request).
+    alternatives: tuple[Any, ...] = field(default=(), repr=False)
 
     @property
     def shape(self) -> tuple[int, ...]:

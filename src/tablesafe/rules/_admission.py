@@ -87,10 +87,15 @@ class Accounts:
 
 @dataclass(frozen=True)
 class Admitted:
-    """A table's admission: the cells it withholds (extended shape), and whether it was new."""
+    """A table's admission: the cells it withholds (extended shape), and whether it was new.
+
+    ``undecided``: a dry run that may not read protected counts met a table
+    with no stored decision (:func:`tablesafe.rules._dry_run.reads_protected_figures`).
+    """
 
     withheld: npt.NDArray[np.bool_]
     decided_now: bool
+    undecided: bool = False
 
 
 def table_digest(figures: Sequence[Figure], shape: tuple[int, ...]) -> int:
@@ -115,8 +120,14 @@ def admit(
     space: DefinitionSpace,
     rules: RuleSettings,
     counted: Any,
+    dry_run: bool = False,
+    read_counts: bool = True,
 ) -> Admitted:
     """Decide which cells of a table are withheld, and record what it publishes.
+
+    A dry run (the pre-flight check, the nearest passing alternatives) takes
+    the same decision on the same reads and writes nothing: no publication, no
+    stored decision (docs/decisions.md, "A dry run of the admission").
 
     Args:
         tx: The state store's transaction for the table's microdata.
@@ -129,6 +140,9 @@ def admit(
         space: The catalog's definition space.
         rules: The site's rules for the dataset.
         counted: ``counted(domain, definition) -> (n, cell key)``, from the engine.
+        dry_run: Decide only: record nothing.
+        read_counts: Whether a dry run may read blocks' protected counts (else a
+            table without a stored decision is left undecided).
 
     Raises:
         RefusedError: when more than ``max_withheld_share`` of the cells would be withheld.
@@ -143,18 +157,13 @@ def admit(
     stored = tx.decision(scope, digest)
     if stored is not None:
         return Admitted(_unpack(stored, shape), False)
+    if dry_run and not read_counts:
+        return Admitted(np.zeros(shape, dtype=bool), False, undecided=True)
     additive = protection.record_level or protection.additivity == Additivity.AGGREGATE
     # Small: a protected count that some count below m could have been given.
     m = rules.sliver_min_difference
     account_rules = AccountRules(m + protection.reach_above(m), fresh_margins=not additive)
-
-    def protected(domain: str, definition: Definition, n: int, key: int) -> int:
-        text = (domain + definition_text(definition)).encode()
-        counts = protection.inner_counts(
-            np.array([n], dtype=np.int64), np.array([key], dtype=np.uint32), lambda _: [text]
-        )
-        return int(counts[0])
-
+    protected = _protected_count(protection)
     unsafe = unsafe_figures(account, figures, space, account_rules, protected, counted)
     withheld = withheld_cells(figures, unsafe, shape, additive=additive) & cells
     total = int(cells.sum())
@@ -167,6 +176,8 @@ def admit(
             f"would let differences isolate fewer than {rules.sliver_min_difference} records. "
             "Ask for coarser categories, a wider universe or fewer dimensions"
         )
+    if dry_run:
+        return Admitted(withheld, False)
     from tablesafe.output._withheld import margins_over
 
     left_out = withheld | (margins_over(withheld) if additive else withheld)
@@ -174,6 +185,19 @@ def admit(
     tx.publish(scope, key_id, [(f.digest, f.text, f.n, f.cell_key) for f in published])
     tx.decide(scope, digest, _pack(withheld))
     return Admitted(withheld, True)
+
+
+def _protected_count(protection: Protection) -> Any:
+    """A block's protected count: what the site would publish for it as an inner cell."""
+
+    def protected(domain: str, definition: Definition, n: int, key: int) -> int:
+        text = (domain + definition_text(definition)).encode()
+        counts = protection.inner_counts(
+            np.array([n], dtype=np.int64), np.array([key], dtype=np.uint32), lambda _: [text]
+        )
+        return int(counts[0])
+
+    return protected
 
 
 def _label(plan: TabulationPlan, shape: tuple[int, ...], index: int) -> str:

@@ -25,6 +25,11 @@ the ledger alone): the decision read them. Steps 2, 5 and 6 depend on what was
 published: they apply where the admission has a state store (a site's
 service); the builder alone (the owner's Python API, the command line)
 applies 1, 3 and 4.
+
+A **dry run** (:meth:`Admission.dry`: the pre-flight check, the nearest passing
+alternatives) takes the same steps in the same order and writes nothing: the
+ledger is read, not spent, and no decision, refusal or publication is stored
+(:mod:`tablesafe.rules._dry_run`).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._plan import TabulationPlan
 from tablesafe.output._table import ProtectedTable
 from tablesafe.rules._admission import Accounts, EngineCounts, Transaction, admit, dataset_identity
+from tablesafe.rules._dry_run import ACCOUNT, RISK_CEILING, UNIVERSE_SIZE, DryRun, ledger_cost
 from tablesafe.rules._ledger import Budgets, LedgerIndex, TableFigures, TableShape, table_figures
 from tablesafe.rules._precision import apply_precision_rule
 from tablesafe.rules._rules import (
@@ -145,10 +151,14 @@ class CeilingGate(Protocol):
         request: TableRequest,
         table: ProtectedTable,
         *,
-        key: str,
-        figures: Callable[[], TableFigures],
+        key: str | None,
+        figures: Callable[[], TableFigures] | None,
     ) -> None:
-        """Refuse (:class:`~tablesafe.RiskCeilingExceeded`) a table past the ceiling."""
+        """Refuse (:class:`~tablesafe.RiskCeilingExceeded`) a table past the ceiling.
+
+        The refusal is stored under ``key`` with ``figures``; with None (a dry
+        run) nothing is stored.
+        """
         ...
 
 
@@ -185,6 +195,8 @@ class Admission:
         dataset: The dataset's name (the ledger's rows say it).
         ceiling: The putative-risk ceiling's gate, where the site sets one.
         statistics: The statistics the small-cell rule asks what they hide.
+        dry_run: Where set, a dry run: every decision taken, nothing written
+            (:meth:`dry`).
     """
 
     source: Source
@@ -195,6 +207,11 @@ class Admission:
     statistics: Sequence[PublishedStatistic] = STATISTICS
     accounts: Accounts = field(default_factory=Accounts)
     _identity: str | None = None
+    dry_run: DryRun | None = None
+
+    def dry(self, notes: DryRun) -> Admission:
+        """This admission as a dry run noting in ``notes`` (same state, account and gate)."""
+        return replace(self, dry_run=notes, _identity=self.identity)
 
     @property
     def identity(self) -> str:
@@ -276,8 +293,9 @@ class Admission:
         """
         table = self.ruled(protected, candidate.request)
         try:
-            self._universe_size(table)
-            self._risk_ceiling(candidate, table)
+            if self._reads_figures():
+                self._universe_size(table)
+                self._risk_ceiling(candidate, table)
         except RefusedError:
             if self.state is not None:
                 # Decided on the table's own figures: they spend as if published
@@ -307,6 +325,11 @@ class Admission:
             RefusedError: for too small a universe.
         """
         self.again(figures, key_id)
+        dry = self.dry_run
+        if dry is not None and dry.cost is not None and dry.cost.new_figures:
+            # No check reads a release the ledger has not charged this key for.
+            dry.undecided += [UNIVERSE_SIZE] if self.rules and self.rules.min_universe_size else []
+            return Admitted(table, None)
         table = self.ruled(table, request)
         self._universe_size(table)
         return Admitted(table, figures if self.state is not None else None)
@@ -374,6 +397,23 @@ class Admission:
         if self.rules is not None and self.rules.min_universe_size > 0:
             check_universe_size(table_universe_size(table), self.rules)
 
+    def _reads_figures(self) -> bool:
+        """Whether steps 4 and 5 read the table's figures: not in a dry run that may not.
+
+        A dry run on a site that accounts its noise reads no protected figure
+        (:func:`~tablesafe.rules._dry_run.reads_protected_figures`): the rules
+        that would are left to the request.
+        """
+        dry = self.dry_run
+        if dry is None or dry.read_counts:
+            return True
+        rules = self.rules
+        if rules is not None and rules.min_universe_size > 0:
+            dry.undecided.append(UNIVERSE_SIZE)
+        if self._ceiling() is not None:
+            dry.undecided.append(RISK_CEILING)
+        return False
+
     def _ceiling(self) -> CeilingGate | None:
         """The ceiling's gate, where the site sets a ceiling and keeps what it published."""
         rules = self.rules
@@ -385,11 +425,12 @@ class Admission:
         """Step 5: the putative-risk ceiling, on the table's own figures (a refusal is stored)."""
         gate = self._ceiling()
         if gate is not None:
+            stores = self.dry_run is None
             gate.check(
                 candidate.request,
                 table,
-                key=gate.key(candidate.request),
-                figures=lambda: self.figures(candidate, None),
+                key=gate.key(candidate.request) if stores else None,
+                figures=(lambda: self.figures(candidate, None)) if stores else None,
             )
 
     def _account_and_ledger(self, candidate: Candidate, key_id: str) -> tuple[Mask, TableFigures]:
@@ -402,8 +443,9 @@ class Admission:
         """
         assert self.state is not None and self.rules is not None
         source = self.source
+        dry = self.dry_run
         with self.state.transaction(self.identity) as tx:
-            withheld = admit(
+            admitted = admit(
                 tx,
                 self.accounts,
                 key_id=key_id,
@@ -416,7 +458,12 @@ class Admission:
                 counted=EngineCounts(
                     source.engine, source.dataset, candidate.full, source.definition_space
                 ),
-            ).withheld
+                dry_run=dry is not None,
+                read_counts=dry is None or dry.read_counts,
+            )
+            withheld = admitted.withheld
+            if dry is not None and admitted.undecided:
+                dry.undecided.append(ACCOUNT)
             figures = self.figures(candidate, withheld)
             self._spend(tx, key_id, figures)
         return withheld, figures
@@ -427,5 +474,8 @@ class Admission:
         ledger = tx.ledger
         if not isinstance(ledger, LedgerIndex):
             raise InternalError("the state store's ledger is not the rules' LedgerIndex")
-        if ledger.check(key_id, figures, budgets_of(self.rules)):
+        budgets = budgets_of(self.rules)
+        if self.dry_run is not None:  # what it would cost, refused by a budget or not
+            self.dry_run.cost = ledger_cost(ledger, key_id, figures, budgets)
+        if ledger.check(key_id, figures, budgets) and self.dry_run is None:
             tx.spend(key_id, figures, self.dataset)

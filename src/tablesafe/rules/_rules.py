@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from tablesafe._settings import RuleSettings
 
 __all__ = [
+    "UNIVERSE_TOO_SMALL",
     "apply_small_cell_rule",
     "check_plan_limits",
     "check_request_limits",
@@ -96,11 +97,15 @@ def table_universe_size(table: ProtectedTable) -> int:
     return int(counts[inner][table.computed[inner]].sum())
 
 
+#: How the universe-size rule's refusal starts (the nearest alternatives read it).
+UNIVERSE_TOO_SMALL = "the universe is too small"
+
+
 def check_universe_size(n: int, rules: RuleSettings) -> None:
     """Refuse a universe whose size as the table states it is below the rules' minimum."""
     if n < rules.min_universe_size:
         raise RefusedError(
-            f"the universe is too small: it must hold at least {rules.min_universe_size} "
+            f"{UNIVERSE_TOO_SMALL}: it must hold at least {rules.min_universe_size} "
             "sample records; widen it (fewer or broader conditions)"
         )
 

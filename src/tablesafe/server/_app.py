@@ -6,6 +6,8 @@ Endpoints::
     GET  /api/datasets                    datasets served
     GET  /api/datasets/{name}             variables, categories, labels, rules, protection
     POST /api/datasets/{name}/tables      a protected table (?format=json|csv|xlsx|jsonstat|...)
+    POST /api/datasets/{name}/tables:check   the pre-flight check: would it pass, which cells
+                                          would be withheld, its cost, its alternatives
     POST /api/datasets/{name}/jobs        a large table as a job; GET /api/jobs/{id} and
                                           /api/jobs/{id}/result (:mod:`tablesafe.server._jobs`)
     GET  /api/admin/audit                 the audit log (admin keys only)
@@ -24,10 +26,12 @@ Every error, ours or the framework's, is answered in one JSON shape::
 
     {"error": {"status": 400, "type": "RequestError", "message": "..."}}
 
-mapped in one place (:func:`_error_response`). Messages name what was
-wrong and what is allowed; none contains a stack trace or an unprotected
-value. The gate (:mod:`tablesafe.server._gate`) wraps the whole application:
-it checks keys, reads bodies and writes the audit row of every request; the
+with, for a refused table, its nearest passing alternatives beside it
+(``"alternatives": [...]``, docs/errors.md), mapped in one place
+(:func:`_error_response`). Messages name what was wrong and what is allowed;
+none contains a stack trace or an unprotected value. The gate
+(:mod:`tablesafe.server._gate`) wraps the whole application: it checks keys,
+reads bodies and writes the audit row of every request; the
 HTTP protocol below (:mod:`tablesafe.server._protocol`) answers what never
 reaches the application in the same shape.
 """
@@ -54,7 +58,7 @@ from tablesafe._errors import TablesafeError
 from tablesafe._settings import SiteConfig
 from tablesafe.output._formats import WriteOptions, format_names, output_format
 from tablesafe.server._auth import Authenticator, AuthError, site_authenticator
-from tablesafe.server._gate import Edge, Gate, error_object, error_shape
+from tablesafe.server._gate import Edge, Gate, error_object, error_shape, offered_alternatives
 from tablesafe.server._jobs import ServerWorker, add_job_routes, embedded_worker
 from tablesafe.server._observe import Observed, Operations
 from tablesafe.service._bodies import TableBody, invalid_body
@@ -79,6 +83,7 @@ def create_app(site: SiteConfig, *, service: TableService | None = None) -> Fast
     app = _application(site, service, auth, audit)
     _add_error_handlers(app)
     _add_dataset_routes(app, service)
+    _add_check_route(app, service)
     _add_admin_routes(app, site, service, auth, audit)
     _add_ledger_route(app, site, service, auth, audit)
     add_job_routes(app, service, auth, principal=_principal, served=_served)
@@ -131,11 +136,13 @@ def _application(
     return app
 
 
-def _error_response(request: Request, status: int, kind: str, message: str) -> JSONResponse:
-    """An error in the one JSON shape."""
+def _error_response(
+    request: Request, status: int, kind: str, message: str, extra: dict[str, Any] | None = None
+) -> JSONResponse:
+    """An error in the one JSON shape (a refusal's ``alternatives`` beside its ``error``)."""
     # The gate writes the audit row when this answer starts; it reads the outcome here.
     request.state.outcome = f"{kind}: {message}"
-    return JSONResponse(error_shape(status, kind, message), status_code=status)
+    return JSONResponse({**error_shape(status, kind, message), **(extra or {})}, status_code=status)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -146,7 +153,9 @@ def _add_error_handlers(app: FastAPI) -> None:
         error = error_object(exc)
         if error["status"] >= 500:
             log.error("%s while serving %s", type(exc).__name__, request.url.path)
-        return _error_response(request, error["status"], error["type"], error["message"])
+        return _error_response(
+            request, error["status"], error["type"], error["message"], offered_alternatives(exc)
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -251,6 +260,25 @@ def _add_dataset_routes(app: FastAPI, service: TableService) -> None:
             media_type=fmt.media_type,
             headers={"content-disposition": f'attachment; filename="{filename}"'},
         )
+
+
+def _add_check_route(app: FastAPI, service: TableService) -> None:
+    """The pre-flight check: a dry run of the table's admission (nothing published or spent)."""
+
+    @app.post("/api/datasets/{name}/tables:check", tags=["tables"])
+    def check(
+        request: Request, name: str, body: TableBody, who: Principal = Depends(_principal)
+    ) -> dict[str, Any]:
+        """Would this table pass now: its refusal, cells withheld, cost, cells, alternatives.
+
+        A dry run of the same rules in the same order (docs/http-api.md,
+        "The pre-flight check"): no table is published, no budget spent. A
+        table refused or partly withheld comes with its nearest passing
+        alternatives. Rate-limited and audited as every request.
+        """
+        request.state.body = body.model_dump()
+        _served(service, request, name)
+        return service.check_body(who, name, body)
 
 
 def _add_admin_routes(

@@ -56,6 +56,7 @@ __all__ = [
     "error_object",
     "error_shape",
     "not_json",
+    "offered_alternatives",
     "rpc_error_shape",
 ]
 
@@ -111,6 +112,18 @@ def error_object(exc: BaseException) -> dict[str, Any]:
         message = str(exc) if status < 500 or user else "internal error"
         return {"status": status, "type": type(exc).__name__, "message": message}
     return {"status": 500, "type": "InternalError", "message": "internal error"}
+
+
+def offered_alternatives(exc: BaseException) -> dict[str, Any]:
+    """A refusal's nearest passing alternatives, as every door adds them beside its error.
+
+    Empty for an error without alternatives: the one error shape is unchanged
+    (docs/errors.md).
+    """
+    found = getattr(exc, "alternatives", ())
+    if not found:
+        return {}
+    return {"alternatives": [a if isinstance(a, dict) else a.to_dict() for a in found]}
 
 
 def not_json(exc: Exception) -> str:

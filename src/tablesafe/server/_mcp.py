@@ -179,6 +179,7 @@ class Agent:
             "find_variables": self._find_variables,
             "build_table": self._build_table,
             "explain_table": self._explain_table,
+            "check_table": self._check_table,
             "queue_table": self._queue_table,
         }
 
@@ -388,7 +389,7 @@ class Agent:
         self, who: Principal, call: _Call, arguments: dict[str, Any]
     ) -> dict[str, Any]:
         name, body = self._table_arguments(call, arguments)
-        table = self.service.answer(who, name, body)
+        table = self.service.answer(who, name, body, alternatives=True)
         return published(name, body, table)
 
     def _explain_table(
@@ -396,13 +397,20 @@ class Agent:
     ) -> dict[str, Any]:
         name, body = self._table_arguments(call, arguments)
         try:
-            table = self.service.answer(who, name, body)
+            table = self.service.answer(who, name, body, alternatives=True)
         except RefusedError as exc:
             refusal = error_object(exc)
             # The table was refused: the row says so, as the API's would (not a table served).
             call.status, call.outcome = refusal["status"], _outcome(refusal)
             return {"dataset": name, "answered": False, "refusal": refusal, **offered(exc)}
         return {"dataset": name, "answered": True, **explained(table), **offered(table)}
+
+    def _check_table(
+        self, who: Principal, call: _Call, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The HTTP API's pre-flight check (``tables:check``): a dry run, nothing published."""
+        name, body = self._table_arguments(call, arguments)
+        return self.service.check_body(who, name, body)
 
     def _queue_table(
         self, who: Principal, call: _Call, arguments: dict[str, Any]

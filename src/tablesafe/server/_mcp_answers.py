@@ -116,9 +116,11 @@ def _has(cell: Mapping[str, Any], flag: str) -> bool:
 def offered(source: object) -> dict[str, Any]:
     """The nearest passing alternatives a refusal or a table carries, passed through.
 
-    The builder offers none yet (issue 40); where it does, a refusal's
-    exception or a table has ``alternatives``: mappings (or objects with
-    ``to_dict``), each with the build_table arguments of a table that passes.
+    A refusal's exception, or a partly withheld table asked with
+    ``alternatives=True`` (:meth:`~tablesafe.service._service.TableService.answer`),
+    has ``alternatives``: mappings or objects with ``to_dict``
+    (:class:`~tablesafe.rules._alternatives.Alternative`), each with the
+    request (build_table's arguments) of a table that passes.
     """
     offered = getattr(source, "alternatives", None)
     if not offered:

@@ -39,8 +39,8 @@ _VALUE = {"type": ["number", "string", "boolean", "null"]}
 _ALTERNATIVES = {
     "type": "array",
     "items": {"type": "object"},
-    "description": "The nearest tables that pass, where the site's builder offers them: each "
-    "with its build_table arguments and what it changes.",
+    "description": "The nearest tables that pass, nearest first: each with what it changes "
+    "('change'), its request (build_table's arguments, less the dataset) and its cells.",
 }
 _ERROR = {
     "type": "object",
@@ -116,6 +116,33 @@ _EXPLAIN_OUTPUT = {
         "alternatives": _ALTERNATIVES,
     },
     "required": ["dataset", "answered"],
+}
+
+_CHECK_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "dataset": {"type": "string"},
+        "passes": {"type": "boolean"},
+        "refusal": {
+            "anyOf": [_ERROR, {"type": "null"}],
+            "description": "The error the table request would be answered with, or null.",
+        },
+        "cells": {"type": ["integer", "null"]},
+        "withheld": {
+            "type": "array",
+            "items": {"type": "object"},
+            "description": "The cells that would be withheld: each dimension's code (_T a total).",
+        },
+        "ledger": {"type": ["object", "null"]},
+        "undecided": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Rules decided only when the table is asked (on sites with a privacy "
+            "budget or DP).",
+        },
+        "alternatives": _ALTERNATIVES,
+    },
+    "required": ["dataset", "passes", "refusal", "cells", "withheld", "ledger", "undecided"],
 }
 
 _QUEUE_OUTPUT = {
@@ -209,14 +236,26 @@ def tools() -> list[types.Tool]:
             name="explain_table",
             description="Explain a table request: why the site refuses it, or which cells are "
             "held back or marked and what each flag means, with the nearest tables that pass "
-            "where the site's builder offers them (this site offers no pre-flight check: a "
-            "table is checked by asking for it). Takes build_table's arguments and is asked as "
-            "that table is, through the same rules and accounts.",
+            "(each with its request: build_table's arguments). Takes build_table's arguments "
+            "and is asked as that table is, through the same rules and accounts (it publishes "
+            "the table when it passes; check_table does not).",
             input_schema=_table_input(),
             output_schema=_EXPLAIN_OUTPUT,
             annotations=types.ToolAnnotations(
                 read_only_hint=False, idempotent_hint=True, open_world_hint=False
             ),
+        ),
+        types.Tool(
+            name="check_table",
+            description="Check a table request before asking for it (a pre-flight check that "
+            "publishes nothing and spends no privacy budget): whether it would pass, the rule "
+            "that would refuse it, which cells would be withheld, how many cells, what it would "
+            "add to the privacy ledger, and, for a refused or partly withheld table, the "
+            "nearest tables that pass (each with its request: build_table's arguments). Takes "
+            "build_table's arguments.",
+            input_schema=_table_input(),
+            output_schema=_CHECK_OUTPUT,
+            annotations=read_only,
         ),
         _job_tool(),
     ]

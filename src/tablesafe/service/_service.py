@@ -15,14 +15,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from tablesafe._builder import TableBuilder
-from tablesafe._errors import ConfigError, TablesafeError, UserError
+from tablesafe._errors import ConfigError, RefusedError, RequestError, TablesafeError, UserError
 from tablesafe._protection import site_protection
 from tablesafe._request import TableRequest
 from tablesafe._settings import DatasetSettings, EngineKind, SiteConfig, SliverScope
@@ -30,6 +31,8 @@ from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines._base import Engine
 from tablesafe.output._table import ProtectedTable
 from tablesafe.rules._admit import Admission, budgets_of
+from tablesafe.rules._alternatives import Alternative, Search, nearest, useful_steps
+from tablesafe.rules._dry_run import DryRun, Verdict, reads_protected_figures, withheld_codes
 from tablesafe.rules._ledger import TableFigures, warm
 from tablesafe.service._bodies import TableBody
 from tablesafe.service._risk_gate import RiskGate
@@ -107,10 +110,13 @@ class _Ceiling:
         request: TableRequest,
         table: ProtectedTable,
         *,
-        key: str,
-        figures: Callable[[], TableFigures],
+        key: str | None,
+        figures: Callable[[], TableFigures] | None,
     ) -> None:
-        """The gate's measure of ``table`` against the published tables nearest it."""
+        """The gate's measure of ``table`` against the published tables nearest it.
+
+        With ``key`` None (a dry run) a refusal is not stored.
+        """
         rules = self.settings.rules
         assert rules.putative_uniques_ceiling is not None
         self.gate.check(
@@ -334,32 +340,52 @@ class TableService:
 
     # -- tables --------------------------------------------------------------------------
 
-    def answer(self, who: Principal, name: str, body: TableBody) -> ProtectedTable:
+    def answer(
+        self, who: Principal, name: str, body: TableBody, *, alternatives: bool = False
+    ) -> ProtectedTable:
         """A table request as every door receives it (HTTP, jobs, agents): the one path.
 
         The body was validated by the door (its wire format); from here on the
         dataset, the request and every rule are checked in the same place for
         every door.
 
+        Args:
+            who: The caller.
+            name: The dataset.
+            body: The request.
+            alternatives: Whether a partly withheld table comes with its nearest
+                passing alternatives (a door that shows them: the agent interface);
+                a refusal always does.
+
         Raises:
             NotFound: for a dataset not served.
             RequestError, RefusedError, ComputationError: as :meth:`table`.
         """
         self.require(name)
-        return self.table(who, name, body.to_request())
+        request = body.to_request()
+        table = self.table(who, name, request)
+        if alternatives and table.withheld is not None and table.withheld.any():
+            table = replace(table, alternatives=self.alternatives(who, name, request))
+        return table
 
     def table(self, who: Principal, name: str, request: TableRequest) -> ProtectedTable:
         """Build the protected table for ``request``, enforcing every rule.
 
         Waits its turn when ``[server] concurrent_tables`` builds are under way.
 
+        A refusal carries its nearest passing alternatives (:meth:`alternatives`).
+
         Raises:
             RequestError, RefusedError, ComputationError: with a message for the user.
         """
-        if self._slots is None:
-            return self._table(who, name, request)
-        with self._slots:
-            return self._table(who, name, request)
+        try:
+            if self._slots is None:
+                return self._table(who, name, request)
+            with self._slots:
+                return self._table(who, name, request)
+        except (RefusedError, RequestError) as exc:
+            exc.alternatives = self.alternatives(who, name, request, exc)
+            raise
 
     def _table(self, who: Principal, name: str, request: TableRequest) -> ProtectedTable:
         builder = self._served[name].builder
@@ -379,6 +405,101 @@ class TableService:
         self.tally.add(name, cached=cached is not None)
         return table
 
+    # -- dry runs (issue 40): the pre-flight check and the nearest passing alternatives ----
+
+    def check(self, who: Principal, name: str, request: TableRequest) -> Verdict:
+        """What asking for ``request`` would give ``who`` now; nothing published, nothing spent.
+
+        The builder's path with a dry run of its admission
+        (:meth:`~tablesafe.rules._admit.Admission.dry`): the same steps in the
+        same order on the same reads, waiting its turn as a table does
+        (``concurrent_tables``), writing nothing (:mod:`tablesafe.rules._dry_run`).
+        """
+        if self._slots is None:
+            return self._dry_run(who, name, request)
+        with self._slots:
+            return self._dry_run(who, name, request)
+
+    def check_body(self, who: Principal, name: str, body: TableBody) -> dict[str, Any]:
+        """The pre-flight check as every door answers it (``tables:check``, ``check_table``).
+
+        The verdict (:meth:`check`) with, for a table refused or partly withheld,
+        its nearest passing alternatives; a request the builder cannot read is
+        answered as refused with the error the table request would get.
+
+        Raises:
+            NotFound: for a dataset not served.
+        """
+        self.require(name)
+        try:
+            request = body.to_request()
+        except UserError as exc:
+            return {"dataset": name, **Verdict(exc).to_dict(), "alternatives": []}
+        verdict = self.check(who, name, request)
+        found: tuple[Alternative, ...] = ()
+        if not verdict.passes or verdict.withheld:
+            found = self.alternatives(who, name, request, verdict.refusal)
+        return {"dataset": name, **verdict.to_dict(), "alternatives": [a.to_dict() for a in found]}
+
+    def _dry_run(self, who: Principal, name: str, request: TableRequest) -> Verdict:
+        s = self._served[name]
+        builder = s.builder
+        try:
+            bound = builder.bind(request)
+        except UserError as exc:
+            return Verdict(exc, _cells(s, request))
+        plan = bound.plan
+        # The cells it has, the margins it asks (a grouping set's cells exclude its totals).
+        cells = sum(math.prod(plan.shape[i] - 1 for i in gs) for gs in set(plan.grouping_sets))
+        notes = DryRun(read_counts=reads_protected_figures(builder.protection, s.settings.rules))
+        try:
+            built = builder.run(bound, key_id=who.id, admission=builder.admission.dry(notes))
+        except RefusedError as exc:
+            return Verdict(exc, cells, ledger=notes.cost, undecided=tuple(notes.undecided))
+        withheld = built.table.withheld
+        codes = () if withheld is None else tuple(withheld_codes(built.plan, withheld))
+        return Verdict(None, cells, codes, notes.cost, tuple(notes.undecided))
+
+    def alternatives(
+        self, who: Principal, name: str, request: TableRequest, refusal: UserError | None = None
+    ) -> tuple[Alternative, ...]:
+        """The nearest passing alternatives of a refused or partly withheld table.
+
+        Each candidate is checked by :meth:`check`, at most
+        ``alternatives_max_dry_runs`` of them, each counted against the key's
+        rate limit (the search stops where the limit is reached); a request
+        refused for a reason no alternative can change (an unknown variable,
+        a malformed request) gets none.
+        """
+        s = self._served.get(name)
+        if s is None:
+            return ()
+        rules = s.settings.rules
+        if isinstance(refusal, RequestError) and len(request.dimensions) <= rules.max_dimensions:
+            return ()
+        try:
+            checked = request.coerced(s.dataset.catalog)
+        except UserError:
+            return ()  # an unknown variable or category: nothing near it is known
+
+        def limits(candidate: TableRequest) -> UserError | None:
+            try:
+                s.builder.check(candidate)
+            except UserError as exc:
+                return exc
+            return None
+
+        def dry_run(candidate: TableRequest) -> Verdict | None:
+            if not self.state.hit(who.id, who.rate_limit_per_minute):
+                return None
+            try:
+                return self.check(who, name, candidate)
+            except TablesafeError as exc:
+                return Verdict(RefusedError(f"not checked: {type(exc).__name__}"))
+
+        search = Search(limits, dry_run, rules.alternatives_max_dry_runs, useful_steps(refusal))
+        return tuple(nearest(s.dataset.catalog, checked, search))
+
     def _cached(self, key: tuple[str, TableRequest]) -> _Entry | None:
         with self._cache_lock:
             table = self._cache.get(key)
@@ -394,3 +515,11 @@ class TableService:
             self._cache[key] = table
             while len(self._cache) > size:
                 self._cache.popitem(last=False)
+
+
+def _cells(s: _Served, request: TableRequest) -> int | None:
+    """A request's cells with margins, where it binds to the catalog (else None)."""
+    try:
+        return math.prod(request.bind(s.dataset.catalog).shape)
+    except UserError:
+        return None

@@ -4,6 +4,7 @@
 const state = {
   datasets: [], meta: null, conditions: {}, groups: [],
   last: null, doc: null, index: null, layer: null, stat: null, controller: null, job: null,
+  checkController: null, checkTimer: null,
 };
 const $ = (id) => document.getElementById(id);
 // The marks of flagged cells, each explained in the legend by the footnotes' flag (docs/formats.md):
@@ -35,12 +36,17 @@ async function api(path, options = {}) {
   if (key) headers["x-api-key"] = key;
   const response = await fetch(path, Object.assign({}, options, { headers }));
   if (!response.ok) {
-    let message = `request failed (${response.status})`, type = null;
-    try { ({ message, type } = (await response.json()).error); } catch (e) { /* keep the default */ }
+    let message = `request failed (${response.status})`, type = null, alternatives = [];
+    try {
+      const body = await response.json();
+      ({ message, type } = body.error);
+      alternatives = body.alternatives || [];
+    } catch (e) { /* keep the default */ }
     if (response.status === 401) message = keyMessage(message);
     const error = new Error(message);
     error.status = response.status;
     error.type = type;
+    error.alternatives = alternatives; // a refusal's nearest tables that pass
     throw error;
   }
   return response;
@@ -163,6 +169,7 @@ function useAs(place, name) {
     notes.push(`${was} ${next ? varInfo(next).label : "(none)"}: a table cannot classify ${varInfo(rootOf(name)).label} twice.`);
   }
   $("dims-status").textContent = notes.join(" ");
+  scheduleCheck();
 }
 
 // A level of a classification replaces the level of the same classification already in
@@ -194,6 +201,7 @@ function renderGroups() {
     li.appendChild(remove);
     list.appendChild(li);
   });
+  scheduleCheck();
 }
 
 // A grouping's codes (g1, g2, other) change meaning when its groups change: a condition
@@ -298,6 +306,7 @@ function renderConditions() {
   }));
   const shown = state.conditions[$("uvar").value] || [];
   for (const box of $("ucats-list").querySelectorAll("input")) box.checked = shown.includes(box.value);
+  scheduleCheck();
 }
 
 // Hierarchies: levels of one classification, broadest first, and the tree of their categories.
@@ -401,7 +410,7 @@ function requestBody() {
     const numeric = v.categories.length && typeof v.categories[0].code === "number";
     universe[name] = codes.map((c) => (numeric ? Number(c) : c));
   }
-  const body = { dimensions: dims, universe, statistic, margins: "all" };
+  const body = { dimensions: dims, universe, statistic, margins: $("margins").value || "all" };
   const mag = $("magvar").value;
   const magStats = [...document.querySelectorAll('input[name="magstat"]:checked')].map((c) => c.value);
   // Quartiles are two quantiles; every other box is one item (sum:, mean:, median:).
@@ -824,9 +833,12 @@ async function build(event) {
     const doc = JSON.parse(await readWithProgress(response, started));
     if (state.controller !== controller) return;
     showTable(name, body, doc);
+    // Cells withheld: the check offers the nearest tables answered in full.
+    if (doc.cells.some((c) => c.withheld)) checkNow(); else showAlternatives([]);
   } catch (e) {
     if (state.controller !== controller) return; // a newer request took over
     $("message").textContent = e.name === "AbortError" ? "Cancelled: the table was not built. Change the request or build it again." : e.message;
+    showAlternatives(e.alternatives || []);
     // Over the direct limit: the same request may be built as a job.
     if (e.type === "TooManyCells") offerJob($("dataset").value, body);
     // A link kept while the key is missing still builds the table once a key is entered.
@@ -872,6 +884,14 @@ async function restoreFromUrl() {
   if (params.get("dataset") && params.get("dataset") !== $("dataset").value) { $("dataset").value = params.get("dataset"); await loadDataset(); }
   state.groups = Array.isArray(t.groups) ? t.groups : [];
   fillVariables(); renderGroups();
+  applyBody(t);
+  state.layer = params.get("layer");
+  state.stat = params.get("show");
+  await build();
+}
+
+// A request body (a link's, or a suggested table's) set into the form.
+function applyBody(t) {
   const dims = t.dimensions || [];
   $("rows").value = dims[0] || ""; $("cols").value = dims[1] || ""; $("layers").value = dims[2] || "";
   state.conditions = {};
@@ -887,9 +907,64 @@ async function restoreFromUrl() {
   for (const c of document.querySelectorAll('input[name="magstat"]')) {
     c.checked = mags.some((m) => m[0] === (c.value === "quartiles" ? "quantile" : c.value));
   }
-  state.layer = params.get("layer");
-  state.stat = params.get("show");
-  await build();
+  $("margins").value = ["all", "total", "none"].includes(t.margins) ? t.margins : "all";
+}
+
+// -- the pre-flight check: live while the table is chosen, with the nearest tables that pass --
+// A dry run on the server (POST .../tables:check): nothing is published, no budget spent.
+
+function scheduleCheck() {
+  clearTimeout(state.checkTimer);
+  state.checkTimer = setTimeout(checkNow, 600);
+}
+
+async function checkNow() {
+  clearTimeout(state.checkTimer);
+  if (!state.meta || !$("rows").value || (keysRequired() && !apiKey())) return;
+  if (state.checkController) state.checkController.abort();
+  const controller = new AbortController();
+  state.checkController = controller;
+  const name = $("dataset").value;
+  try {
+    const path = `/api/datasets/${encodeURIComponent(name)}/tables:check`;
+    const answer = await (await api(path, { method: "POST", body: JSON.stringify(requestBody()), signal: controller.signal })).json();
+    if (state.checkController !== controller) return;
+    showCheck(answer);
+  } catch (e) {
+    if (state.checkController === controller) $("check-status").textContent = e.name === "AbortError" ? "" : `The table could not be checked: ${e.message}`;
+  } finally {
+    if (state.checkController === controller) state.checkController = null;
+  }
+}
+
+const UNDECIDED = { universe_size: "the universe's size", risk_ceiling: "the risk ceiling", account: "cells withheld" };
+
+function showCheck(answer) {
+  let text;
+  if (!answer.passes) {
+    text = `This table would be refused: ${answer.refusal.message}`;
+  } else {
+    const withheld = answer.withheld.length;
+    text = `This table would be answered: ${answer.cells} cells`;
+    text += withheld ? `, ${withheld} of them withheld (with tables already published, they would let differences isolate a few records).` : ", none withheld.";
+    if (answer.undecided.length) text += ` Decided when it is built: ${answer.undecided.map((u) => UNDECIDED[u] || u).join(", ")}.`;
+  }
+  $("check-status").textContent = text;
+  showAlternatives(answer.alternatives || []);
+}
+
+function showAlternatives(list) {
+  $("alternatives-list").replaceChildren(...list.map((a) => {
+    const item = document.createElement("li");
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "alternative";
+    button.textContent = a.change;
+    button.addEventListener("click", () => { applyBody(a.request); renderConditions(); state.stat = null; build(); });
+    item.appendChild(button);
+    return item;
+  }));
+  $("alternatives").hidden = list.length === 0;
 }
 
 // Charts are drawn from the protected values of the table shown, never from anything else.
@@ -1197,6 +1272,9 @@ function wire() {
   $("download-sdmx-structure").addEventListener("click", () => download("sdmx-structure"));
   $("job-build").addEventListener("click", buildJob);
   $("job-download").addEventListener("click", downloadJob);
+  // Every change to the request is checked again once the user pauses.
+  $("builder").addEventListener("change", scheduleCheck);
+  $("builder").addEventListener("input", scheduleCheck);
 }
 
 async function start() {
