@@ -303,6 +303,31 @@ def test_a_restarted_service_reads_the_account_before_its_first_table(tmp_path):
         again.close()
 
 
+def test_a_store_of_the_sliver_guard_starts_its_account_empty(tmp_path):
+    """docs/attacks.md, "What remains": the guard's record sets are dropped, not migrated."""
+    import sqlite3
+
+    from tablesafe.state._sqlite import MIGRATIONS, SQLiteState
+
+    path = tmp_path / "state.sqlite"
+    con = sqlite3.connect(path)
+    for step in MIGRATIONS[:4]:  # the schema of the sliver guard's release
+        step(con)
+    con.execute(
+        "INSERT INTO guard_sets (identity, time, key_id, fingerprint, size, columns, definition,"
+        " ancestors) VALUES ('i', 't', 'k', x'00', 5, 'AGE', 'AGE=1', x'00')"
+    )
+    con.execute("PRAGMA user_version = 4")
+    con.commit()
+    con.close()
+    SQLiteState(path).close()
+    con = sqlite3.connect(path)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    published = con.execute("SELECT COUNT(*) FROM publications").fetchone()[0]
+    con.close()
+    assert "guard_sets" not in tables and published == 0
+
+
 # -- DP keyed by definition: the equal-set zero test ---------------------------------------
 
 PAIRS = {
