@@ -166,9 +166,11 @@ class Span:
 
     def add(self, vector: Vector, name: Name) -> bool:
         """Add ``vector`` (called ``name``); whether the span grew."""
-        rest, used = self.reduce(vector)
-        if not rest:
+        # Most vectors added to a family's span are in it already: the
+        # residual alone (integers, no combination) says so at half the cost.
+        if not self.residual(vector):
             return False
+        rest, used = self.reduce(vector)
         comb: Combination = {name: 1}
         _axpy(comb, -1, used)
         pivot = min(rest)
