@@ -8,7 +8,6 @@ one across the two engines (the microdata's identity is the same from both).
 
 from __future__ import annotations
 
-import shutil
 import threading
 
 import pytest
@@ -25,9 +24,11 @@ pytestmark = pytest.mark.system
 
 
 def spark_worker(site, *, cube_cache: bool) -> Worker:
-    """A worker of ``site`` on the Spark engine (local mode, two cores), the same state store."""
-    if shutil.which("java") is None:
-        pytest.fail("the Spark tests need Java 17 (make test installs openjdk-17-jre-headless)")
+    """A worker of ``site`` on the Spark engine (local mode, two cores), the same state store.
+
+    Its engine shares the suite's Spark session (the ``spark`` fixture, which the
+    tests ask for so that it is open): closing the worker leaves the session open.
+    """
     from tablesafe.engines import CubeCache, SparkEngine
 
     data = site.model_dump(mode="json")
@@ -39,7 +40,7 @@ def spark_worker(site, *, cube_cache: bool) -> Worker:
     return worker
 
 
-def test_jobs_built_on_spark_have_the_bytes_of_direct_duckdb_tables(demo_dir, tmp_path):
+def test_jobs_built_on_spark_have_the_bytes_of_direct_duckdb_tables(demo_dir, tmp_path, spark):
     site = make_site(demo_dir, tmp_path)
     # The large table, then inside a universe; with the cube cache, then without it.
     bodies = [BIG, {**BIG, "universe": {"REGION": [1, 2], "SEX": [2]}}]
@@ -66,7 +67,9 @@ def test_jobs_built_on_spark_have_the_bytes_of_direct_duckdb_tables(demo_dir, tm
     assert results == [d.content for d in direct] * 2
 
 
-def test_the_sliver_guard_is_one_across_spark_workers_and_duckdb_replicas(demo_dir, tmp_path):
+def test_the_sliver_guard_is_one_across_spark_workers_and_duckdb_replicas(
+    demo_dir, tmp_path, spark
+):
     site = make_site(demo_dir, tmp_path)
     pairs = _sliver_pairs(_full_frame(demo_dir), 10, 2)
     with TestClient(create_app(site)) as c:

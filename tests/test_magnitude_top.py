@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -120,23 +120,15 @@ def test_too_few_contributions_is_an_internal_error(demo: Dataset) -> None:
 
 
 @pytest.mark.system
-def test_spark_gives_the_same_bits_for_one_and_two(demo_dir: Path) -> None:
-    if shutil.which("java") is None:
-        pytest.fail("the Spark tests need Java 17")
-    from tablesafe.engines import SparkEngine
-
+def test_spark_gives_the_same_bits_for_one_and_two(demo_dir: Path, spark: Any) -> None:
     ds = Dataset.open(demo_dir)
     plan = TableRequest(("REGION", "AGEGRP"), magnitudes=("sum:INCOME",)).bind(ds.catalog)
-    engine = SparkEngine(master="local[2]")
-    try:
-        for top in (1, 2):
-            p = dataclasses.replace(plan, magnitudes=with_top(plan.magnitudes, top))
-            spark = engine.tabulate(ds, p).magnitudes["INCOME"]
-            duck = DuckDBEngine().tabulate(ds, p).magnitudes["INCOME"]
-            assert np.array_equal(spark.total, duck.total)
-            assert np.array_equal(spark.top, duck.top)
-    finally:
-        engine.close()
+    for top in (1, 2):
+        p = dataclasses.replace(plan, magnitudes=with_top(plan.magnitudes, top))
+        cells = spark.tabulate(ds, p).magnitudes["INCOME"]
+        duck = DuckDBEngine().tabulate(ds, p).magnitudes["INCOME"]
+        assert np.array_equal(cells.total, duck.total)
+        assert np.array_equal(cells.top, duck.top)
 
 
 class PlansSeen:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -85,18 +86,12 @@ def test_cli_table_with_magnitudes(demo_dir: Path) -> None:
 
 
 @pytest.mark.system
-def test_spark_gives_the_same_bits(demo_dir: Path) -> None:
-    import shutil
-
+def test_spark_gives_the_same_bits(demo_dir: Path, spark: Any) -> None:
     import numpy as np
 
     from tablesafe._request import TableRequest
     from tablesafe.catalog._dataset import Dataset
     from tablesafe.engines import DuckDBEngine
-
-    if shutil.which("java") is None:
-        pytest.fail("the Spark tests need Java 17")
-    from tablesafe.engines import SparkEngine
 
     ds = Dataset.open(demo_dir)
     for statistic in ("count", "both"):
@@ -105,12 +100,8 @@ def test_spark_gives_the_same_bits(demo_dir: Path) -> None:
             statistic=statistic,  # type: ignore[arg-type]
             magnitudes=("sum:INCOME", "mean:HOURS"),
         ).bind(ds.catalog)
-        engine = SparkEngine(master="local[2]")
-        try:
-            spark = engine.tabulate(ds, plan)
-        finally:
-            engine.close()
+        cells = spark.tabulate(ds, plan)
         duck = DuckDBEngine().tabulate(ds, plan)
         for name in ("INCOME", "HOURS"):
-            assert np.array_equal(spark.magnitudes[name].total, duck.magnitudes[name].total)
-            assert np.array_equal(spark.magnitudes[name].top, duck.magnitudes[name].top)
+            assert np.array_equal(cells.magnitudes[name].total, duck.magnitudes[name].total)
+            assert np.array_equal(cells.magnitudes[name].top, duck.magnitudes[name].top)

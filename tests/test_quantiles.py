@@ -12,6 +12,7 @@ import itertools
 import math
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -446,14 +447,8 @@ def test_footnotes_state_the_quantiles_protection_and_blanks(demo_dir: Path) -> 
 
 
 @pytest.mark.system
-def test_spark_lists_the_same_records(demo_dir: Path) -> None:
+def test_spark_lists_the_same_records(demo_dir: Path, spark: Any) -> None:
     """Spark's records give the same protected quantiles as DuckDB's, bit for bit."""
-    import shutil
-
-    if shutil.which("java") is None:
-        pytest.fail("the Spark tests need Java 17")
-    from tablesafe.engines import SparkEngine
-
     ds = ts.Dataset.open(demo_dir)
     # With standard errors: Woodruff's intervals read each record's replicate weights too.
     request = ts.TableRequest(
@@ -463,11 +458,7 @@ def test_spark_lists_the_same_records(demo_dir: Path) -> None:
         replicates=True,
     )
     protection = ts.Protection(destatis(3, 1.0), seeds="keyed", secret=SECRET)
-    spark = SparkEngine(master="local[2]")
-    try:
-        a = ts.TableBuilder(ds, protection, engine=spark).build(request).to_json()
-    finally:
-        spark.close()
+    a = ts.TableBuilder(ds, protection, engine=spark).build(request).to_json()
     assert a == ts.TableBuilder(ds, protection).build(request).to_json()
     assert "median_INCOME_weighted_se" in a
 

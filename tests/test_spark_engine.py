@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 
@@ -17,17 +15,6 @@ from test_tabulate import REQUESTS
 from tsdata import random_frame
 
 pytestmark = pytest.mark.system
-
-
-@pytest.fixture(scope="module")
-def spark():
-    if shutil.which("java") is None:
-        pytest.fail("the Spark tests need Java 17 (make test installs openjdk-17-jre-headless)")
-    from tablesafe.engines import SparkEngine
-
-    engine = SparkEngine(master="local[2]")
-    yield engine
-    engine.close()
 
 
 @pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: "x".join(r.dimensions))

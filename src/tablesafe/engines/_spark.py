@@ -14,6 +14,7 @@ the same integer mix (:mod:`tablesafe.cells._selection`) in a window function.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import threading
 from functools import partial
@@ -58,6 +59,15 @@ _M32 = 2**32
 
 #: Spark SQL's integer types, as their simple strings.
 _INT_TYPES = ("tinyint", "smallint", "int", "bigint")
+
+#: The open engines on each session the builder gave (``getOrCreate`` gives a
+#: process its one session): the last of them closed stops it, so that an
+#: embedded worker closing its engine does not stop the server's session under
+#: way (or a test's engine the session the suite shares).
+_OPEN: dict[int, int] = {}
+_OPEN_LOCK = threading.Lock()
+#: Temporary views are the session's: each engine's get names no other engine uses.
+_VIEW_NUMBERS = itertools.count()
 
 
 def _ident(name: str) -> str:
@@ -130,14 +140,33 @@ class SparkEngine(Engine):
             )
             for k, v in (config or {}).items():
                 builder = builder.config(k, v)
-            spark_session = builder.getOrCreate()
-            spark_session.sparkContext.setLogLevel("ERROR")
+            with _OPEN_LOCK:
+                spark_session = builder.getOrCreate()
+                spark_session.sparkContext.setLogLevel("ERROR")
+                _OPEN[id(spark_session)] = _OPEN.get(id(spark_session), 0) + 1
+            self._shared = True
+        else:
+            self._shared = False
+        self._closed = False
         self.spark = spark_session
         self._views: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        """Stop the SparkSession."""
+        """Stop the SparkSession, or leave it to the engines still using it.
+
+        A session given to the engine is stopped; the process's session (made
+        by the builder) when no other engine of this process still uses it. A
+        second close of the same engine does nothing.
+        """
+        with _OPEN_LOCK:
+            if self._closed:
+                return
+            self._closed = True
+            left = _OPEN.pop(id(self.spark), 1) - 1 if self._shared else 0
+            if left > 0:
+                _OPEN[id(self.spark)] = left
+                return
         self.spark.stop()
 
     # -- sources --------------------------------------------------------------------
@@ -162,7 +191,7 @@ class SparkEngine(Engine):
                             for c in frame.columns
                         ]
                     )
-                view = f"ts_data_{len(self._views)}"
+                view = f"ts_data_{next(_VIEW_NUMBERS)}"
                 frame.createOrReplaceTempView(view)
                 self._views[key] = view
             return self._views[key]
