@@ -32,7 +32,13 @@ def serve(config: Path, host: str, port: int) -> None:
     from tablesafe._settings import load_site_config
     from tablesafe.server import serve_http
 
-    serve_http(load_site_config(config), host, port, say=click.echo)
+    serve_http(
+        load_site_config(config),
+        host,
+        port,
+        say=click.echo,
+        progress=lambda line: click.echo(f"tablesafe: {line}", err=True),
+    )
 
 
 @app.command("mcp")

@@ -174,6 +174,15 @@ class Engine(ABC):
     def close(self) -> None:  # noqa: B027 (a no-op default: most engines hold nothing)
         """Release what the engine holds (connections, sessions); a no-op by default."""
 
+    def load(self, dataset: Dataset) -> None:  # noqa: B027 (a no-op default: most read files)
+        """Hold ``dataset`` as the engine keeps it for its tables, before the first table.
+
+        A server calls it at start-up, so that its first table costs what a later
+        one does (DuckDB with ``materialize`` reads the file into memory here, the
+        in-memory engine into a frame). A no-op for engines that read the file for
+        every table.
+        """
+
     def __enter__(self) -> Engine:
         return self
 

@@ -142,6 +142,10 @@ class CubeCache(Engine):
         summary: DatasetSummary = self.engine.validate(dataset)
         return summary
 
+    def load(self, dataset: Dataset) -> None:
+        """What the wrapped engine holds before the first table (its cubes come per table)."""
+        self.engine.load(dataset)
+
     def ensure_valid(self, dataset: Dataset) -> DatasetSummary:
         """Validate once per file version (the wrapped engine's memory)."""
         summary: DatasetSummary = self.engine.ensure_valid(dataset)

@@ -121,6 +121,11 @@ class DuckDBEngine(Engine):
 
     # -- sources ---------------------------------------------------------------
 
+    def load(self, dataset: Dataset) -> None:
+        """Read ``dataset`` into memory now when the engine materializes (else nothing)."""
+        if self._materialize:
+            self._scan(dataset)
+
     def _scan(self, dataset: Dataset) -> str:
         path = dataset.path.resolve()
         if dataset.format == DataFormat.PARQUET:

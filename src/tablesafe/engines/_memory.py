@@ -51,6 +51,10 @@ class MemoryEngine(Engine):
     def __init__(self, frames: Mapping[str, pd.DataFrame] | None = None) -> None:
         self._frames: dict[str, pd.DataFrame] = dict(frames or {})
 
+    def load(self, dataset: Dataset) -> None:
+        """Read ``dataset`` into its frame now (the first table would)."""
+        self._frame(dataset)
+
     def _frame(self, dataset: Dataset) -> pd.DataFrame:
         key = str(dataset.path)
         if key not in self._frames:

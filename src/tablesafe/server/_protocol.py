@@ -372,25 +372,35 @@ def server_config(app: Any, *, max_connections: int | None = None) -> uvicorn.Co
     )
 
 
-def serve_http(site: SiteConfig, host: str, port: int, *, say: Callable[[str], None]) -> None:
+def serve_http(
+    site: SiteConfig,
+    host: str,
+    port: int,
+    *,
+    say: Callable[[str], None],
+    progress: Callable[[str], None] | None = None,
+) -> None:
     """Serve a site's HTTP API and page on ``host:port`` until SIGTERM or Ctrl-C.
 
     What ``tablesafe serve`` runs: the port is bound before the data is loaded
-    or anything announced (a busy port fails first); the account of published
-    figures is read before the server says it is ready, not in its first
-    table's transaction.
+    or anything announced (a busy port fails first); each dataset's microdata
+    is loaded as its engine keeps it (:meth:`TableService.load`) and the account
+    of published figures read before the server says it is ready, not in its
+    first table.
 
     Args:
         site: The site configuration.
         host: The address to listen on.
         port: The port (0: any free one).
         say: Where the server's announcements go (the command line's output).
+        progress: Where the loading's progress goes (the command line's standard error).
     """
     sock = listen(host, port)
     if site.server.access_log:
         _log_access()
     try:
         application = create_app(site)
+        application.state.service.load(progress)
         application.state.service.warm_accounts()
         connections = open_files_for(site.server.max_connections)
         server = uvicorn.Server(server_config(application, max_connections=connections))
