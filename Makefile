@@ -80,17 +80,21 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# pytest exits 5 when it collects no test; that is a failure here too,
-# but reported as such rather than as a crash.
+# Two pytest-xdist workers (TEST_WORKERS=0: one process): a module's tests, the Spark
+# tests and the blocks of one docs page each run on one worker (tests/conftest.py).
+# The slowest tests are listed at the end. pytest exits 5 when it collects no test;
+# that is a failure here too, but reported as such rather than as a crash.
+TEST_WORKERS ?= 2
 test: lint typecheck system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider; rc=$$?; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
+	  --durations=30; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 unit: install
-	$(BIN)/python -m pytest -q -m "not system"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not system"
 
 system: install
-	$(BIN)/python -m pytest -q -m system
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m system
 
 bench: install
 	$(BIN)/python benchmarks/bench_tabulate.py

@@ -38,6 +38,55 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_demo_data(tmp_path_factory.mktemp("demo"), 20_000, seed=7, replicates=10)
 
 
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The suite's Spark engine (local mode, two cores): one SparkSession for every Spark test.
+
+    Starting a session takes seconds; engines the tests make (a worker's, the
+    command line's) share this one (``getOrCreate``), and closing them leaves it
+    open (:meth:`tablesafe.engines.SparkEngine.close`). The Spark tests run on one
+    pytest-xdist worker (:func:`worker_group`).
+    """
+    import shutil
+
+    if shutil.which("java") is None:
+        pytest.fail("the Spark tests need Java 17 (make test installs openjdk-17-jre-headless)")
+    from tablesafe.engines import SparkEngine
+
+    engine = SparkEngine(master="local[2]")
+    yield engine
+    engine.close()
+
+
+def worker_group(nodeid: str) -> str:
+    """Which tests run on one pytest-xdist worker (``make test``: ``-n 2``), by node id.
+
+    A module's tests together (its module fixtures, a browser or a served
+    site, are made once); the Spark tests together, across modules (one JVM
+    starts, not one per worker; their names say Spark); the blocks of one page
+    of the docs together (a block builds on the page's earlier blocks, which
+    would run again on the other worker).
+    """
+    path, _, test = nodeid.partition("::")
+    if "spark" in path or "spark" in test.split("[")[0]:
+        return "spark"
+    if test.startswith("test_docs_block["):
+        return "docs:" + test.removeprefix("test_docs_block[").rsplit(":", 1)[0]
+    return path
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook (the dev extra installs it)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scheduler over :func:`worker_group`'s groups (each group a scope)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return Groups(config, log)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Keep the suite's ptable cache out of the user's ~/.cache."""
