@@ -175,7 +175,7 @@ class Stages:
 
 def _service(site: Path) -> Any:
     from tablesafe._settings import load_site_config
-    from tablesafe.server._service import TableService
+    from tablesafe.service._service import TableService
 
     return TableService(load_site_config(site))
 
@@ -183,20 +183,24 @@ def _service(site: Path) -> Any:
 def stages_part(folder: Path, site: Path, count: int) -> None:
     from tablesafe._errors import RefusedError
     from tablesafe.output._formats import output_format
-    from tablesafe.server._auth import Principal
-    from tablesafe.server._bodies import TableBody
+    from tablesafe.service._bodies import TableBody
+    from tablesafe.service._service import Principal
 
     svc = _service(site)
     served = svc.served("census")
     stages = Stages()
     builder = served.builder
-    stages.wrap(builder, "check", "request checked")
+    admission = builder.admission
+    stages.wrap(builder, "bind", "request checked and bound")
     stages.wrap(builder, "prepare", "tabulation")
-    stages.wrap(builder, "finish", "protection")
-    stages.wrap(svc, "_universe_rule", "rules on own figures")
-    stages.wrap(svc, "_risk_ceiling", "rules on own figures")
-    stages.wrap(svc, "_admit", "admission (account, ledger, store)")
-    stages.wrap(svc, "_figures", "noisy figures (ledger's)")
+    stages.wrap(builder, "_protect", "protection")
+    stages.wrap(admission, "ruled", "rules on the table alone")
+    stages.wrap(admission, "_universe_size", "rules on own figures")
+    stages.wrap(admission, "_risk_ceiling", "rules on own figures")
+    stages.wrap(admission, "_account_and_ledger", "account and ledger (one transaction)")
+    stages.wrap(admission, "figures", "noisy figures (ledger's)")
+    stages.wrap(admission, "refused_before", "ceiling's stored refusals")
+    stages.wrap(svc, "alternatives", "a refusal's passing alternatives")
     fmt = output_format("json", served=True)
     assert fmt.stream is not None
     bodies = workload(count + 16, seed=7)
@@ -266,8 +270,8 @@ def stages_part(folder: Path, site: Path, count: int) -> None:
 def cold_part(folder: Path, tmp: Path) -> None:
     """The first AREA x AGE x SEX tables of a fresh site, with the data loaded at start or not."""
     from tablesafe.output._formats import output_format
-    from tablesafe.server._auth import Principal
-    from tablesafe.server._bodies import TableBody
+    from tablesafe.service._bodies import TableBody
+    from tablesafe.service._service import Principal
 
     fmt = output_format("json", served=True)
     assert fmt.stream is not None
@@ -286,7 +290,7 @@ def cold_part(folder: Path, tmp: Path) -> None:
         stages = Stages()
         builder = svc.served("census").builder
         stages.wrap(builder, "prepare", "tabulation")
-        stages.wrap(svc, "_admit", "admission")
+        stages.wrap(builder.admission, "_account_and_ledger", "admission")
         line = []
         for ages in bands:
             stages.wall.clear()

@@ -74,7 +74,8 @@ def test_a_loaded_site_answers_its_first_table_from_memory(
     try:
         loading = _statements(monkeypatch)
         service.load(lines.append)
-        assert service.served("demo").identity is not None  # the account's key, computed
+        # The account's key, computed at load (not by the first table).
+        assert service.served("demo").builder.admission._identity is not None
         at_load = list(loading)
         loading.clear()
         _first_table(service)

@@ -522,7 +522,7 @@ def test_make_demo_installs_the_agent_interface_only_and_make_test_installs_all(
     assert "tablesafe serve" in demo[-1] and not any("serving" in line for line in demo)
     test = _make_dry_run("test")
     assert any(
-        "pip install" in line and "'.[dev,spark,postgres,server,mcp]'" in line for line in test
+        "pip install" in line and "'.[dev,spark,postgres,server,mcp,dp]'" in line for line in test
     )
     # The state store's tests start Debian's PostgreSQL: installed when missing.
     assert any("apt-get install" in line and "postgresql" in line for line in test)
