@@ -26,17 +26,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import UserError
 from tablesafe._protection import Protection
-from tablesafe._settings import RuleSettings
 from tablesafe.catalog._variables import Code
 from tablesafe.cells._plan import TabulationPlan
 from tablesafe.rules._ledger import Budgets, LedgerIndex, TableFigures, _count_kind, worst_counts
+
+if TYPE_CHECKING:  # a table without a site's rules imports no pydantic (the command line)
+    from tablesafe._settings import RuleSettings
 
 __all__ = [
     "ACCOUNT",
