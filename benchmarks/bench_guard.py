@@ -144,7 +144,7 @@ def fill(service: Any, folder: Path, rng: np.random.Generator, target: int) -> i
                 prepared.plan, prepared.aggregates, builder.definition_space, computed & ~zero
             )
             with service.guard.transaction(identity) as tx:
-                rows = [(f.digest, f.text, f.n, f.cell_key) for f in figures]
+                rows = [(f.digest, f.text) for f in figures]
                 tx.publish("*", "history", rows)
             written += 1
         print(f"  {written:,} tables written, {_distinct(service):,} figures, "

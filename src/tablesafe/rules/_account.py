@@ -94,7 +94,6 @@ __all__ = [
     "Figure",
     "PublishedRow",
     "family_key",
-    "figure_rows",
     "table_figures",
     "unsafe_figures",
     "withheld_cells",
@@ -114,8 +113,6 @@ class Figure:
         index: Its flat index in the table's extended arrays.
         domain: What it counts (:func:`~tablesafe.catalog._definitions.domain_text`).
         definition: Its canonical definition.
-        n: Its true count (the account is the owner's: never published).
-        cell_key: Its cell key.
         inner: Whether it is an inner cell.
         order: Its place when a family is checked (inner cells first, finer margins next).
     """
@@ -123,8 +120,6 @@ class Figure:
     index: int
     domain: str
     definition: Definition
-    n: int
-    cell_key: int
     inner: bool
     order: tuple[int, int, int]
 
@@ -174,8 +169,6 @@ def table_figures(
                 index=index,
                 domain=domain,
                 definition=definition,
-                n=int(agg.n[at]),
-                cell_key=int(agg.cell_key[at]),
                 inner=free == 0,
                 order=(0 if free == 0 else 1, free, index),
             )
@@ -201,19 +194,10 @@ class PublishedRow:
     Attributes:
         digest: :attr:`Figure.digest`.
         text: :attr:`Figure.text`.
-        n: Its true count.
-        cell_key: Its cell key.
     """
 
     digest: int
     text: str
-    n: int
-    cell_key: int
-
-
-def figure_rows(figures: Iterable[Figure]) -> list[PublishedRow]:
-    """The rows the state store writes for ``figures``."""
-    return [PublishedRow(f.digest, f.text, f.n, f.cell_key) for f in figures]
 
 
 class Account:

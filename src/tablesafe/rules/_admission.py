@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Accounts", "Admitted", "admit", "dataset_identity", "table_digest"]
 
-#: A published figure as the state store keeps it: (digest, text, true count, cell key).
-Publication = tuple[int, str, int, int]
+#: A published figure as the state store keeps it: (digest, text); never a count.
+Publication = tuple[int, str]
 
 
 class Transaction(Protocol):
@@ -182,7 +182,7 @@ def admit(
 
     left_out = withheld | (margins_over(withheld) if additive else withheld)
     published = [f for f in figures if not left_out.flat[f.index]]
-    tx.publish(scope, key_id, [(f.digest, f.text, f.n, f.cell_key) for f in published])
+    tx.publish(scope, key_id, [(f.digest, f.text) for f in published])
     tx.decide(scope, digest, _pack(withheld))
     return Admitted(withheld, True)
 

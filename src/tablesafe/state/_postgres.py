@@ -29,6 +29,7 @@ from tablesafe.state._jobs import JOB_SCHEMA, JOB_SCHEMA_4
 from tablesafe.state._store import (
     CEILING_SCHEMA,
     PUBLICATIONS_SCHEMA,
+    PUBLICATIONS_WITHOUT_COUNTS,
     RELEASES_SCHEMA,
     Cursor,
     Sql,
@@ -115,6 +116,8 @@ CREATE INDEX ledger_tables_identity ON ledger_tables (identity, id);
     CEILING_SCHEMA.replace("BLOB", "BYTEA"),
     # Version 7: dp-marginals releases (issue 40).
     RELEASES_SCHEMA,
+    # Version 8: the account keeps no true count (issue 37).
+    PUBLICATIONS_WITHOUT_COUNTS,
 ]
 
 #: The advisory lock of migrations (the two-key form: apart from the identities' keys).

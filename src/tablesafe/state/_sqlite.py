@@ -22,7 +22,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tablesafe._errors import ConfigError
-from tablesafe.state._store import RELEASES_SCHEMA, Sql, StateStore
+from tablesafe.state._store import (
+    PUBLICATIONS_WITHOUT_COUNTS,
+    RELEASES_SCHEMA,
+    Sql,
+    StateStore,
+)
 
 __all__ = ["SQLiteState"]
 
@@ -136,6 +141,13 @@ def _releases(con: sqlite3.Connection) -> None:
     con.execute(RELEASES_SCHEMA.replace("BYTEA", "BLOB"))
 
 
+def _without_counts(con: sqlite3.Connection) -> None:
+    """Version 8: the account keeps no true count (issue 37)."""
+    for statement in PUBLICATIONS_WITHOUT_COUNTS.split(";"):
+        if statement.strip():
+            con.execute(statement)
+
+
 #: The schema's migrations, oldest first: version i + 1 is ``MIGRATIONS[i]``. A new
 #: table is one more function here and one more script in
 #: :data:`tablesafe.state._postgres.MIGRATIONS`.
@@ -147,6 +159,7 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _publications,
     _ceiling,
     _releases,
+    _without_counts,
 ]
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "CEILING_SCHEMA",
     "MCP_TABLE_ENDPOINTS",
     "PUBLICATIONS_SCHEMA",
+    "PUBLICATIONS_WITHOUT_COUNTS",
     "RELEASES_SCHEMA",
     "GuardTransaction",
     "Publication",
@@ -158,8 +159,16 @@ CREATE TABLE IF NOT EXISTS decisions (
 DROP TABLE IF EXISTS guard_sets
 """
 
-#: A published figure as stored: (digest, canonical definition's text, true count, cell key).
-Publication = tuple[int, str, int, int]
+#: Version 8: the account keeps no count (issue 37). A block's true count is read
+#: from the engine when a check needs it, so the state store holds no true count
+#: of any published figure (a copy of it tells which tables were asked, not their counts).
+PUBLICATIONS_WITHOUT_COUNTS = """
+ALTER TABLE publications DROP COLUMN n;
+ALTER TABLE publications DROP COLUMN cell_key
+"""
+
+#: A published figure as stored: (digest, its domain and canonical definition's text).
+Publication = tuple[int, str]
 
 
 class LedgerFigures(Protocol):
@@ -257,11 +266,11 @@ class _Transaction:
 
     def publications(self, scope: str, after: int) -> list[tuple[int, Publication]]:
         rows = self.sql.execute(
-            "SELECT id, digest, definition, n, cell_key FROM publications "
+            "SELECT id, digest, definition FROM publications "
             "WHERE identity = ? AND scope = ? AND id > ? ORDER BY id",
             (self.identity, scope, int(after)),
         ).fetchall()
-        return [(int(i), (int(d), str(t), int(n), int(k))) for i, d, t, n, k in rows]
+        return [(int(i), (int(d), str(t))) for i, d, t in rows]
 
     def publish(self, scope: str, key_id: str, rows: Sequence[Publication]) -> None:
         self.rows.extend((scope, key_id, row) for row in rows)
@@ -624,7 +633,7 @@ class StateStore(ABC):
             return shard
 
 
-#: Published figures written by one statement (8 parameters each: under SQLite's 32,766).
+#: Published figures written by one statement (6 parameters each: under SQLite's 32,766).
 _ROWS_PER_INSERT = 1000
 
 
@@ -633,16 +642,14 @@ def _write_publications(
 ) -> None:
     now = _now()
     values = [
-        (identity, scope, digest, text, n, cell_key, key_id, now)
-        for scope, key_id, (digest, text, n, cell_key) in rows
+        (identity, scope, digest, text, key_id, now) for scope, key_id, (digest, text) in rows
     ]
     # Many rows to one statement: one round trip to PostgreSQL for a table's figures.
     for start in range(0, len(values), _ROWS_PER_INSERT):
         chunk = values[start : start + _ROWS_PER_INSERT]
         sql.execute(
-            "INSERT INTO publications (identity, scope, digest, definition, n, cell_key, key_id, "
-            "time) VALUES "
-            + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+            "INSERT INTO publications (identity, scope, digest, definition, key_id, time) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk))
             + " ON CONFLICT (identity, scope, digest) DO NOTHING",
             [v for row in chunk for v in row],
         )
