@@ -49,6 +49,9 @@ from _sessions import as_request, research_session  # noqa: E402
 
 SECRET = "dp-marginals-benchmark-secret-0123456789"
 
+#: The delta of the site's total (the release's, and the one the ledgers state epsilon at).
+DELTA = 1e-9
+
 #: The demo's bins: hours and income at their bins' midpoints (public edges).
 BINS = {
     "HOURS": [0, 1, 10, 20, 30, 35, 40, 45, 50, 60, 70],
@@ -66,25 +69,30 @@ def _data(folder: Path | None, records: int) -> Path:
     return folder
 
 
+def _settings(
+    data: Path, state: Path, protection: dict[str, Any], rules: dict[str, Any]
+) -> dict[str, Any]:
+    """A site's settings, as its TOML file would hold them (absolute paths)."""
+    return {
+        "server": {"title": "bench", "audit_db": str(state), "cache_tables": 0},
+        "datasets": [
+            {
+                "name": "demo",
+                "path": str(data),
+                "protection": {**protection, "secret_env": "TABLESAFE_BENCH_SECRET"},
+                "rules": {"min_universe_size": 0, "sliver_min_difference": 0, **rules},
+                "magnitudes": {"method": "dp", "epsilon": protection.get("epsilon", 1.0)},
+            }
+        ],
+    }
+
+
 def _site(data: Path, state: Path, protection: dict[str, Any], rules: dict[str, Any]) -> Any:
     from tablesafe._settings import load_site_config
 
     os.environ["TABLESAFE_BENCH_SECRET"] = SECRET
-    return load_site_config(
-        data={
-            "base": str(state.parent),
-            "server": {"title": "bench", "audit_db": str(state), "cache_tables": 0},
-            "datasets": [
-                {
-                    "name": "demo",
-                    "path": str(data),
-                    "protection": {**protection, "secret_env": "TABLESAFE_BENCH_SECRET"},
-                    "rules": {"min_universe_size": 0, "sliver_min_difference": 0, **rules},
-                    "magnitudes": {"method": "dp", "epsilon": protection.get("epsilon", 1.0)},
-                }
-            ],
-        }
-    )
+    settings = _settings(data, state, protection, rules)
+    return load_site_config(data={"base": str(state.parent), **settings})
 
 
 def _per_query(epsilon: float, cap: int) -> dict[str, Any]:
@@ -95,7 +103,7 @@ def _dp_marginals(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "method": "dp-marginals",
         "epsilon": args.epsilon,
-        "delta": 1e-9,
+        "delta": DELTA,
         "marginals": {
             "weight_range": [20, 500],
             "bins": BINS,
@@ -164,6 +172,7 @@ def _errors(run: dict[str, Any], truth: Any) -> dict[str, float]:
     med = statistics.median
     return {
         "count_mae": float(np.mean(counts)) if counts else math.nan,
+        "count_median": float(np.median(counts)) if counts else math.nan,
         "counts": len(counts),
         "weighted_median_rel": med(rel_w) if rel_w else math.nan,
         "mean_median_rel": med(rel_mean) if rel_mean else math.nan,
@@ -172,17 +181,64 @@ def _errors(run: dict[str, Any], truth: Any) -> dict[str, float]:
     }
 
 
-def _report(name: str, run: dict[str, Any], errors: dict[str, float]) -> None:
+#: The averaging attack's target (docs/attacks.md): AGE 77-83 by SEX in REGION 4, EMPSTAT 1.
+AVERAGING = ["--variable", "AGE", "--targets", "77..83", "--pad", "20..60", "--second", "SEX",
+             "--universe", "REGION=4", "--universe", "EMPSTAT=1", "--grouping-of", "EDUC",
+             "--magnitude", "HOURS"]  # fmt: skip
+
+
+def _attacks(name: str, data: Path, settings: dict[str, Any], tables: int, zeros: str) -> None:
+    """``tablesafe attack averaging`` and ``zeros`` against the site's settings (``--config``)."""
+    import json
+    import subprocess
+
+    import tomli_w
+
+    config = Path(settings["server"]["audit_db"]).with_suffix(".toml")
+    config.write_text(tomli_w.dumps(settings))
+    env = {**os.environ, "TABLESAFE_BENCH_SECRET": SECRET}
+
+    def attack(*argv: str) -> dict[str, Any]:
+        cmd = [sys.executable, "-m", "tablesafe", "attack", *argv, str(data), "--config",
+               str(config), "--format", "json"]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)}: {done.stderr}")
+        return json.loads(done.stdout)[0]  # type: ignore[no-any-return]
+
+    a = attack("averaging", *AVERAGING, "--tables", str(tables))
+    sums = max((c.get("sum_distinct", 0) for c in a["cells"]), default=0)
+    print(
+        f"  {name}, averaging ({' '.join(AVERAGING[:8])} ...): {a['tables']} tables, "
+        f"{a['refused']} refused; of {a['target_cells']} target cells "
+        f"{a['exact_after_one_table']} exact from the first table, "
+        f"{a['exact_after_all_tables']} from all; at most {a['most_distinct_values']} distinct "
+        f"counts and {sums} distinct HOURS sums per cell"
+    )
+    z = attack("zeros", "--variables", zeros)
+    print(
+        f"  {name}, zeros (3-way tables of {zeros}): {z['empty_published_nonzero']} of "
+        f"{z['empty_cells']} empty and {z['one_record_published_nonzero']} of "
+        f"{z['one_record_cells']} one-record cells published non-zero; stated epsilon "
+        f"{z['epsilon']:g}, delta {z['delta']:g}: "
+        f"{'hold' if z['stated_figures_hold'] else 'DO NOT hold'}"
+    )
+
+
+def _report(name: str, run: dict[str, Any], errors: dict[str, float], args: Any) -> None:
     answered = sum(t is not None for _, t in run["tables"])
     secs = sorted(run["seconds"])
+    spent = run["ledger"]["epsilon_spent"]
     print(
         f"{name}: {answered} of {len(run['tables'])} answered, refused {run['refused'] or 0}; "
-        f"ledger epsilon {run['ledger']['epsilon_spent']:.4g} (delta "
-        f"{run['ledger']['delta_spent']:.3g}); count MAE {errors['count_mae']:.2f} over "
+        f"ledger epsilon {spent:.4g} (delta {run['ledger']['delta_spent']:.3g}; "
+        f"{'at most' if spent <= args.epsilon else 'ABOVE'} the site's {args.epsilon:g}); "
+        f"count MAE {errors['count_mae']:.2f} (median {errors['count_median']:g}) over "
         f"{errors['counts']} counts; weighted >= 1,000 median rel. error "
         f"{errors['weighted_median_rel']:.4f}; means median rel. error "
-        f"{errors['mean_median_rel']:.4f}; margins cover {errors['margin_inside']:.3f} of "
-        f"{errors['margin_covered']}; table time median {statistics.median(secs):.3f} s, "
+        f"{errors['mean_median_rel']:.4f}; a margin stated for {errors['margin_covered']} "
+        f"counts, covering {errors['margin_inside']:.3f} of them; table time median "
+        f"{statistics.median(secs):.3f} s, "
         f"first {run['seconds'][0]:.1f} s"
     )
 
@@ -200,6 +256,8 @@ def main() -> None:
         "--workload", type=lambda s: [m.split("*") for m in s.split(",")], default=[]
     )
     parser.add_argument("--only", choices=["per-query", "dp-marginals"])
+    parser.add_argument("--attack-tables", type=int, default=60, help="0: no attacks")
+    parser.add_argument("--zeros", default="AGE,REGION,SEX,EDUC,TENURE")
     args = parser.parse_args()
 
     from tablesafe import Dataset, TableBuilder
@@ -211,45 +269,40 @@ def main() -> None:
     print(
         f"{len(requests)} tables of the session (seed {args.session_seed}), {args.records} records"
     )
+    # Every ledger states epsilon at the release's delta: the sites' totals are one (4, 1e-9).
+    delta = {"privacy_budget_delta": DELTA}
+    budget = {"privacy_budget_epsilon": args.epsilon, **delta}
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp)
         if args.only != "dp-marginals":
-            site = _site(
-                data,
-                state / "a.sqlite",
-                _per_query(1.0, 7),
-                {"privacy_budget_epsilon": args.epsilon},
-            )
-            run = _run(site, requests)
-            _report("per-query dp, epsilon 1 a figure, budget 4", run, _errors(run, truth))
-            loss = _run(_site(data, state / "b.sqlite", _per_query(1.0, 7), {}), requests)
+            one = _per_query(1.0, _cap(1.0))
+            run = _run(_site(data, state / "a.sqlite", one, budget), requests)
+            name = f"per-query dp, epsilon 1 a figure (cap {_cap(1.0)}), budget {args.epsilon:g}"
+            _report(name, run, _errors(run, truth), args)
+            loss = _run(_site(data, state / "b.sqlite", one, delta), requests)
             total = loss["ledger"]["epsilon_spent"]
             eps = args.epsilon / total
             print(
                 f"the session at epsilon 1 a figure: ledger epsilon {total:.4g}; "
-                f"a figure's for 4: {eps:.4g}"
+                f"a figure's for {args.epsilon:g}: {eps:.4g}"
             )
-            site = _site(
-                data,
-                state / "c.sqlite",
-                _per_query(eps, _cap(eps)),
-                {"privacy_budget_epsilon": args.epsilon},
+            settings = _settings(data, state / "c.sqlite", _per_query(eps, _cap(eps)), budget)
+            run = _run(
+                _site(data, state / "c.sqlite", _per_query(eps, _cap(eps)), budget), requests
             )
-            run = _run(site, requests)
-            _report(
-                f"per-query dp, epsilon {eps:.4g} a figure (cap {_cap(eps)})",
-                run,
-                _errors(run, truth),
-            )
+            name = f"per-query dp, epsilon {eps:.4g} a figure (cap {_cap(eps)})"
+            _report(name, run, _errors(run, truth), args)
+            if args.attack_tables:
+                _attacks("per-query dp", data, settings, args.attack_tables, args.zeros)
         if args.only != "per-query":
-            site = _site(
-                data,
-                state / "d.sqlite",
-                _dp_marginals(args),
-                {"privacy_budget_epsilon": args.epsilon},
-            )
-            run = _run(site, requests)
-            _report(f"dp-marginals, epsilon {args.epsilon:g} once", run, _errors(run, truth))
+            settings = _settings(data, state / "d.sqlite", _dp_marginals(args), budget)
+            start = time.perf_counter()
+            run = _run(_site(data, state / "d.sqlite", _dp_marginals(args), budget), requests)
+            name = f"dp-marginals, epsilon {args.epsilon:g} once"
+            _report(name, run, _errors(run, truth), args)
+            print(f"  the session with the release made: {time.perf_counter() - start:.0f} s")
+            if args.attack_tables:
+                _attacks("dp-marginals", data, settings, args.attack_tables, args.zeros)
 
 
 if __name__ == "__main__":

@@ -306,35 +306,75 @@ def test_zero_attack_stays_within_the_stated_figures(site):
     assert result.holds()
 
 
+def test_the_attack_commands_read_a_sites_release(site, monkeypatch):
+    import json
+
+    import tomli_w
+    from click.testing import CliRunner
+
+    import tablesafe._release as rel
+    from tablesafe._cli import get_app
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the release was fitted again")
+
+    # The commands read the release the site's state store keeps (the server's).
+    monkeypatch.setattr(rel, "fit", refuse)
+    config = site["root"] / "site.toml"
+    config.write_text(tomli_w.dumps(_site(site["root"])))
+    env = {"TS_DPM_SECRET": SECRET.decode()}
+    common = [str(site["root"] / "data"), "--config", str(config), "--format", "json"]
+    averaging = CliRunner().invoke(
+        get_app(),
+        ["attack", "averaging", *common, "--variable", "C", "--targets", "0,1", "--pad", "2..9",
+         "--second", "B", "--grouping-of", "E", "--magnitude", "X", "--tables", "12"],
+        env=env,
+    )  # fmt: skip
+    assert averaging.exit_code == 0, averaging.output
+    (result,) = json.loads(averaging.output)
+    assert result["refused"] == 0 and result["cells"]
+    assert all(c["distinct"] == 1 and c["sum_distinct"] == 1 for c in result["cells"])
+    assert all(c["estimate_all"] == c["estimate_first"] for c in result["cells"])
+    zeros = CliRunner().invoke(
+        get_app(), ["attack", "zeros", *common, "--variables", "A,B,C,D"], env=env
+    )
+    assert zeros.exit_code == 0, zeros.output
+    (result,) = json.loads(zeros.output)
+    assert (result["epsilon"], result["delta"]) == (SPEC.epsilon, SPEC.delta)
+    assert result["stated_figures_hold"]
+
+
 # -- the service ----------------------------------------------------------------------------
 
 
 def _site_config(root: Path, **rules: object) -> object:
     from tablesafe._settings import load_site_config
 
-    return load_site_config(
-        data={
-            "base": str(root),
-            "server": {"title": "t", "audit_db": str(root / "state.sqlite"), "cache_tables": 0},
-            "datasets": [
-                {
-                    "name": "rand",
-                    "path": str(root / "data"),
-                    "protection": {
-                        "method": "dp-marginals",
-                        "epsilon": 4.0,
-                        "secret_env": "TS_DPM_SECRET",
-                        "marginals": {
-                            "weight_range": [5.0, 50.0],
-                            "bins": {"X": list(BINS)},
-                            "iterations": 400,
-                        },
+    return load_site_config(data={"base": str(root), **_site(root, **rules)})
+
+
+def _site(root: Path, **rules: object) -> dict[str, object]:
+    """The site's settings (as its TOML file holds them): the test dataset, its state store."""
+    return {
+        "server": {"title": "t", "audit_db": str(root / "state.sqlite"), "cache_tables": 0},
+        "datasets": [
+            {
+                "name": "rand",
+                "path": str(root / "data"),
+                "protection": {
+                    "method": "dp-marginals",
+                    "epsilon": 4.0,
+                    "secret_env": "TS_DPM_SECRET",
+                    "marginals": {
+                        "weight_range": [5.0, 50.0],
+                        "bins": {"X": list(BINS)},
+                        "iterations": 400,
                     },
-                    "rules": {"min_universe_size": 0, **rules},
-                }
-            ],
-        }
-    )
+                },
+                "rules": {"min_universe_size": 0, **rules},
+            }
+        ],
+    }
 
 
 def test_the_ledger_shows_one_spend_whatever_the_tables(site, monkeypatch):

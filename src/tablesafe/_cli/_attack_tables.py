@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +17,7 @@ from tablesafe._protection_limits import ProtectionMethod
 
 if TYPE_CHECKING:
     from tablesafe._protection import Protection
+    from tablesafe._settings import SiteConfig
     from tablesafe.catalog._dataset import Dataset
 
 _METHODS_HELP = f"Comma-separated: {', '.join(m for m in METHODS if m != ProtectionMethod.NONE)}."
@@ -45,7 +48,7 @@ def _codes(text: str, what: str) -> list[str]:
 
 def _protections(
     data_dir: Path, config: Path | None, method: str, seeds: str, options: dict[str, Any]
-) -> list[tuple[str, Protection]]:
+) -> list[tuple[str, Protection, SiteConfig | None]]:
     """The protections to attack: the site's for this dataset, or one per ``--method``."""
     import os
     import secrets
@@ -58,22 +61,40 @@ def _protections(
 
         site = load_site_config(config)
         served = site.dataset_at(data_dir)
-        return [(f"site {served.name}", site_protection(served, site))]
+        return [(f"site {served.name}", site_protection(served, site), site)]
     # The attack is the data owner's experiment: without a configured secret a
     # fresh random one stands in (keyed seeds behave the same for any secret).
     os.environ.setdefault("TABLESAFE_SECRET", secrets.token_hex(32))
-    out = []
+    out: list[tuple[str, Protection, SiteConfig | None]] = []
     for m in [m.strip() for m in method.split(",") if m.strip()]:
         prot = protection_from_options(m, seeds=seeds, **options)
-        out.append((f"{m}/{prot.seeds}", prot))
+        out.append((f"{m}/{prot.seeds}", prot, None))
     return out
 
 
-def _builders(dataset: Dataset, prot: Protection) -> tuple[Any, Any]:
+@contextmanager
+def _attacked(
+    dataset: Dataset, protections: list[tuple[str, Protection, SiteConfig | None]]
+) -> Iterator[list[tuple[str, Protection, Any, Any]]]:
+    """Each protection's name, the protection, its build and the unprotected build.
+
+    A ``dp-marginals`` site's tables are read from the release its state store
+    keeps, the one its server publishes from (made and stored there if the
+    server has not made it yet).
+    """
     from tablesafe._builder import TableBuilder
     from tablesafe._protection import Protection as P
 
-    return TableBuilder(dataset, prot).build, TableBuilder(dataset, P(None)).build
+    with ExitStack() as stack:
+        out = []
+        for name, prot, site in protections:
+            builder = TableBuilder(dataset, prot)
+            if site is not None and prot.fixed_budget:
+                from tablesafe.state._open import open_state
+
+                builder.release_store = stack.enter_context(closing(open_state(site)))
+            out.append((name, prot, builder.build, TableBuilder(dataset, P(None)).build))
+        yield out
 
 
 @attack_app.command("averaging")
@@ -132,14 +153,14 @@ def averaging(
     if magnitude is not None:
         cat.magnitude(magnitude)
     options = {"epsilon": epsilon, "cap": cap, "rate": rate}
-    results = []
-    for name, prot in _protections(data_dir, config, method, seeds, options):
-        build, truth = _builders(dataset, prot)
-        results.append(
+    protections = _protections(data_dir, config, method, seeds, options)
+    with _attacked(dataset, protections) as attacked:
+        results = [
             averaging_attack(
                 build,
                 truth,
-                prot.effective_mechanism(),
+                # A release's figures have no likelihood; each is taken as published.
+                None if prot.fixed_budget else prot.effective_mechanism(),
                 method=name,
                 variable=variable,
                 targets=target_codes,
@@ -152,7 +173,8 @@ def averaging(
                 tables=tables,
                 rng=np.random.default_rng(seed),
             )
-        )
+            for name, prot, build, truth in attacked
+        ]
     if fmt == "json":
         click.echo(json.dumps([r.to_dict() for r in results], indent=1))
         return
@@ -230,25 +252,25 @@ def zeros(
         raise RequestError("--variables needs at least three variables")
     options = {"epsilon": epsilon, "cap": cap, "rate": rate}
     out = []
-    for name, prot in _protections(data_dir, config, method, seeds, options):
-        build, truth = _builders(dataset, prot)
-        figures = prot.describe()
-        res: dict[str, Any] = zero_attack(
-            build,
-            truth,
-            requests,
-            method=name,
-            epsilon=float(figures.get("epsilon", float("inf"))),
-            delta=float(figures.get("delta", 1.0)),
-        ).to_dict()
-        if exclude is not None and base is not None:
-            dims = tuple(d.strip() for d in base.split("*") if d.strip())
-            target = TableRequest(dims, universe=parse_where(list(universe)))
-            codes = list(cat.variable(exclude).codes)
-            res["definitions"] = definition_attack(
-                build, truth, target, variable=exclude, codes=codes, method=name
+    with _attacked(dataset, _protections(data_dir, config, method, seeds, options)) as attacked:
+        for name, prot, build, truth in attacked:
+            figures = prot.describe()
+            res: dict[str, Any] = zero_attack(
+                build,
+                truth,
+                requests,
+                method=name,
+                epsilon=float(figures.get("epsilon", float("inf"))),
+                delta=float(figures.get("delta", 1.0)),
             ).to_dict()
-        out.append(res)
+            if exclude is not None and base is not None:
+                dims = tuple(d.strip() for d in base.split("*") if d.strip())
+                target = TableRequest(dims, universe=parse_where(list(universe)))
+                codes = list(cat.variable(exclude).codes)
+                res["definitions"] = definition_attack(
+                    build, truth, target, variable=exclude, codes=codes, method=name
+                ).to_dict()
+            out.append(res)
     if fmt == "json":
         click.echo(json.dumps(out, indent=1))
         return
