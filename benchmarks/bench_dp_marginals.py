@@ -119,6 +119,46 @@ def _cap(epsilon: float, delta: float = 1e-9) -> int:
     return min(1000, math.ceil(math.log(2 / delta) / epsilon) + 1)
 
 
+#: Releases made by earlier runs (one per microdata and parameters): a run reuses them
+#: unless ``--fresh``, as a site's restart does (making one fits for minutes).
+RELEASES = Path(tempfile.gettempdir()) / "tablesafe-bench-dp-marginals-releases.sqlite"
+
+
+def _share_releases(state: Path, into_state: bool) -> None:
+    """Copy the kept releases into the site's state store, or its releases back."""
+    import sqlite3
+
+    from tablesafe.state import SQLiteState
+
+    for path in (state, RELEASES):
+        SQLiteState(path).close()  # created and migrated
+    con = sqlite3.connect(RELEASES if into_state else state)  # the source
+    with con:
+        con.execute("ATTACH DATABASE ? AS other", (str(state if into_state else RELEASES),))
+        con.execute("INSERT OR IGNORE INTO other.releases SELECT * FROM main.releases")
+    con.close()
+
+
+def _per_figure(k: int, total: float) -> tuple[float, int]:
+    """The largest epsilon a figure (to 0.1%) at which ``k`` DP figures spend ``total``.
+
+    Composed by the ledger's own accountant at :data:`DELTA`, each with a cap
+    whose tail leaves the ``k`` figures' deltas a tenth of it.
+    """
+    from tablesafe.mechanisms import dp_geometric
+    from tablesafe.rules._ledger_pld import epsilon_at, ptable_descriptor
+
+    low, high = 0.0, total
+    while high - low > 1e-3 * high:
+        mid = (low + high) / 2
+        table = dp_geometric(mid, cap=_cap(mid, DELTA / (10 * k)))
+        if epsilon_at({ptable_descriptor(table): k}, DELTA) <= total:
+            low = mid
+        else:
+            high = mid
+    return low, _cap(low, DELTA / (10 * k))
+
+
 def _run(site: Any, requests: list[Any]) -> dict[str, Any]:
     """Ask the session of one site: tables, refusals, the ledger's largest loss, times."""
     from tablesafe._errors import UserError
@@ -140,7 +180,7 @@ def _run(site: Any, requests: list[Any]) -> dict[str, Any]:
                 out["tables"].append((request, None))
             out["seconds"].append(time.perf_counter() - start)
         with service.state.transaction(service.identity("demo")) as tx:
-            out["ledger"] = summary(tx.ledger.dataset)
+            out["ledger"] = summary(tx.ledger.dataset, DELTA)
     finally:
         service.close()
     return out
@@ -158,7 +198,9 @@ def _errors(run: dict[str, Any], truth: Any) -> dict[str, float]:
             counts.extend(np.abs(table.counts - true.counts)[cells].tolist())
         if table.weighted is not None and true.weighted is not None:
             big = cells & (true.weighted >= 1000)
-            rel_w.extend((np.abs(table.weighted - true.weighted) / true.weighted)[big].tolist())
+            rel_w.extend(
+                (np.abs(table.weighted - true.weighted)[big] / true.weighted[big]).tolist()
+            )
         for col, values in (table.magnitudes or {}).items():
             tv = true.magnitudes[col]
             ok = cells & np.isfinite(values) & (np.abs(tv) > 0)
@@ -231,7 +273,8 @@ def _report(name: str, run: dict[str, Any], errors: dict[str, float], args: Any)
     spent = run["ledger"]["epsilon_spent"]
     print(
         f"{name}: {answered} of {len(run['tables'])} answered, refused {run['refused'] or 0}; "
-        f"ledger epsilon {spent:.4g} (delta {run['ledger']['delta_spent']:.3g}; "
+        f"ledger epsilon {spent:.4g} at delta {run['ledger']['delta']:.3g} "
+        f"({run['ledger']['figures_per_record']} figures a record; "
         f"{'at most' if spent <= args.epsilon else 'ABOVE'} the site's {args.epsilon:g}); "
         f"count MAE {errors['count_mae']:.2f} (median {errors['count_median']:g}) over "
         f"{errors['counts']} counts; weighted >= 1,000 median rel. error "
@@ -256,6 +299,7 @@ def main() -> None:
         "--workload", type=lambda s: [m.split("*") for m in s.split(",")], default=[]
     )
     parser.add_argument("--only", choices=["per-query", "dp-marginals"])
+    parser.add_argument("--fresh", action="store_true", help="make the release again")
     parser.add_argument("--attack-tables", type=int, default=60, help="0: no attacks")
     parser.add_argument("--zeros", default="AGE,REGION,SEX,EDUC,TENURE")
     args = parser.parse_args()
@@ -280,27 +324,30 @@ def main() -> None:
             name = f"per-query dp, epsilon 1 a figure (cap {_cap(1.0)}), budget {args.epsilon:g}"
             _report(name, run, _errors(run, truth), args)
             loss = _run(_site(data, state / "b.sqlite", one, delta), requests)
-            total = loss["ledger"]["epsilon_spent"]
-            eps = args.epsilon / total
+            k = loss["ledger"]["figures_per_record"]
+            eps, cap = _per_figure(k, args.epsilon)
             print(
-                f"the session at epsilon 1 a figure: ledger epsilon {total:.4g}; "
-                f"a figure's for {args.epsilon:g}: {eps:.4g}"
+                f"the session without a budget: {k} figures a record; {k} figures compose to "
+                f"{args.epsilon:g} at delta {DELTA:g} at epsilon {eps:.4g} a figure (cap {cap})"
             )
-            settings = _settings(data, state / "c.sqlite", _per_query(eps, _cap(eps)), budget)
-            run = _run(
-                _site(data, state / "c.sqlite", _per_query(eps, _cap(eps)), budget), requests
-            )
-            name = f"per-query dp, epsilon {eps:.4g} a figure (cap {_cap(eps)})"
+            settings = _settings(data, state / "c.sqlite", _per_query(eps, cap), budget)
+            run = _run(_site(data, state / "c.sqlite", _per_query(eps, cap), budget), requests)
+            name = f"per-query dp, epsilon {eps:.4g} a figure (cap {cap})"
             _report(name, run, _errors(run, truth), args)
             if args.attack_tables:
                 _attacks("per-query dp", data, settings, args.attack_tables, args.zeros)
         if args.only != "per-query":
             settings = _settings(data, state / "d.sqlite", _dp_marginals(args), budget)
+            if not args.fresh:
+                _share_releases(state / "d.sqlite", into_state=True)
             start = time.perf_counter()
-            run = _run(_site(data, state / "d.sqlite", _dp_marginals(args), budget), requests)
+            try:
+                run = _run(_site(data, state / "d.sqlite", _dp_marginals(args), budget), requests)
+            finally:  # kept even if a table fails
+                _share_releases(state / "d.sqlite", into_state=False)
             name = f"dp-marginals, epsilon {args.epsilon:g} once"
             _report(name, run, _errors(run, truth), args)
-            print(f"  the session with the release made: {time.perf_counter() - start:.0f} s")
+            print(f"  the session, the release opened or made: {time.perf_counter() - start:.0f} s")
             if args.attack_tables:
                 _attacks("dp-marginals", data, settings, args.attack_tables, args.zeros)
 

@@ -12,7 +12,8 @@ clique's calibrated marginal (numpy arrays, counts adding up to the model's
 total). Every table is read from it by :meth:`MarginalModel.marginal`, in
 numpy (no JAX, no compilation): the product of the cliques' marginals over
 their separators on the smallest subtree holding the wanted attributes,
-summed out leaf by leaf (variable elimination on the junction tree). Every
+every other attribute summed out as soon as the factors holding it are
+multiplied (variable elimination). Every
 answer is a function of the model alone: post-processing of the
 measurements, which spends nothing.
 """
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import io
 import json
+import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,13 +69,19 @@ class MarginalModel:
             if set(want) <= set(clique):
                 return _project((clique, arr), want)
         nodes, parent, root = self._subtree(want)
-        messages: dict[int, list[_Factor]] = {n: [] for n in nodes}
-        for node in nodes:  # leaves first, the root last
-            factor = self._absorb(node, messages[node], want, parent.get(node))
-            if node == root:
-                return _project(factor, want)
-            messages[parent[node]].append(factor)
-        raise AssertionError("the root is the last node")  # pragma: no cover
+        # Every attribute that another node of the subtree or the answer needs; the
+        # others are each in one clique only (the running intersection) and summed there.
+        shared = Counter(a for n in nodes for a in self.cliques[n])
+        factors: list[_Factor] = []
+        for node in nodes:
+            clique, arr = self.cliques[node], self.marginals[node]
+            keep = tuple(a for a in clique if a in want or shared[a] > 1)
+            factor: _Factor = (keep, _project((clique, arr), keep))
+            if node != root:  # the clique given its separator with its parent
+                sep = tuple(a for a in clique if a in self.cliques[parent[node]])
+                factor = (keep, _divide(factor, (sep, _project((clique, arr), sep))))
+            factors.append(factor)
+        return _eliminate(factors, want)
 
     def _subtree(self, want: tuple[str, ...]) -> tuple[list[int], dict[int, int], int]:
         """The smallest subtree holding ``want``: its nodes deepest first, parents and root."""
@@ -98,24 +107,6 @@ class MarginalModel:
                 at = parent[at]
         kept = sorted(nodes, key=lambda n: (-depth[n], n))
         return kept, {n: parent[n] for n in kept if n != root}, root
-
-    def _absorb(
-        self, node: int, incoming: list[_Factor], want: tuple[str, ...], up: int | None
-    ) -> _Factor:
-        """A clique times its children's messages; summed down to what its parent needs."""
-        clique, arr = self.cliques[node], self.marginals[node]
-        sep = () if up is None else tuple(a for a in clique if a in self.cliques[up])
-        needed = set(want) | set(sep) | {a for f in incoming for a in f[0]}
-        held = tuple(a for a in clique if a in needed)
-        factor: _Factor = (held, _project((clique, arr), held))
-        for message in incoming:
-            factor = _multiply(factor, message)
-        keep = tuple(a for a in factor[0] if a in set(want) | set(sep))
-        factor = (keep, _project(factor, keep))
-        if up is None:
-            return factor
-        below = _project((clique, arr), sep)  # the separator's marginal, as this clique has it
-        return factor[0], _divide(factor, (sep, below))
 
     # -- storage -------------------------------------------------------------------------
 
@@ -163,6 +154,34 @@ def _aligned(factor: _Factor, attrs: tuple[str, ...]) -> npt.NDArray[np.float64]
 def _multiply(f: _Factor, g: _Factor) -> _Factor:
     attrs = f[0] + tuple(a for a in g[0] if a not in f[0])
     return attrs, _aligned(f, attrs) * _aligned(g, attrs)
+
+
+def _eliminate(factors: list[_Factor], want: tuple[str, ...]) -> npt.NDArray[np.float64]:
+    """The product of ``factors`` summed over every attribute not in ``want``.
+
+    Variable elimination: each attribute is summed out as soon as the factors
+    holding it are multiplied, the one whose product is smallest first (ties
+    by name), so no array is much larger than a clique with the wanted
+    attributes. Elementwise products and numpy sums only: the same bytes on
+    every machine and thread count.
+    """
+    sizes = {a: n for attrs, arr in factors for a, n in zip(attrs, arr.shape, strict=True)}
+
+    def cost(attr: str) -> int:
+        return math.prod(sizes[b] for b in {b for f in factors if attr in f[0] for b in f[0]})
+
+    while gone := sorted({a for f in factors for a in f[0]} - set(want)):
+        attr = min(gone, key=lambda a: (cost(a), a))
+        product: _Factor = ((), np.ones(()))
+        for f in [f for f in factors if attr in f[0]]:
+            product = _multiply(product, f)
+        factors = [f for f in factors if attr not in f[0]]
+        left = tuple(a for a in product[0] if a != attr)
+        factors.append((left, _project(product, left)))
+    result: _Factor = ((), np.ones(()))
+    for f in factors:
+        result = _multiply(result, f)
+    return _project(result, want)
 
 
 def _divide(f: _Factor, g: _Factor) -> npt.NDArray[np.float64]:
