@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -322,6 +323,17 @@ def _echo_built(
         click.echo(f"note: {result.metadata['se_unavailable']}", err=True)
     if owner_flags and output.name in ("csv", "json"):
         _echo_owner(result, output.name, options.footnotes)
+        return
+    pieces = output.stream
+    if output.name == "json" and pieces is not None:
+        # Streamed as the server streams it: the cells in pieces as they are written,
+        # not the whole document made, decoded and encoded again (the same bytes).
+        sys.stdout.flush()
+        out = sys.stdout.buffer
+        for piece in pieces(result):
+            out.write(piece)
+        out.write(b"\n")
+        out.flush()
         return
     click.echo(output.write(result, options), nl=False)
 
