@@ -294,7 +294,9 @@ def cold_part(folder: Path, tmp: Path) -> None:
         line = []
         for ages in bands:
             stages.wall.clear()
-            body = TableBody(dimensions=["AREA", "AGE", "SEX"], universe={"AGE": list(ages)})
+            body = TableBody(
+                dimensions=["AREA", "AGE", "SEX"], universe={"AGE": list(ages)}, statistic="count"
+            )
             t = time.perf_counter()
             table = svc.table(Principal("c", "user", 10**9), "census", body.to_request())
             b"".join(fmt.stream(table))
