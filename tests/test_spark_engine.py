@@ -67,6 +67,30 @@ def test_spark_reads_csv(spark, random_data, make_dataset):
     np.testing.assert_array_equal(a.cell_key, b.cell_key)
 
 
+def test_engines_on_one_session_keep_their_data_and_leave_it_open(spark, random_data, make_dataset):
+    """Engines made in one process share its SparkSession: each reads its own datasets (their
+    views do not replace each other's) and closing them leaves the session to the others."""
+    from tablesafe.engines import SparkEngine
+
+    dataset, _ = random_data
+    other = make_dataset(random_frame(500, seed=3))
+    plan = TableRequest(("A", "B")).bind(dataset.catalog)
+    first, second = SparkEngine(master="local[2]"), SparkEngine(master="local[2]")
+    assert first.spark is second.spark is spark.spark
+    ours = first.tabulate(dataset, plan)
+    theirs = second.tabulate(other, plan)
+    again = first.tabulate(dataset, plan)
+    first.close()
+    first.close()  # a second close does nothing
+    second.close()
+    np.testing.assert_array_equal(ours.n, again.n)
+    np.testing.assert_array_equal(ours.n, DuckDBEngine().tabulate(dataset, plan).n)
+    np.testing.assert_array_equal(theirs.n, DuckDBEngine().tabulate(other, plan).n)
+    assert int(ours.n.max()) != int(theirs.n.max())  # two datasets of other sizes
+    # The suite's engine still reads: its session was not stopped.
+    np.testing.assert_array_equal(spark.tabulate(dataset, plan).n, ours.n)
+
+
 def test_spark_refuses_bad_microdata(spark, make_dataset):
     frame = random_frame(100, seed=2)
     bad = make_dataset(frame.assign(A=frame["A"].where(frame.index != 3, 9)))
