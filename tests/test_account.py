@@ -26,7 +26,7 @@ from tablesafe.attacks._groups import group_attack, group_targets
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._definitions import DefinitionSpace
-from tablesafe.rules._family import Span, indicator, partition, position, published
+from tablesafe.rules._family import Atoms, Span, indicator, partition, position, published
 from tablesafe.service import Principal
 from tablesafe.service._service import TableService
 from tsdata import write_dataset
@@ -117,6 +117,33 @@ def test_blocks_are_the_partition_the_sets_generate():
     for code, b in block.items():
         groups.setdefault(b, set()).add(code)
     assert sorted(map(sorted, groups.values())) == [[1, 2], [3, 4], [5], [6]]
+
+
+def test_the_account_s_spans_skip_only_sets_already_in_them():
+    """Atoms refine as partition() does; a span that skips a set splitting no block when
+    its rank equals the number of blocks holds exactly what the full span holds."""
+    rng = random.Random(5)
+    for _ in range(300):
+        width = rng.randint(2, 8)
+        # Unions of a few fixed groups first (as age groups), then sets that split them.
+        groups = [list(range(i, min(i + 2, width))) for i in range(0, width, 2)]
+        sets = [frozenset(c for g in rng.sample(groups, rng.randint(1, len(groups))) for c in g)
+                for _ in range(rng.randint(1, 10))]  # fmt: skip
+        sets += [frozenset(c for c in range(width) if rng.random() < 0.4) for _ in range(2)]
+        sets = [s for s in sets if s]
+        atoms, full, skipping = Atoms(), Span(), Span()
+        for i, codes in enumerate(sets):
+            vector = dict.fromkeys(codes, 1)
+            full.add(vector, published(i))
+            if atoms.add(vector) or len(skipping) < len(atoms):
+                skipping.add(vector, published(i))
+        blocks = partition(sets)
+        assert len(atoms) == len(set(blocks.values()))
+        assert all((atoms.of[a] == atoms.of[b]) == (blocks[a] == blocks[b])
+                   for a in blocks for b in blocks)  # fmt: skip
+        for _ in range(10):
+            probe = {j: 1 for j in range(width) if rng.random() < 0.5}
+            assert skipping.contains(probe) == full.contains(probe)
 
 
 RELATED = {

@@ -80,11 +80,11 @@ from tablesafe.catalog._variables import Code
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._plan import TabulationPlan
 from tablesafe.rules._family import (
+    Atoms,
     Name,
     Span,
     Vector,
     new,
-    partition,
     proportional,
     published,
 )
@@ -231,7 +231,7 @@ class Account:
         self._codesets: list[frozenset[Code]] = []
         self._codeset_ids: dict[frozenset[Code], int] = {}
         self._counts: dict[str, int] = {}
-        self._spans: LRUCache[int, tuple[int, Span]] = LRUCache(maxsize=_SPANS_KEPT)
+        self._spans: LRUCache[int, tuple[int, Span, Atoms]] = LRUCache(maxsize=_SPANS_KEPT)
 
     def __len__(self) -> int:
         return len(self._digests)
@@ -293,14 +293,25 @@ class Account:
         adding to it.
         """
         kept = self._spans.get(key)
-        start, span = kept if kept is not None else (0, Span())
+        start, span, atoms = kept if kept is not None else (0, Span(), Atoms())
         total = self._entries.get(key, 0)
         if start < total:
-            span = span.copy() if kept is not None else span
+            if kept is not None:
+                span, atoms = span.copy(), atoms.copy()
             for row, codes in self.members(key, skip=start):
-                span.add(_codes_vector(codes, index), published(row))
-            self._spans[key] = (total, span)
+                vector = _codes_vector(codes, index)
+                # Once the span holds every union of the blocks, a set that splits
+                # none is in it: most of a big family's figures, with no arithmetic.
+                if atoms.add(vector) or len(span) < len(atoms):
+                    span.add(vector, published(row))
+            self._spans[key] = (total, span, atoms)
         return span
+
+    def atoms(self, key: int, index: Mapping[Code, int]) -> Atoms:
+        """The blocks family ``key``'s published figures generate (kept with its span)."""
+        self.span(key, index)
+        kept = self._spans.get(key)
+        return kept[2] if kept is not None else Atoms()  # no figure names the column
 
     def has_family(self, key: int) -> bool:
         """Whether some published figure names the column of family ``key``."""
@@ -622,8 +633,18 @@ class _FamilyCheck:
 
     @functools.cached_property
     def block_of(self) -> dict[Code, int]:
-        """Each code's block."""
-        return partition(self.sets.values())
+        """Each code's block: the account's blocks of the family, refined by the new sets.
+
+        The partition every set of the family generates
+        (:func:`~tablesafe.rules._family.partition`), without reading the
+        published ones again: the account keeps their blocks.
+        """
+        atoms = self.check.account.atoms(self.key, self.index).copy()
+        if self.at_whole is not None:
+            atoms.add(self.index[c] for c in self.every)
+        for _, codes in self.news:
+            atoms.add(self.index[c] for c in codes)
+        return {c: atoms.of[p] for c, p in self.index.items() if p in atoms.of}
 
     @functools.cached_property
     def codes_of(self) -> dict[int, frozenset[Code]]:

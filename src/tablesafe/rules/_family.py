@@ -31,8 +31,8 @@ from typing import Any
 
 from tablesafe.catalog._variables import Code
 
-__all__ = ["Name", "Span", "Vector", "indicator", "is_published", "new", "partition", "position",
-           "proportional", "published"]  # fmt: skip
+__all__ = ["Atoms", "Name", "Span", "Vector", "indicator", "is_published", "new", "partition",
+           "position", "proportional", "published"]  # fmt: skip
 
 #: A sparse vector: coordinate -> non-zero coefficient (an int where it is one: exact and fast).
 Vector = dict[int, int | Fraction]
@@ -78,6 +78,58 @@ def partition(sets: Iterable[frozenset[Code]]) -> dict[Code, int]:
     for code, sig in signature.items():
         out[code] = blocks.setdefault(tuple(sig), len(blocks))
     return out
+
+
+class Atoms:
+    """The blocks a growing collection of sets generates, refined one set at a time.
+
+    Two coordinates share a block while every set added holds both or
+    neither. A span of the sets' indicators has at most as many dimensions
+    as there are blocks, and when it has that many it holds every union of
+    blocks: a set that splits no block is then in it, with no arithmetic.
+    """
+
+    def __init__(self) -> None:
+        self.of: dict[int, int] = {}  # coordinate -> its block
+        self.sizes: dict[int, int] = {}  # block -> its number of coordinates
+        self._next = 0
+
+    def copy(self) -> Atoms:
+        """An independent copy."""
+        other = Atoms()
+        other.of, other.sizes, other._next = dict(self.of), dict(self.sizes), self._next
+        return other
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def add(self, coordinates: Iterable[int]) -> bool:
+        """Refine the blocks by a set of coordinates; whether any block split or appeared."""
+        inside: dict[int, list[int]] = {}
+        fresh = []
+        for c in coordinates:
+            b = self.of.get(c)
+            if b is None:
+                fresh.append(c)
+            else:
+                inside.setdefault(b, []).append(c)
+        changed = False
+        for b, held in inside.items():
+            if len(held) < self.sizes[b]:  # the set holds part of the block: split it
+                self.sizes[b] -= len(held)
+                self._block(held)
+                changed = True
+        if fresh:
+            self._block(fresh)
+            changed = True
+        return changed
+
+    def _block(self, coordinates: list[int]) -> None:
+        b = self._next
+        self._next += 1
+        for c in coordinates:
+            self.of[c] = b
+        self.sizes[b] = len(coordinates)
 
 
 def _axpy(
