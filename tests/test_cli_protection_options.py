@@ -45,7 +45,11 @@ BASE = {
 
 def test_bounds_are_the_models():
     bounds: dict[str, tuple[float, bool, float | None]] = {}
+    # dp-marginals' delta is a site setting only: the command line refuses the method.
+    site_only = {"delta"}
     for name, field in ProtectionSettings.model_fields.items():
+        if name in site_only:
+            continue
         low: tuple[float, bool] | None = None
         high = None
         for m in field.metadata:

@@ -118,6 +118,9 @@ def _checked(options: dict[str, Any]) -> _CheckedOptions | None:
         return None
     if options["seeds"] != SeedScheme.CELLKEY and not options.get("secret_env"):
         return None
+    secret = options.get("secret_env") or options.get("secret_file")
+    if options["method"] == ProtectionMethod.DP_MARGINALS and not secret:
+        return None
     if not isinstance(options["rounding"], str):
         return None
     try:
