@@ -70,6 +70,9 @@ def site(folder: Path, tmp: Path) -> Any:
                     "rules": {
                         "min_universe_size": 20,
                         "sliver_min_difference": 10,
+                        # The admission alone: a refusal's alternatives are dry runs
+                        # of other tables (benchmarks/bench_alternatives.py).
+                        "alternatives_max_dry_runs": 0,
                         "max_cells": 20_000,
                     },
                 }
