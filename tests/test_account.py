@@ -355,6 +355,35 @@ def test_a_store_of_the_sliver_guard_starts_its_account_empty(tmp_path):
     assert "guard_sets" not in tables and published == 0
 
 
+def test_a_refusal_is_a_stored_decision(demo_dir, tmp_path):
+    """A refused table is refused again with the same words, by another key and after a
+    restart, and the state store keeps it as the table's decision (docs/attacks.md)."""
+    from tablesafe._errors import RefusedError
+    from tablesafe.service._bodies import TableBody
+    from test_guard import _full_frame, _sliver_pairs
+
+    ((u, v),) = _sliver_pairs(_full_frame(demo_dir), 10, 1)  # v: u less 1 to 9 records
+    bodies = [TableBody(dimensions=["SEX"], statistic="count", universe=w) for w in (u, v)]
+    service = _service(demo_dir, tmp_path, CKM, sliver_min_difference=10)
+    try:
+        service.table(WHO, "demo", bodies[0].to_request())
+        with pytest.raises(RefusedError) as first:
+            service.table(WHO, "demo", bodies[1].to_request())
+        with service.state._connection() as sql:
+            stored = [bytes(r[0]) for r in sql.execute("SELECT withheld FROM decisions")]
+    finally:
+        service.close()
+    assert any(str(first.value).encode() in blob for blob in stored)
+    again = _service(demo_dir, tmp_path, CKM, sliver_min_difference=10)
+    try:
+        other = Principal("user2", "user", 10**9)
+        with pytest.raises(RefusedError) as second:
+            again.table(other, "demo", bodies[1].to_request())
+    finally:
+        again.close()
+    assert str(second.value) == str(first.value)
+
+
 # -- DP keyed by definition: the equal-set zero test ---------------------------------------
 
 PAIRS = {

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from tablesafe._errors import RefusedError
 from tablesafe._protection import Protection
 from tablesafe._protection_limits import Additivity, SliverScope
 from tablesafe.catalog._definitions import Definition, DefinitionSpace, definition_text
@@ -91,11 +90,14 @@ class Admitted:
 
     ``undecided``: a dry run that may not read protected counts met a table
     with no stored decision (:func:`tablesafe.rules._dry_run.reads_protected_figures`).
+    ``refusal``: the refusal's message where the table is refused whole (the
+    caller raises it once the transaction has kept the decision).
     """
 
     withheld: npt.NDArray[np.bool_]
     decided_now: bool
     undecided: bool = False
+    refusal: str | None = None
 
 
 def table_digest(figures: Sequence[Figure], shape: tuple[int, ...]) -> int:
@@ -139,13 +141,15 @@ def admit(
         protection: The site's protection (a block's protected count).
         space: The catalog's definition space.
         rules: The site's rules for the dataset.
-        counted: ``counted(domain, definition) -> (n, cell key)``, from the engine.
+        counted: The true counts of a family's codes (:class:`EngineCounts`).
         dry_run: Decide only: record nothing.
         read_counts: Whether a dry run may read blocks' protected counts (else a
             table without a stored decision is left undecided).
 
-    Raises:
-        RefusedError: when more than ``max_withheld_share`` of the cells would be withheld.
+    A table with more than ``max_withheld_share`` of its cells withheld is
+    refused: the refusal is a decision stored like the others (a repeat is
+    refused with the same words whatever was published since), and its
+    message is the result's ``refusal``.
     """
     shape = agg.shape
     if rules.sliver_min_difference <= 0:
@@ -156,7 +160,7 @@ def admit(
     digest = table_digest(figures, shape)
     stored = tx.decision(scope, digest)
     if stored is not None:
-        return Admitted(_unpack(stored, shape), False)
+        return _stored_decision(stored, shape)
     if dry_run and not read_counts:
         return Admitted(np.zeros(shape, dtype=bool), False, undecided=True)
     additive = protection.record_level or protection.additivity == Additivity.AGGREGATE
@@ -169,13 +173,17 @@ def admit(
     total = int(cells.sum())
     if total and withheld.sum() > rules.max_withheld_share * total:
         examples = " and ".join(_label(plan, shape, figures[p].index) for p in sorted(unsafe)[:2])
-        raise RefusedError(
+        refusal = (
             f"{int(withheld.sum())} of this table's {total} cells would have to be withheld "
             f"(this site publishes a table with at most {rules.max_withheld_share:.0%} of its "
             f"cells withheld): with figures already published from this dataset, {examples} "
             f"would let differences isolate fewer than {rules.sliver_min_difference} records. "
             "Ask for coarser categories, a wider universe or fewer dimensions"
         )
+        if not dry_run:
+            # Kept as a decision: what is published later does not turn it into an answer.
+            tx.decide(scope, digest, _pack(withheld) + _REFUSED + refusal.encode())
+        return Admitted(withheld, not dry_run, refusal=refusal)
     if dry_run:
         return Admitted(withheld, False)
     from tablesafe.output._withheld import margins_over
@@ -211,6 +219,17 @@ def _label(plan: TabulationPlan, shape: tuple[int, ...], index: int) -> str:
     if not parts:
         return "this table's universe"
     return f"the records with {' and '.join(parts)} in this table's universe"
+
+
+#: After a refused table's mask (whose length the table's shape fixes), its message.
+_REFUSED = b"\x00refused\x00"
+
+
+def _stored_decision(stored: bytes, shape: tuple[int, ...]) -> Admitted:
+    """A stored decision: the cells withheld, and the refusal's words where it was one."""
+    mask = (int(np.prod(shape)) + 7) // 8
+    refusal = stored[mask + len(_REFUSED) :].decode() if len(stored) > mask else None
+    return Admitted(_unpack(stored[:mask], shape), False, refusal=refusal)
 
 
 def _pack(withheld: npt.NDArray[np.bool_]) -> bytes:

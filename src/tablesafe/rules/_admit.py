@@ -439,7 +439,8 @@ class Admission:
         The account first (which cells the table withholds, or a refusal:
         :func:`tablesafe.rules._admission.admit`), then the ledger on the
         figures the table publishes (its budgets decide on published
-        definitions alone); a refusal by either writes nothing.
+        definitions alone). The account's refusal is kept as the table's
+        decision, then raised; the ledger's writes nothing.
         """
         assert self.state is not None and self.rules is not None
         source = self.source
@@ -464,8 +465,11 @@ class Admission:
             withheld = admitted.withheld
             if dry is not None and admitted.undecided:
                 dry.undecided.append(ACCOUNT)
-            figures = self.figures(candidate, withheld)
-            self._spend(tx, key_id, figures)
+            if admitted.refusal is None:
+                figures = self.figures(candidate, withheld)
+                self._spend(tx, key_id, figures)
+        if admitted.refusal is not None:  # raised once the refusal is kept
+            raise RefusedError(admitted.refusal)
         return withheld, figures
 
     def _spend(self, tx: LedgerTransaction, key_id: str, figures: TableFigures) -> None:
