@@ -19,6 +19,7 @@ from tablesafe._request import TableRequest
 from tablesafe._seeds import dynamic_words
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.engines import DuckDBEngine, MemoryEngine
+from tablesafe.mechanisms import _magnitudes
 from tablesafe.mechanisms._magnitudes import _WORDS, magnitude_uniforms
 
 SECRET = b"magnitude-secret-0123456789abcdef"
@@ -113,7 +114,8 @@ def test_dynamic_tables_same_bytes_and_one_hash_pass_per_variable(
         calls.append(salt)
         return real(cell_key, secret, salt, count)
 
-    monkeypatch.setattr(_seeds, "dynamic_words", counting)
+    # Counted where the magnitudes call it (they import it at their top).
+    monkeypatch.setattr(_magnitudes, "dynamic_words", counting)
     prot = dataclasses.replace(protection_from_options("ckm"), seeds="dynamic", secret=SECRET)
     request = TableRequest(
         ("REGION", "AGEGRP"),

@@ -9,45 +9,35 @@ name imported from another package, and a small top level.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tablesafe"
 
-#: Lowest first: the foundation, the catalog, cells (and the plan types), the request,
-#: engines and ptables, mechanisms, the protection and settings and outputs, the
-#: statistics, the state store, the rules (the one admission), the builder (and the
-#: dp-marginals release), the service (the one path every door takes), the owner's
-#: preparation tools, the workbench, the server, the command line (which starts the
-#: server's processes, nothing more: test_the_doors_meet_in_the_core_not_in_each_other),
-#: the API. docs/decisions.md ("The house") shows this list.
-LAYERS: list[set[str]] = [
-    {
-        "_errors",
-        "_lazy",
-        "_random",
-        "_rounding",
-        "_version",
-        "_protection_limits",
-        "_keys",
-        "_seeds",
-    },
-    {"catalog"},
-    {"cells"},
-    {"_request"},
-    {"engines", "ptable"},
-    {"mechanisms"},
-    {"_protection", "_settings", "output"},
-    {"statistics"},
-    {"state"},
-    {"rules"},
-    {"_builder", "_release"},
-    {"service"},
-    {"prepare"},
-    {"postprocess", "metrics", "attacks", "experiments"},
-    {"server"},
-    {"_cli"},
-    {"__init__", "__main__"},
-]
+DECISIONS = Path(__file__).resolve().parents[1] / "docs" / "decisions.md"
+
+
+def _layers() -> list[set[str]]:
+    """The layers, lowest first, as docs/decisions.md's row "The layers (issue 39)" lists them.
+
+    Lowest first: the foundation, the catalog, cells (and the plan types), the request,
+    engines and ptables, mechanisms, the protection and settings and outputs, the
+    statistics, the state store, the rules (the one admission), the builder (and the
+    dp-marginals release), the service (the one path every door takes), the owner's
+    preparation tools, the workbench, the server, the command line (which starts the
+    server's processes, nothing more), the API: one list, written once, in the docs.
+    """
+    row = next(
+        line
+        for line in DECISIONS.read_text(encoding="utf-8").splitlines()
+        if line.startswith("| The layers (issue 39) |")
+    )
+    # The layers are the backquoted groups joined by " · ", up to the sentence's end.
+    listed = row.split("|")[2].split(":", 1)[1].split(". ", 1)[0]
+    return [set(group.split()) for group in re.findall(r"`([^`]+)`", listed)]
+
+
+LAYERS: list[set[str]] = _layers()
 LAYER = {unit: i for i, units in enumerate(LAYERS) for unit in units}
 
 
@@ -210,3 +200,41 @@ def test_the_doors_meet_in_the_core_not_in_each_other():
     }
     assert {t for _, t in cli_to_server} <= {"tablesafe.server"}
     assert {m for m, _ in cli_to_server} <= {"tablesafe._cli._server", "tablesafe._cli._worker"}
+
+
+#: The most imports between tablesafe modules inside functions (issue 39: 227 -> at most
+#: 100; 44 when this was written).
+MAX_LAZY_IMPORTS = 60
+#: What a comment before an import inside a function must say: why it is not at the top.
+LAZY_REASON = re.compile(r"#\s*(Start-up|Optional dependency)\b")
+
+
+def _lazy_imports() -> list[tuple[str, int, bool]]:
+    """(module, line, whether a reason precedes it in its function) of each import of a
+    tablesafe module inside a function."""
+    out = []
+    for m, path in MODULES.items():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        seen: set[int] = set()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if (
+                    isinstance(node, ast.ImportFrom)
+                    and (node.module or "").startswith("tablesafe")
+                    and node.lineno not in seen
+                ):
+                    seen.add(node.lineno)
+                    before = lines[fn.lineno - 1 : node.lineno - 1]
+                    out.append((m, node.lineno, any(LAZY_REASON.search(t) for t in before)))
+    return out
+
+
+def test_imports_inside_functions_are_few_and_say_why():
+    """Imports go at the top; inside a function only where an optional dependency or the
+    start-up time needs it, and a comment there says which (``# Start-up: ...``,
+    ``# Optional dependency: ...``)."""
+    lazy = _lazy_imports()
+    assert len(lazy) <= MAX_LAZY_IMPORTS
+    assert [f"{m}:{line}" for m, line, why in lazy if not why] == []

@@ -39,6 +39,7 @@ from tablesafe.catalog._units import Unit
 from tablesafe.cells._aggregates import CellAggregates, computed_cells
 from tablesafe.cells._plan import TabulationPlan
 from tablesafe.cells._zeros import structural_zero_mask
+from tablesafe.engines import engine_or_default
 from tablesafe.mechanisms._magnitudes import MagnitudeMethod, MagnitudeProtection
 from tablesafe.output._table import ProtectedTable
 from tablesafe.output._tabulation import Tabulation, refuse_item_nonresponse
@@ -153,10 +154,7 @@ class TableBuilder:
         rules: RuleSettings | None = None,
         statistics: tuple[PublishedStatistic, ...] = STATISTICS,
     ) -> None:
-        if engine is None:
-            from tablesafe.engines import DuckDBEngine  # DuckDB loads only where it is used
-
-            engine = DuckDBEngine()
+        engine = engine_or_default(engine)
         if magnitudes is None:
             exact = protection.mechanism is None
             magnitudes = MagnitudeProtection(

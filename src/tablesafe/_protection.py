@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from tablesafe import mechanisms
 from tablesafe._errors import ParameterError, choice
 from tablesafe._protection_limits import Additivity, ProtectionMethod, check_number
 from tablesafe._rounding import Rounding
@@ -34,8 +35,10 @@ from tablesafe._seeds import (
     keyed_words,
 )
 from tablesafe.mechanisms._marginals import DPMarginals
+from tablesafe.mechanisms._ptable_cache import cached_destatis
 from tablesafe.mechanisms._records import DropAddRecords
 from tablesafe.mechanisms._weighted import weight_uniforms
+from tablesafe.ptable._io import read_ptable
 
 if TYPE_CHECKING:
     from tablesafe._settings import DatasetSettings, ProtectionSettings, SiteConfig
@@ -357,8 +360,6 @@ def mechanism_from_settings(
         ParameterError: for impossible mechanism parameters.
         FormatError: for an unreadable ptable file.
     """
-    from tablesafe import mechanisms
-
     m = settings.method
     if m == ProtectionMethod.NONE:
         return None
@@ -374,12 +375,8 @@ def mechanism_from_settings(
     elif m == ProtectionMethod.PRAM:
         mech = mechanisms.pram_shlomo_young()
     elif m == ProtectionMethod.CKM:
-        from tablesafe.mechanisms._ptable_cache import cached_destatis
-
         mech = cached_destatis(settings.max_deviation, settings.variance, settings.js)
     else:
-        from tablesafe.ptable._io import read_ptable
-
         assert settings.ptable_file is not None
         mech = read_ptable(resolve(settings.ptable_file))
     return mech

@@ -12,6 +12,8 @@ import secrets
 
 import numpy as np
 
+from tablesafe._errors import ParameterError
+
 __all__ = ["resolve_generator", "secure_generator"]
 
 
@@ -33,7 +35,6 @@ def resolve_generator(rng: np.random.Generator | int | None) -> np.random.Genera
         return rng
     if isinstance(rng, int | np.integer) and not isinstance(rng, bool):
         return np.random.default_rng(int(rng))
-    from tablesafe._errors import ParameterError
 
     raise ParameterError(
         f"rng must be a numpy.random.Generator, an integer seed or None, not {type(rng).__name__}"

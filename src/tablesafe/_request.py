@@ -10,17 +10,19 @@ the engine-neutral description of the query that every engine executes.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeGuard
 
-from tablesafe._errors import RequestError, choice
+from tablesafe._errors import ParameterError, RequestError, choice
+from tablesafe._rounding import Rounding
 from tablesafe.catalog._catalog import Catalog, Code, Variable
 from tablesafe.catalog._custom import CustomGrouping, extend_catalog, parse_groupings
+from tablesafe.catalog._hints import missing_replicates_hint
 from tablesafe.catalog._magnitudes import parse_quantile_item, quantile_item
 from tablesafe.catalog._units import CountingUnit, Unit
+from tablesafe.cells._aggregates import all_grouping_sets
 from tablesafe.cells._plan import DimensionPlan, MagnitudePlan, TabulationPlan, replicate_name
 
 __all__ = [
@@ -326,9 +328,6 @@ class TableRequest:
         if not isinstance(self.replicates, bool):
             raise RequestError("replicates must be true or false")
         if self.rounding is not None:
-            from tablesafe._errors import ParameterError
-            from tablesafe._rounding import Rounding
-
             try:
                 object.__setattr__(self, "rounding", str(Rounding.parse(self.rounding)))
             except ParameterError as exc:
@@ -495,7 +494,7 @@ class TableRequest:
         k = len(self.dimensions)
         inner = tuple(range(k))
         if self.margins == Margins.ALL:
-            sets = [s for r in range(k, -1, -1) for s in itertools.combinations(range(k), r)]
+            sets = list(all_grouping_sets(k))
         elif self.margins == Margins.NONE:
             sets = [inner]
         elif self.margins == Margins.TOTAL:
@@ -638,8 +637,6 @@ class TableRequest:
                 f"none; use statistic 'count{',' + percent if percent else ''}'"
             )
         if self.replicates and catalog.replicates is None:
-            from tablesafe.catalog._hints import missing_replicates_hint
-
             raise RequestError(
                 "this dataset has no replicate weights, so standard errors and intervals "
                 "(--se) are unavailable" + missing_replicates_hint()

@@ -50,6 +50,7 @@ from tablesafe._protection_limits import (
     UnreliableAction,
     field_bounds,
 )
+from tablesafe._rounding import Rounding
 from tablesafe._seeds import SeedScheme
 from tablesafe.mechanisms._magnitudes import MagnitudeMethod, MagnitudeProtection, SensitiveAction
 from tablesafe.mechanisms._marginals import DPMarginals
@@ -492,8 +493,6 @@ class ProtectionSettings(BaseModel):
     @field_validator("rounding")
     @classmethod
     def _rounding(cls, v: str) -> str:
-        from tablesafe._rounding import Rounding
-
         return str(Rounding.parse(v).check_owner())
 
     @model_validator(mode="after")

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import click
 
-from tablesafe._errors import TablesafeError, UserError
+from tablesafe._errors import ParameterError, TablesafeError, UserError
+from tablesafe._version import __version__
 
 #: Each top-level command or group, and the modules that define it (and its
 #: subcommands). Running one command imports only its modules (a test checks
@@ -89,6 +90,7 @@ class Number(click.ParamType):
     """
 
     def __init__(self, key: str) -> None:
+        # Start-up: the ranges load numpy, which `tablesafe --help` does not need.
         from tablesafe._protection_limits import RANGES
 
         self.key = key
@@ -99,8 +101,6 @@ class Number(click.ParamType):
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> object:
         """``value`` as an ``int`` or ``float`` in the option's range."""
-        from tablesafe._errors import ParameterError
-
         label = param.opts[0] if isinstance(param, click.Option) else self.key
         given = value
         if isinstance(value, str):
@@ -232,6 +232,4 @@ def alternative_lines(refusal: Exception) -> list[str]:
 @app.command("version")
 def version() -> None:
     """Print the version of tablesafe."""
-    from tablesafe._version import __version__
-
     click.echo(__version__)

@@ -8,10 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tablesafe._builder import TableBuilder
 from tablesafe._cli import PATH, app, number
-from tablesafe._cli._methods import METHODS, protection_options
+from tablesafe._cli._methods import METHODS, protection_from_options, protection_options
+from tablesafe._cli._table import parse_where
+from tablesafe._errors import RequestError
 from tablesafe._protection_limits import RANGES, ProtectionMethod
+from tablesafe._request import TableRequest
 from tablesafe._seeds import SeedScheme
+from tablesafe._settings import load_site_config
+from tablesafe.catalog._dataset import DataFormat, Dataset
 
 if TYPE_CHECKING:
     from tablesafe._protection import Protection
@@ -59,11 +65,8 @@ def sliver(
     from rich.progress import Progress, TaskID
     from rich.table import Table
 
-    from tablesafe._cli._methods import protection_from_options
-    from tablesafe._cli._table import parse_where
-    from tablesafe._errors import RequestError
+    # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks import sliver_attack
-    from tablesafe.catalog._dataset import Dataset
 
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
@@ -161,12 +164,6 @@ def weighted(
     import secrets
     import tempfile
 
-    from tablesafe._cli._methods import protection_from_options
-    from tablesafe._cli._table import parse_where
-    from tablesafe._errors import RequestError
-    from tablesafe._request import TableRequest
-    from tablesafe.catalog._dataset import Dataset
-
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     dims = tuple(d.strip() for d in table.split("*") if d.strip())
@@ -201,7 +198,7 @@ def _weighted_row(dataset: Dataset, request: TableRequest, prot: Protection) -> 
     """The weighted-figures attack on one protection, and on seed 000's eqs. 4 and 5."""
     from dataclasses import replace
 
-    from tablesafe._builder import TableBuilder
+    # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks import mechanism_support, weighted_attack
     from tablesafe.attacks._weighted import seed000_figures
 
@@ -260,8 +257,6 @@ def _with_integer_weights(dataset: Dataset, folder: Path) -> Dataset:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from tablesafe.catalog._dataset import DataFormat, Dataset
-
     cat = dataset.catalog
     names = [cat.weight] if cat.weight else []
     names += list(cat.replicates.columns) if cat.replicates else []
@@ -293,8 +288,6 @@ def _guarded_site(data_dir: Path, config: Path | None, m: int | None, method: st
     import os
     import secrets
 
-    from tablesafe._settings import load_site_config
-
     base: dict[str, Any] = {"base": str(Path.cwd())}
     if config is not None:
         site = load_site_config(config)
@@ -321,6 +314,7 @@ def _guarded_site(data_dir: Path, config: Path | None, m: int | None, method: st
 
 
 def _guard_ask(service: Any) -> Any:
+    # Start-up: the service (DuckDB, pydantic) loads only when a site is attacked.
     from tablesafe.service import Principal
 
     def ask(name: str, request: Any, key: str) -> Any:
@@ -367,14 +361,15 @@ def guard(
     """Try to publish slivers past the sliver guard of a site (docs/attacks.md)."""
     import tempfile
 
-    from tablesafe._errors import RequestError
+    # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks._guard import (
         children_attack,
         concurrent_attack,
         names_attack,
         slices_attack,
     )
-    from tablesafe.catalog._dataset import Dataset
+
+    # Start-up: the service (DuckDB, pydantic) loads only when a site is attacked.
     from tablesafe.service._service import TableService
 
     if fmt not in ("text", "json"):
@@ -452,9 +447,8 @@ def refusals(
     """Tell cells published as 0 from empty ones by the guard's refusals (docs/attacks.md)."""
     import tempfile
 
-    from tablesafe._errors import RequestError
+    # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks._guard import refusal_zeros
-    from tablesafe.catalog._dataset import Dataset
     from tablesafe.service._service import TableService
 
     if fmt not in ("text", "json"):

@@ -11,6 +11,9 @@ import click
 
 from tablesafe._cli import PATH, number
 from tablesafe._cli._attack import _guard_ask, _guarded_site, attack_app
+from tablesafe._cli._table import parse_where
+from tablesafe._errors import RequestError
+from tablesafe.catalog._dataset import Dataset
 
 if TYPE_CHECKING:
     from tablesafe.catalog._catalog import Code
@@ -56,10 +59,6 @@ def groups(
     """Recover small counts by a merged group minus a published cell (docs/attacks.md)."""
     import pandas as pd
 
-    from tablesafe._cli._table import parse_where
-    from tablesafe._errors import RequestError
-    from tablesafe.catalog._dataset import Dataset
-
     chosen = [v.strip() for v in variants.split(",") if v.strip()]
     unknown = sorted(set(chosen) - set(_VARIANTS))
     if unknown:
@@ -98,6 +97,7 @@ def _one(
     """One variant against a site of its own (an empty account)."""
     import tempfile
 
+    # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks._groups import group_attack, group_targets
     from tablesafe.service._service import TableService
 

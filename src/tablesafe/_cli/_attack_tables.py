@@ -10,10 +10,19 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tablesafe._builder import TableBuilder
 from tablesafe._cli import PATH, number
 from tablesafe._cli._attack import attack_app
-from tablesafe._cli._methods import METHODS, protection_options
+from tablesafe._cli._methods import METHODS, protection_from_options, protection_options
+from tablesafe._cli._table import parse_where
+from tablesafe._errors import RequestError
+from tablesafe._protection import Protection as P
+from tablesafe._protection import site_protection
 from tablesafe._protection_limits import ProtectionMethod
+from tablesafe._request import TableRequest
+from tablesafe._settings import load_site_config
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.state._open import open_state
 
 if TYPE_CHECKING:
     from tablesafe._protection import Protection
@@ -32,16 +41,12 @@ def _codes(text: str, what: str) -> list[str]:
             try:
                 out.extend(str(c) for c in range(int(lo), int(hi) + 1))
             except ValueError:
-                from tablesafe._errors import RequestError
-
                 raise RequestError(
                     f"{what} {part!r}: a range is LO..HI with whole numbers, e.g. 81..89"
                 ) from None
         else:
             out.append(part)
     if not out:
-        from tablesafe._errors import RequestError
-
         raise RequestError(f"{what} lists no category; give codes such as 81..89 or 1,2")
     return out
 
@@ -53,12 +58,7 @@ def _protections(
     import os
     import secrets
 
-    from tablesafe._cli._methods import protection_from_options
-
     if config is not None:
-        from tablesafe._protection import site_protection
-        from tablesafe._settings import load_site_config
-
         site = load_site_config(config)
         served = site.dataset_at(data_dir)
         return [(f"site {served.name}", site_protection(served, site), site)]
@@ -82,16 +82,11 @@ def _attacked(
     keeps, the one its server publishes from (made and stored there if the
     server has not made it yet).
     """
-    from tablesafe._builder import TableBuilder
-    from tablesafe._protection import Protection as P
-
     with ExitStack() as stack:
         out = []
         for name, prot, site in protections:
             builder = TableBuilder(dataset, prot)
             if site is not None and prot.fixed_budget:
-                from tablesafe.state._open import open_state
-
                 builder.release_store = stack.enter_context(closing(open_state(site)))
             out.append((name, prot, builder.build, TableBuilder(dataset, P(None)).build))
         yield out
@@ -137,10 +132,8 @@ def averaging(
     """Average the target cells over equivalent tables (docs/attacks.md, averaging)."""
     import numpy as np
 
-    from tablesafe._cli._table import parse_where
-    from tablesafe._errors import RequestError
+    # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks import averaging_attack
-    from tablesafe.catalog._dataset import Dataset
 
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
@@ -228,11 +221,8 @@ def zeros(
     """Tell empty from one-record cells: shares against the stated (epsilon, delta)."""
     import itertools
 
-    from tablesafe._cli._table import parse_where
-    from tablesafe._errors import RequestError
-    from tablesafe._request import TableRequest
+    # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks import definition_attack, zero_attack
-    from tablesafe.catalog._dataset import Dataset
 
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")

@@ -61,6 +61,7 @@ def catalog_init(
     overwrite: bool,
 ) -> None:
     """Write DIR/microdata.parquet and a draft DIR/catalog.toml that validates at once."""
+    # Start-up: DuckDB, pandas and pyarrow load only to draft a catalog.
     from tablesafe.prepare._catalog_init import init_catalog
 
     names = [v.strip() for v in variables.split(",") if v.strip()] if variables else None

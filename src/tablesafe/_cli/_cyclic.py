@@ -26,6 +26,7 @@ from tablesafe._cli._tablefiles import (
     read_table,
 )
 from tablesafe._errors import FormatError
+from tablesafe.mechanisms import cyclic_perturb, cyclic_posterior
 
 
 @app.group(
@@ -192,8 +193,6 @@ def perturb(
     fmt: str,
 ) -> None:
     """Perturb a table and print it with the parameters to publish (cycles, alpha, beta)."""
-    from tablesafe.mechanisms import cyclic_perturb
-
     check_format(fmt)
     data = read_table(table)
     cyc = _read_cycles(cycles, data.counts.shape) if cycles is not None else None
@@ -246,8 +245,6 @@ def posterior(
     fmt: str,
 ) -> None:
     """Posterior distribution of every original cell, given the published table and parameters."""
-    from tablesafe.mechanisms import cyclic_posterior
-
     check_format(fmt)
     data = read_table(table)
     cyc = _read_cycles(cycles, data.counts.shape) if cycles is not None else None

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from tablesafe._cli import PATH, app, number
+from tablesafe._keys import add_record_keys
 
 
 @app.group(
@@ -27,8 +28,6 @@ def keys_app() -> None:
 )
 def keys_add(source: Path, target: Path, column: str, overwrite_keys: bool) -> None:
     """Assign permanent uint32 record keys from a secure random source."""
-    from tablesafe._keys import add_record_keys
-
     n = add_record_keys(source, target, column=column, overwrite_keys=overwrite_keys)
     click.echo(f"wrote {n:,} records with record keys in column {column} to {target}")
 
@@ -52,6 +51,7 @@ def demo_data(out_dir: Path, records: int, seed: int, replicates: int, fmt: str)
     """Write a realistic synthetic survey and its catalog."""
     from rich.console import Console
 
+    # Start-up: pyarrow loads only to write demo data.
     from tablesafe.prepare._demo import write_demo_data
 
     with Console(stderr=True).status(f"generating {records:,} records"):

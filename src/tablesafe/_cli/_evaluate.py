@@ -8,6 +8,9 @@ from pathlib import Path
 import click
 
 from tablesafe._cli import PATH, app
+from tablesafe._errors import ParameterError, RequestError
+from tablesafe._protection_limits import check_number
+from tablesafe.catalog._dataset import Dataset
 
 
 @app.command("evaluate")
@@ -46,9 +49,7 @@ def evaluate_cmd(
     """Risk and utility of each mechanism and parameter on a dataset's tables."""
     from rich.console import Console
 
-    from tablesafe._errors import ParameterError, RequestError
-    from tablesafe._protection_limits import check_number
-    from tablesafe.catalog._dataset import Dataset
+    # Start-up: the experiments load SciPy only when one runs.
     from tablesafe.experiments._evaluate import evaluate, mechanism_grid
     from tablesafe.experiments._report import evaluation_text, write_evaluation_report
 

@@ -10,6 +10,9 @@ import click
 
 from tablesafe._cli import PATH
 from tablesafe._cli._server import audit_app
+from tablesafe._errors import RequestError
+from tablesafe._settings import load_site_config
+from tablesafe.state import open_state
 
 
 @audit_app.command("ledger")
@@ -18,10 +21,8 @@ from tablesafe._cli._server import audit_app
 @click.option("--format", "fmt", default="text", help="text or json.")
 def audit_ledger(config: Path, dataset: str, fmt: str) -> None:
     """The privacy loss of everything served from a dataset's microdata, all keys and per key."""
-    from tablesafe._errors import RequestError
-    from tablesafe._settings import load_site_config
+    # Start-up: DuckDB and pydantic load only when the ledger is read.
     from tablesafe.service._ledger import ledger_report
-    from tablesafe.state import open_state
 
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")

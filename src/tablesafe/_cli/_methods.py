@@ -25,7 +25,9 @@ import click
 
 from tablesafe._cli import number
 from tablesafe._errors import ParameterError
+from tablesafe._protection import protection_from_settings
 from tablesafe._protection_limits import BOUNDS, CHOICES, INTEGERS, ProtectionMethod
+from tablesafe._rounding import Rounding
 from tablesafe._seeds import SeedScheme
 
 if TYPE_CHECKING:
@@ -95,8 +97,6 @@ class _CheckedOptions:
 
 def _checked(options: dict[str, Any]) -> _CheckedOptions | None:
     """The options as ``ProtectionSettings`` would hold them, or None if any check fails."""
-    from tablesafe._rounding import Rounding
-
     options = dict(options)
     for name, (low, low_ok, high) in BOUNDS.items():
         value = options[name]
@@ -200,7 +200,6 @@ def protection_from_options(
         secret = value.encode()
     else:
         options["seeds"] = seeds
-    from tablesafe._protection import protection_from_settings
 
     checked = _checked(options)
     if checked is not None:
@@ -208,6 +207,7 @@ def protection_from_options(
         return protection_from_settings(cast("ProtectionSettings", checked), secret=secret)
     from pydantic import ValidationError
 
+    # Start-up: pydantic loads only for a site configuration (test_cli_registry).
     from tablesafe._settings import ProtectionSettings
 
     try:

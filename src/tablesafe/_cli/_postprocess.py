@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import click
 
 from tablesafe._cli import PATH, app, number
+from tablesafe._errors import FormatError, ParameterError
+from tablesafe.output._render import TOTAL_CODE, to_csv
 
 if TYPE_CHECKING:
     import numpy as np
@@ -66,7 +68,7 @@ def fit(
     import numpy as np
     import pandas as pd
 
-    from tablesafe.output._render import to_csv
+    # Start-up: SciPy and pandas load only when a method runs.
     from tablesafe.postprocess import design_matrix, loglinear_refit
 
     long = _read_long(table, value)
@@ -101,9 +103,6 @@ class _LongTable:
         """
         import numpy as np
 
-        from tablesafe._errors import FormatError
-        from tablesafe.output._render import TOTAL_CODE
-
         lookup = {tuple(rec): v for rec, v in zip(self.records, self.values, strict=True)}
         z = []
         for m in self.margins:
@@ -129,9 +128,6 @@ def _read_long(table: Path, value: str) -> _LongTable:
     """
     import numpy as np
     import pandas as pd
-
-    from tablesafe._errors import FormatError
-    from tablesafe.output._render import TOTAL_CODE
 
     try:
         frame = pd.read_csv(table, dtype=str, comment="#")
@@ -174,7 +170,7 @@ def _estimate(
     """
     import numpy as np
 
-    from tablesafe._errors import ParameterError
+    # Start-up: SciPy and pandas load only when a method runs.
     from tablesafe.postprocess import least_absolute_deviation, method_a, method_b, method_c
 
     m_up = method.upper()
@@ -205,7 +201,7 @@ def _rounded(y: np.ndarray, round_: str, seed: int | None) -> np.ndarray:
     """
     import numpy as np
 
-    from tablesafe._errors import ParameterError
+    # Start-up: SciPy and pandas load only when a method runs.
     from tablesafe.postprocess import multinomial_round, stochastic_round
 
     if round_ == "stochastic":

@@ -8,6 +8,10 @@ from typing import TYPE_CHECKING
 import click
 
 from tablesafe._cli import PATH, app, number
+from tablesafe._errors import choice
+from tablesafe.mechanisms import destatis, dp_geometric, drop_add_q, pram_shlomo_young
+from tablesafe.ptable._io import read_ptable, write_ptable
+from tablesafe.ptable._ptable import Layout
 
 if TYPE_CHECKING:
     from tablesafe.ptable._ptable import PTable
@@ -40,10 +44,6 @@ _keys = click.option(
 
 
 def _write(table: PTable, out: Path, layout: str, keys: int) -> None:
-    from tablesafe._errors import choice
-    from tablesafe.ptable._io import write_ptable
-    from tablesafe.ptable._ptable import Layout
-
     # Converted in memory first, so a ptable the layout cannot hold leaves no file behind.
     write_ptable(table, out, choice(Layout, layout, "layout"), keys=keys)
     fig = table.privacy()
@@ -68,8 +68,6 @@ def _write(table: PTable, out: Path, layout: str, keys: int) -> None:
 @_keys
 def dp(out: Path, epsilon: float, sensitivity: float, cap: int, layout: str, keys: int) -> None:
     """The DP discretised Laplace ptable (seed 000, Section 3.1, Table 1)."""
-    from tablesafe.mechanisms import dp_geometric
-
     _write(dp_geometric(epsilon, sensitivity, cap), out, layout, keys)
 
 
@@ -91,8 +89,6 @@ def pram(out: Path, epsilon: float, cap: int, layout: str) -> None:
     Small-cell rows are ordinary rows i = 0..cap-1; the residue rows follow
     with type mod<2 cap + 1> (a tablesafe extension of the Destatis layout).
     """
-    from tablesafe.mechanisms import pram_shlomo_young
-
     _write(pram_shlomo_young(epsilon, cap), out, layout, 256)
 
 
@@ -109,8 +105,6 @@ def pram(out: Path, epsilon: float, cap: int, layout: str) -> None:
 @_keys
 def q(out: Path, rate: float, cap: int, layout: str, keys: int) -> None:
     """Cell-wise drop/add-up-to-q (seed 000, Section 2.3)."""
-    from tablesafe.mechanisms import drop_add_q
-
     _write(drop_add_q(rate, cap), out, layout, keys)
 
 
@@ -145,8 +139,6 @@ def destatis_cmd(
     keys: int,
 ) -> None:
     """The maximum-entropy ptable of the cell-key method (R package ptable)."""
-    from tablesafe.mechanisms import destatis
-
     _write(destatis(d, v, js, pstay=pstay, mono=mono), out, layout, keys)
 
 
@@ -157,8 +149,6 @@ def show(file: Path, rows: int) -> None:
     """Print a ptable: privacy figures, and per row v, p, share changed and variance."""
     from rich.console import Console
     from rich.table import Table
-
-    from tablesafe.ptable._io import read_ptable
 
     table = read_ptable(file)
     fig = table.privacy()

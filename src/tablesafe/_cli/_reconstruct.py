@@ -12,10 +12,15 @@ import click
 
 from tablesafe._cli import PATH, number
 from tablesafe._cli._attack import attack_app
-from tablesafe._cli._methods import protection_options
+from tablesafe._cli._methods import protection_from_options, protection_options
 from tablesafe._cli._server import audit_app
+from tablesafe._errors import FormatError, ParameterError, RequestError
+from tablesafe._protection import Protection
 from tablesafe._protection_limits import ProtectionMethod
 from tablesafe._seeds import SeedScheme
+from tablesafe._settings import load_site_config
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.state import open_state
 
 if TYPE_CHECKING:
     from tablesafe._request import TableRequest
@@ -202,11 +207,8 @@ def reconstruct(
     import os
     import secrets
 
-    from tablesafe._cli._methods import protection_from_options
-    from tablesafe._errors import ParameterError, RequestError
-    from tablesafe._protection import Protection
+    # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks._reconstruct import reconstruction_attack
-    from tablesafe.catalog._dataset import Dataset
 
     _check_options(fmt, time_limit)
     if min_cell_size < 0:
@@ -262,7 +264,7 @@ def _published_requests(
         RequestError: for an unreadable file, or ``--all-k-way`` without ``--variables``.
         FormatError: for a file that is not JSON.
     """
-    from tablesafe._errors import FormatError, RequestError
+    # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks._reconstruct import all_k_way_requests
     from tablesafe.attacks._reconstruct._cumulative import requests_from_bodies
 
@@ -299,9 +301,8 @@ def _published_requests(
 @click.option("--format", "fmt", default="text", help="text or json.")
 def audit_reconstruct(config: Path, dataset: str, time_limit: float, store: bool, fmt: str) -> None:
     """Attack every table the audit log says was served for a dataset, across all keys."""
-    from tablesafe._settings import load_site_config
+    # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks._reconstruct._cumulative import audit_reconstruction
-    from tablesafe.state import open_state
 
     _check_options(fmt, time_limit)
     site = load_site_config(config)
@@ -325,8 +326,6 @@ def audit_reconstruct(config: Path, dataset: str, time_limit: float, store: bool
 
 def _check_options(fmt: str, time_limit: float) -> None:
     """The output format and time limit both reconstruction commands take."""
-    from tablesafe._errors import ParameterError, RequestError
-
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     if not time_limit > 0:

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from tablesafe._cli import PATH, app, number
+from tablesafe.prepare._replicates import add_replicates
 
 
 @app.group(
@@ -54,8 +55,6 @@ def replicates_add(
     replace: bool,
 ) -> None:
     """Write replicate weights to the microdata and declare them in the catalog."""
-    from tablesafe.prepare._replicates import add_replicates
-
     report = add_replicates(
         directory,
         strata=strata,

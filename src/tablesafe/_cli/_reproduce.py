@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from tablesafe._cli import PATH, app, number
+from tablesafe._errors import RequestError
 
 
 @app.group("reproduce", help="Reproduce the source papers' studies.", no_args_is_help=True)
@@ -43,7 +44,7 @@ def shlomo2019(
     from rich.console import Console
     from rich.progress import Progress
 
-    from tablesafe._errors import RequestError
+    # Start-up: the experiments load SciPy only when one runs.
     from tablesafe.experiments import run_shlomo2019
     from tablesafe.experiments._report import comparison_text, write_report
 

@@ -46,6 +46,7 @@ _format = click.option("--format", "fmt", default="text", help="text or json.")
 
 
 def _print(table_path: Path, res: object, fmt: str) -> None:
+    # Start-up: SciPy loads only when a resampling runs.
     from tablesafe.mechanisms import ResamplingResult
     from tablesafe.mechanisms._resampling import Resampling
 
@@ -92,6 +93,7 @@ def bootstrap(
     table: Path, s: float, m: int, round_average: bool, seed: int | None, fmt: str
 ) -> None:
     """Heer's bootstrap table: redraw the records until every cell meets the quality condition."""
+    # Start-up: SciPy loads only when a resampling runs.
     from tablesafe.mechanisms import heer_bootstrap
 
     check_format(fmt)
@@ -113,6 +115,7 @@ def bootstrap(
 @_format
 def binomial(table: Path, s: float, preserve: str, seed: int | None, fmt: str) -> None:
     """The cell-oriented binomial method with compensation (keeps the total or one margin)."""
+    # Start-up: SciPy loads only when a resampling runs.
     from tablesafe.mechanisms import binomial_resample
 
     check_format(fmt)

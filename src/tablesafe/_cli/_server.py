@@ -10,6 +10,10 @@ from typing import Any
 import click
 
 from tablesafe._cli import PATH, app, number
+from tablesafe._errors import RequestError
+from tablesafe._settings import ApiKeySettings, load_site_config
+from tablesafe.catalog._catalog import dump_toml
+from tablesafe.state import open_state
 
 
 @app.group("api-key", help="API keys for the server.", no_args_is_help=True)
@@ -29,7 +33,7 @@ def serve(config: Path, host: str, port: int) -> None:
     worker`). SIGTERM or Ctrl-C: requests in flight and the job being built
     get [server] shutdown_timeout_seconds; a job not done goes back to the queue.
     """
-    from tablesafe._settings import load_site_config
+    # Start-up: FastAPI and uvicorn load only for the commands that start the server.
     from tablesafe.server import serve_http
 
     serve_http(
@@ -58,7 +62,7 @@ def mcp(config: Path, api_key: str | None) -> None:
     and output (docs/agents.md); its tables take the site's one path, as
     `tablesafe serve`'s do.
     """
-    from tablesafe._settings import load_site_config
+    # Start-up: FastAPI and uvicorn load only for the commands that start the server.
     from tablesafe.server import serve_agents
 
     serve_agents(load_site_config(config), api_key=api_key)
@@ -84,10 +88,6 @@ def audit_app(
     fmt: str,
 ) -> None:
     """Read the audit log of a site (newest first); `audit reconstruct` attacks what it served."""
-    from tablesafe._errors import RequestError
-    from tablesafe._settings import load_site_config
-    from tablesafe.state import open_state
-
     if ctx.invoked_subcommand is not None:
         return
     if config is None:
@@ -154,8 +154,7 @@ def _audit_text(rows: list[dict[str, Any]]) -> None:
 )
 def api_key_new(key_id: str, role: str, expires: str | None) -> None:
     """Make a new API key: prints the key (give it to its user) and its [[keys]] entry."""
-    from tablesafe._errors import RequestError
-    from tablesafe.catalog._catalog import dump_toml
+    # Start-up: FastAPI and uvicorn load only for the commands that start the server.
     from tablesafe.server import new_key
 
     if role not in ("user", "admin"):
@@ -179,9 +178,6 @@ def _key_entry(key_id: str, digest: str, role: str, expires: str | None) -> dict
     import tomllib
 
     from pydantic import ValidationError
-
-    from tablesafe._errors import RequestError
-    from tablesafe._settings import ApiKeySettings
 
     entry: dict[str, Any] = {"id": key_id, "role": role, "hash": digest}
     bad_date = RequestError(
@@ -209,10 +205,6 @@ def _key_entry(key_id: str, digest: str, role: str, expires: str | None) -> dict
 @click.option("--reason", default=None, help="Why (kept with the revocation).")
 def api_key_revoke(key_id: str, config: Path, reason: str | None) -> None:
     """Revoke a key now: the running server refuses it from its next request (no restart)."""
-    from tablesafe._errors import RequestError
-    from tablesafe._settings import load_site_config
-    from tablesafe.state import open_state
-
     site = load_site_config(config)
     key = next((k for k in site.keys if k.id == key_id), None)
     if key is None:
@@ -235,10 +227,6 @@ def api_key_revoke(key_id: str, config: Path, reason: str | None) -> None:
 @click.option("--format", "fmt", default="text", help="text or json.")
 def api_key_list(config: Path, fmt: str) -> None:
     """The site's keys: role, expiry, revocation and last use (from the audit log)."""
-    from tablesafe._errors import RequestError
-    from tablesafe._settings import load_site_config
-    from tablesafe.state import open_state
-
     if fmt not in ("text", "json"):
         raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     site = load_site_config(config)

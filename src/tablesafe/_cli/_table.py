@@ -9,10 +9,21 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tablesafe import engines
+from tablesafe._builder import TableBuilder
 from tablesafe._cli import PATH, app, number
-from tablesafe._cli._methods import protection_options
+from tablesafe._cli._methods import protection_from_options, protection_options
 from tablesafe._errors import ConfigError, RefusedError, RequestError, UserError
+from tablesafe._protection import site_protection
 from tablesafe._protection_limits import ProtectionMethod
+from tablesafe._request import TableRequest
+from tablesafe.catalog._custom import parse_groupings
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.output._formats import WriteOptions, output_format
+from tablesafe.output._render import to_csv, to_json
+from tablesafe.output._tabulation import tabulate
+from tablesafe.rules._alternatives import Search, nearest, useful_steps
+from tablesafe.rules._dry_run import Verdict
 
 if TYPE_CHECKING:
     from tablesafe._protection import Protection
@@ -80,7 +91,7 @@ def parse_group(item: str) -> dict[str, Any]:
 
 
 def _engine(name: str, spark_master: str) -> Any:
-    # Each engine imported only when chosen (the memory engine loads pandas).
+    # Start-up: each engine loads its library (DuckDB, pandas, PySpark) only when chosen.
     if name == "duckdb":
         from tablesafe.engines import DuckDBEngine
 
@@ -90,8 +101,6 @@ def _engine(name: str, spark_master: str) -> Any:
 
         return MemoryEngine()
     if name == "spark":
-        from tablesafe import engines
-
         spark = getattr(engines, "SparkEngine", None)
         if spark is None:
             raise ConfigError("the Spark engine is not available in this installation")
@@ -220,11 +229,6 @@ def table(
     spark_master: str,
 ) -> None:
     """Build a protected table: rows by columns (by layers) inside a universe."""
-    from tablesafe._builder import TableBuilder
-    from tablesafe._cli._methods import protection_from_options
-    from tablesafe.catalog._dataset import Dataset
-    from tablesafe.output._formats import WriteOptions, output_format
-
     # The registry's formats that print on a terminal (xlsx is bytes).
     output = output_format(fmt, binary=False)
     dims = [rows, *([cols] if cols else []), *layers]
@@ -283,9 +287,6 @@ def _alternatives(builder: Any, request: TableRequest, refusal: UserError) -> tu
     (the request limits, the universe-size rule), never the account of
     published figures, the ledger or the risk ceiling (docs/cli.md).
     """
-    from tablesafe.rules._alternatives import Search, nearest, useful_steps
-    from tablesafe.rules._dry_run import Verdict
-
     rules = builder.rules
     if rules is None or rules.alternatives_max_dry_runs <= 0:
         return ()
@@ -354,9 +355,6 @@ def _request(
     replicates: bool,
 ) -> TableRequest:
     """The table request of the command's options (not yet checked against a catalog)."""
-    from tablesafe._request import TableRequest
-    from tablesafe.catalog._custom import parse_groupings
-
     return TableRequest(
         tuple(dims),
         universe=parse_where(list(where)),
@@ -369,7 +367,7 @@ def _request(
 
 def _site_protection(config: Path, data_dir: Path) -> tuple[Protection, Any, Any]:
     """``--config``: the protection, magnitude protection and rules the site fixes for the data."""
-    from tablesafe._protection import site_protection
+    # Start-up: pydantic loads only for a site configuration (test_cli_registry).
     from tablesafe._settings import load_site_config
 
     site = load_site_config(config)
@@ -383,8 +381,6 @@ def _echo_unprotected(
     dataset: Dataset, request: TableRequest, engine: Any, fmt: str, footnotes: bool
 ) -> None:
     """``--method none``: the unprotected table (the owner's), without footnotes."""
-    from tablesafe.output._tabulation import tabulate
-
     if footnotes:
         raise RequestError(
             "--footnotes describes the protection of a table; --method none gives an "
@@ -396,8 +392,6 @@ def _echo_unprotected(
 
 def _echo_owner(result: ProtectedTable, fmt: str, footnotes: bool) -> None:
     """``--owner-flags`` in CSV or JSON: the table with the owner's perturbed/adjusted flags."""
-    from tablesafe.output._render import to_csv, to_json
-
     frame = result.to_frame(owner=True)
     if fmt == "csv":
         text = result.unprotected_line() + to_csv(frame)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from tablesafe._cli import PATH, app, number
+from tablesafe._settings import load_site_config
 
 
 @app.command("worker")
@@ -28,7 +29,7 @@ def worker(config: Path, poll_seconds: float, once: bool) -> None:
     workers may share one store. SIGTERM or Ctrl-C: the job being built is
     finished first, then the worker stops.
     """
-    from tablesafe._settings import load_site_config
+    # Start-up: FastAPI and uvicorn load only for the commands that start the server.
     from tablesafe.server import run_worker
 
     run_worker(load_site_config(config), poll_seconds=poll_seconds, once=once, say=click.echo)

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from tablesafe._errors import RefusedError, RequestError
+from tablesafe._random import resolve_generator
 from tablesafe._request import TableRequest
 from tablesafe.catalog._catalog import Catalog, Code
 from tablesafe.catalog._dataset import Dataset
@@ -363,8 +364,6 @@ def refusal_zeros(
     published), then in ``U and A = a and B != b``: the two differ by the
     cell's records, so a refusal says the cell holds 1 .. m-1 of them.
     """
-    from tablesafe._random import resolve_generator
-
     cat = dataset.catalog
     _, wide, small = _roles(cat)
     wide_codes = list(cat.variable(wide).codes)

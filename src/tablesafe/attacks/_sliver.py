@@ -35,6 +35,7 @@ import numpy as np
 
 from tablesafe._builder import Protection, TableBuilder
 from tablesafe._errors import ParameterError, RequestError
+from tablesafe._random import resolve_generator
 from tablesafe._request import TableRequest
 from tablesafe.catalog._catalog import Code
 from tablesafe.catalog._dataset import Dataset
@@ -283,8 +284,6 @@ def sliver_attack(
     Raises:
         RequestError: for an invalid table or an empty universe.
     """
-    from tablesafe._random import resolve_generator
-
     a = _universe(dataset, universe, dimensions, protection)
     p10 = float(np.percentile(a.weights, 10)) if a.weights is not None else 0.0
     order = np.arange(len(a.records))

@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from tablesafe.cells._fixed import from_fixed
+
 if TYPE_CHECKING:
     from tablesafe.cells._plan import TabulationPlan
 
@@ -185,8 +187,6 @@ def select_records(
         counts: Per inner cell, its number of records (``None``: no thresholds).
         rank: The engine's query for some cells and their thresholds.
     """
-    from tablesafe.cells._fixed import from_fixed
-
     shape = tuple(d.size for d in plan.dimensions)
     flat_seed = np.asarray(seed, dtype=np.int64).reshape(-1)
     flat_k = np.asarray(k, dtype=np.int64).reshape(-1)

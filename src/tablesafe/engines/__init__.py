@@ -35,3 +35,13 @@ __all__ = [
     "MemoryEngine",
     "SparkEngine",
 ]
+
+
+def engine_or_default(engine: Engine | None) -> Engine:
+    """``engine``, or a new DuckDB engine (the default, DESIGN decision 7) for ``None``."""
+    if engine is not None:
+        return engine
+    # Start-up: DuckDB loads only where it is the engine (a table on another never imports it).
+    from tablesafe.engines._duckdb import DuckDBEngine
+
+    return DuckDBEngine()

@@ -24,6 +24,11 @@ from tablesafe._errors import ComputationError, DataError, FormatError
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
+from tablesafe.catalog._magnitudes import (
+    magnitude_check_result,
+    magnitude_check_sql,
+    require_numeric,
+)
 from tablesafe.catalog._units import raise_unit_problem, unit_check_sql
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._plan import MagnitudePlan, TabulationPlan
@@ -315,12 +320,6 @@ class DuckDBEngine(Engine):
 
     def _check_magnitudes(self, cat: Catalog, src: str, types: dict[str, str]) -> None:
         """Continuous variables: numeric, finite, inside the bounds, summable exactly."""
-        from tablesafe.catalog._magnitudes import (
-            magnitude_check_result,
-            magnitude_check_sql,
-            require_numeric,
-        )
-
         mags = list(cat.magnitudes.values())
         require_numeric(mags, types, numeric=(*_INT_TYPES, "DOUBLE", "FLOAT", "DECIMAL"))
         exprs = magnitude_check_sql(mags, _ident, cat.weight)

@@ -21,10 +21,21 @@ from tablesafe._keys import KEY_MODULUS
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
-from tablesafe.catalog._magnitudes import present_values
+from tablesafe.catalog._magnitudes import (
+    check_magnitude_values,
+    from_magnitude_fixed,
+    magnitude_fixed,
+    present_values,
+    require_numeric,
+)
 from tablesafe.catalog._units import CountingUnit, raise_unit_problem
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._fixed import from_fixed, range_error, to_fixed
+from tablesafe.cells._magnitude_sums import (
+    MagnitudeSums,
+    sums_from_records,
+    top_from_records,
+)
 from tablesafe.cells._plan import MagnitudePlan, TabulationPlan
 from tablesafe.cells._quantiles import RecordValues
 from tablesafe.cells._selection import SelectedSums, mix32
@@ -127,8 +138,6 @@ class MemoryEngine(Engine):
         for unit in cat.units.values():
             raise_unit_problem(unit, _unit_problems(df, unit, cat))
         if cat.magnitudes:
-            from tablesafe.catalog._magnitudes import check_magnitude_values, require_numeric
-
             mags = list(cat.magnitudes.values())
             require_numeric(
                 mags,
@@ -268,13 +277,6 @@ class MemoryEngine(Engine):
         )
         if not plan.magnitudes:
             return agg
-
-        from tablesafe.catalog._magnitudes import from_magnitude_fixed, magnitude_fixed
-        from tablesafe.cells._magnitude_sums import (
-            MagnitudeSums,
-            sums_from_records,
-            top_from_records,
-        )
 
         mags = {}
         for mag in plan.magnitudes:

@@ -26,6 +26,11 @@ from tablesafe._errors import ConfigError, DataError
 from tablesafe.catalog._catalog import Catalog
 from tablesafe.catalog._dataset import DataFormat, Dataset
 from tablesafe.catalog._hints import missing_key_hint
+from tablesafe.catalog._magnitudes import (
+    magnitude_check_result,
+    magnitude_check_sql,
+    require_numeric,
+)
 from tablesafe.catalog._units import raise_unit_problem, unit_check_sql
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._plan import MagnitudePlan, TabulationPlan
@@ -326,12 +331,6 @@ class SparkEngine(Engine):
 
     def _check_magnitudes(self, cat: Catalog, view: str, schema: dict[str, str]) -> None:
         """Step 5 of validate: continuous variables numeric, finite, in bounds, summable."""
-        from tablesafe.catalog._magnitudes import (
-            magnitude_check_result,
-            magnitude_check_sql,
-            require_numeric,
-        )
-
         mags = list(cat.magnitudes.values())
         require_numeric(mags, schema, numeric=(*_INT_TYPES, "double", "float", "decimal"))
         exprs = magnitude_check_sql(mags, _ident, cat.weight)

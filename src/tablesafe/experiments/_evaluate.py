@@ -47,6 +47,7 @@ from tablesafe._builder import Protection, TableBuilder
 from tablesafe._errors import ParameterError
 from tablesafe._request import Item, TableRequest
 from tablesafe._seeds import SeedScheme
+from tablesafe.attacks._weighted import guess_counts, mechanism_support
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.mechanisms import destatis, dp_geometric, drop_add_q, pram_shlomo_young
 from tablesafe.metrics import (
@@ -240,8 +241,6 @@ def small_cell_recovery(
         the best (``small_recovered``); the percents are ``None`` when the
         table has no small cell.
     """
-    from tablesafe.attacks._weighted import guess_counts, mechanism_support
-
     inner = table.inner
     counts = np.asarray(table.counts, dtype=np.int64)
     truth = np.asarray(true_counts, dtype=np.int64)[inner].reshape(-1)

@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import ParameterError
+from tablesafe.experiments._population import population
 from tablesafe.mechanisms import invariant_matrix, pram_matrices, pram_shlomo_young
 
 __all__ = [
@@ -88,8 +89,6 @@ def _value_matrix(top: int) -> npt.NDArray[np.float64]:
 @cache
 def _pooled_matrix(alpha: float) -> npt.NDArray[np.float64]:
     """``values`` with t pooled over 500 tables of each design (a fixed generator)."""
-    from tablesafe.experiments._population import population
-
     gen = np.random.default_rng(2019)
     t = np.zeros(_POOL_TOP + 1)
     for const in (0.02, 0.2):
@@ -214,8 +213,6 @@ def expected_percent_perturbed(
     Returns:
         ``{"independent": ..., "dependent": ...}``.
     """
-    from tablesafe.experiments._population import population
-
     _check(reading, alpha)
     gen = np.random.default_rng(seed)
     out = {}

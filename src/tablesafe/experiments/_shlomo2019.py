@@ -42,6 +42,7 @@ import numpy.typing as npt
 from tablesafe._errors import ParameterError
 from tablesafe._random import resolve_generator
 from tablesafe.experiments._population import population
+from tablesafe.experiments._pram_readings import reading_method
 from tablesafe.mechanisms import dp_geometric, drop_add_q
 from tablesafe.metrics import (
     chi_square_independence,
@@ -122,8 +123,6 @@ class Shlomo2019:
 
 
 def _methods(pram: str, alpha: float) -> dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]:
-    from tablesafe.experiments._pram_readings import reading_method
-
     dp = dp_geometric(2.0, cap=7)
     q = drop_add_q(0.01, 7)
     return {

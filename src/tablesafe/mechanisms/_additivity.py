@@ -37,13 +37,13 @@ fails too, a :class:`~tablesafe.ComputationError` is raised.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from tablesafe._errors import ComputationError, ParameterError
+from tablesafe.cells._aggregates import all_grouping_sets
 
 __all__ = [
     "FitResult",
@@ -524,6 +524,5 @@ def _extend(
     return aggregate_margins(full, grouping_sets)
 
 
-def all_sets(k: int) -> tuple[tuple[int, ...], ...]:
-    """Every grouping set of a k-way table, inner cells first."""
-    return tuple(s for r in range(k, -1, -1) for s in itertools.combinations(range(k), r))
+#: Every grouping set of a k-way table, inner cells first (the cells' own: one owner).
+all_sets = all_grouping_sets

@@ -49,9 +49,14 @@ import numpy.typing as npt
 from tablesafe._errors import InternalError, ParameterError, RequestError, choice
 from tablesafe._protection_limits import check_number
 from tablesafe._request import Item
-from tablesafe._seeds import SeedScheme
+from tablesafe._rounding import Rounding
+from tablesafe._seeds import SeedScheme, definition_words, dynamic_words, keyed_words
 from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE, Magnitude, magnitude_column
+from tablesafe.cells._selection import mix32
+from tablesafe.mechanisms._discrete import KeyedBits, discrete_laplace, rational
 from tablesafe.mechanisms._num_ptable import NumPTable
+from tablesafe.mechanisms._num_ptable_cache import cached_num_ptable
+from tablesafe.mechanisms._weighted import enclosing_means
 
 if TYPE_CHECKING:
     from tablesafe.cells._aggregates import CellAggregates
@@ -197,8 +202,6 @@ class MagnitudeProtection:
     quantile_min_count: int = 20
 
     def __post_init__(self) -> None:
-        from tablesafe._rounding import Rounding
-
         # Texts are accepted for both options and held as members from here on.
         object.__setattr__(self, "method", choice(MagnitudeMethod, self.method, "magnitude method"))
         object.__setattr__(self, "action", choice(SensitiveAction, self.action, "action"))
@@ -353,8 +356,6 @@ class MagnitudeProtection:
 
 @functools.lru_cache(maxsize=16)
 def _cached_ptable(D: int, V: float, step: int, icat: tuple[int, ...] | None) -> NumPTable:
-    from tablesafe.mechanisms._num_ptable_cache import cached_num_ptable
-
     return cached_num_ptable(D, V, step, icat)
 
 
@@ -389,8 +390,6 @@ def dynamic_magnitude_words(
     ``_WORDS``). Words of one keyed digest are jointly pseudorandom, so the
     draws are as independent as with one hash per draw, at the cost of one hash per cell.
     """
-    from tablesafe._seeds import dynamic_words
-
     return dynamic_words(cell_key, secret, f"magnitude:{name}".encode(), len(_WORDS))
 
 
@@ -411,7 +410,6 @@ def magnitude_uniforms(
     if seeds == SeedScheme.DYNAMIC:
         assert secret is not None
         return dynamic_magnitude_words(cell_key, name, secret)[_WORDS[(what, j)]]
-    from tablesafe.cells._selection import mix32
 
     mixed = mix32(cell_key.astype(np.int64), _stream(name, j, what))
     return (mixed.astype(np.float64) + 0.5) / 2.0**32
@@ -431,8 +429,6 @@ def _magnitude_draws(
     words of ``_WORDS``. With a secret, a cell without records takes its
     words from a keyed hash of its definition instead.
     """
-    from tablesafe._seeds import definition_words, keyed_words
-
     salt = f"magnitude:{name}".encode()
     words: list[npt.NDArray[np.float64]] = []
     empty = agg.n == 0
@@ -538,8 +534,6 @@ def dp_grid_scale(bound: float, epsilon: float) -> tuple[int, int]:
     ``epsilon = p / q`` as written (:func:`~tablesafe.mechanisms._discrete.rational`),
     ``s = p`` and ``t = delta q``.
     """
-    from tablesafe.mechanisms._discrete import rational
-
     delta = math.ceil(bound * MAGNITUDE_SCALE)
     eps = rational(epsilon)
     return eps.numerator, delta * eps.denominator
@@ -562,8 +556,6 @@ def dp_noise(
     of ``1 / MAGNITUDE_SCALE``, exact in a double: no floating-point artifact
     tells the true sum. Cells outside ``live`` are 0.
     """
-    from tablesafe.mechanisms._discrete import KeyedBits, discrete_laplace
-
     s, t = dp_grid_scale(bound, epsilon)
     draws = np.stack([uniforms(j, what) for what, j in _WORDS]).reshape(len(_WORDS), -1)
     seeds = np.ascontiguousarray(draws.T).view(np.uint8).reshape(-1, 8 * len(_WORDS))
@@ -615,8 +607,6 @@ def protect_magnitudes(
         RequestError: for ``mean:VAR`` where the universe's protected
             denominator is zero (nothing to average over).
     """
-    from tablesafe._rounding import Rounding
-
     denominators = weighted if weighted is not None else counts.astype(np.float64)
     r_sum, r_mean = Rounding.parse(prot.rounding), Rounding.parse(prot.mean_rounding)
     protected: dict[str, npt.NDArray[np.float64]] = {}
@@ -692,8 +682,6 @@ def _perturbed_sums(
     Raises:
         RequestError: for differential privacy on a weighted table.
     """
-    from tablesafe.mechanisms._weighted import enclosing_means
-
     sums = agg.magnitudes[name]
     total, top = sums.total, sums.top
     # A cell without records that the count mechanism publishes as non-zero

@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from tablesafe._errors import ParameterError
 from tablesafe._protection_limits import check_number
+from tablesafe.mechanisms._cellwise import destatis_row
 
 __all__ = ["NumPTable", "num_ptable"]
 
@@ -123,8 +124,6 @@ def num_ptable(
     Raises:
         ParameterError: for parameters the R package refuses.
     """
-    from tablesafe.mechanisms._cellwise import destatis_row
-
     check_number("magnitudes.max_deviation", D, "D")
     check_number("magnitudes.step", step, "step")
     check_number("magnitudes.variance", V, "V (variance)")

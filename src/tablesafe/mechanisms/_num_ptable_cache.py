@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tablesafe.mechanisms import _cellwise
+from tablesafe.mechanisms import _num_ptable as _num_ptable
 from tablesafe.mechanisms._num_ptable import NumPTable, num_ptable
 from tablesafe.mechanisms._ptable_cache import cache_dir, write_npz
 
@@ -30,9 +32,6 @@ __all__ = ["cached_num_ptable"]
 
 @functools.cache
 def _code_hash() -> str:
-    from tablesafe.mechanisms import _cellwise
-    from tablesafe.mechanisms import _num_ptable as _num_ptable
-
     digest = hashlib.sha256()
     for module in (_num_ptable, _cellwise):
         digest.update(Path(module.__file__ or "").read_bytes())

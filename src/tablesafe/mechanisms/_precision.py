@@ -40,8 +40,12 @@ import numpy.typing as npt
 from tablesafe._request import Percent
 from tablesafe._rounding import Rounding
 from tablesafe.catalog._catalog import ReplicateDesign
+from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE
 from tablesafe.mechanisms._additivity import aggregate_margins
+from tablesafe.mechanisms._magnitudes import MagnitudeMethod, dp_grid_scale
+from tablesafe.mechanisms._records import DropAddRecords
 from tablesafe.mechanisms._variance import replicate_se
+from tablesafe.ptable._ptable import PTable
 
 if TYPE_CHECKING:
     from tablesafe.mechanisms._magnitudes import MagnitudeProtection
@@ -93,9 +97,6 @@ def count_noise_mean_square(
     for record-level drop/add-up-to-q, ``d`` uniform on ``-q .. q`` with ``q``
     of the protected count: ``q (q + 1) / 3``; 0 without a mechanism.
     """
-    from tablesafe.mechanisms._records import DropAddRecords
-    from tablesafe.ptable._ptable import PTable
-
     c = np.asarray(counts, dtype=np.int64)
     if isinstance(mechanism, DropAddRecords):
         q = mechanism.q(c).astype(np.float64)
@@ -192,9 +193,6 @@ def dp_noise_variance(bound: float, epsilon: float) -> float:
     sampler's integers, :func:`~tablesafe.mechanisms._magnitudes.dp_grid_scale`):
     ``2 b**2`` of the continuous Laplace of scale ``b`` within a step.
     """
-    from tablesafe.catalog._magnitudes import MAGNITUDE_SCALE
-    from tablesafe.mechanisms._magnitudes import dp_grid_scale
-
     s, t = dp_grid_scale(bound, epsilon)
     q = math.exp(-s / t)
     return float(2.0 * q / (1.0 - q) ** 2 / MAGNITUDE_SCALE**2)
@@ -221,8 +219,6 @@ def magnitude_noise_variance(
         top: Their largest absolute contributions ``(K, ...)``.
         bound: The variable's ``max(|lower|, |upper|)`` (differential privacy).
     """
-    from tablesafe.mechanisms._magnitudes import MagnitudeMethod
-
     if prot.method == MagnitudeMethod.NONE:
         return np.zeros(total.shape)
     if prot.method == MagnitudeMethod.DP:

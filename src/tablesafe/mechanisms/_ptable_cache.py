@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tablesafe.mechanisms import _cellwise, destatis
 from tablesafe.ptable._ptable import PTable, Selector
 
 __all__ = ["cache_dir", "cached_destatis", "write_npz"]
@@ -44,8 +45,6 @@ def cache_dir() -> Path:
 
 @functools.cache
 def _code_hash() -> str:
-    from tablesafe.mechanisms import _cellwise
-
     source = Path(_cellwise.__file__).read_bytes()
     return hashlib.sha256(source).hexdigest()[:16]
 
@@ -57,8 +56,6 @@ def cached_destatis(D: int, V: float, js: int = 0) -> PTable:
     Raises:
         ParameterError: for impossible parameters (never cached).
     """
-    from tablesafe.mechanisms import destatis
-
     path = cache_dir() / f"destatis-D{D}-V{float(V)!r}-js{js}-{_code_hash()}.npz"
     if path.exists():
         try:

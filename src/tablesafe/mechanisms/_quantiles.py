@@ -46,7 +46,8 @@ import numpy.typing as npt
 
 from tablesafe._errors import RequestError
 from tablesafe._request import Item
-from tablesafe._seeds import SeedScheme
+from tablesafe._rounding import Rounding
+from tablesafe._seeds import SeedScheme, definition_words, keyed_words
 from tablesafe.catalog._catalog import ReplicateDesign
 from tablesafe.catalog._magnitudes import Magnitude, quantile_column
 from tablesafe.cells._quantiles import (
@@ -56,6 +57,9 @@ from tablesafe.cells._quantiles import (
     ranks_at,
     shares_at_or_below,
 )
+from tablesafe.cells._selection import mix32
+from tablesafe.mechanisms._magnitudes import MagnitudeMethod
+from tablesafe.mechanisms._variance import replicate_se
 
 if TYPE_CHECKING:
     from tablesafe.mechanisms._magnitudes import MagnitudeProtection
@@ -111,14 +115,11 @@ def key_uniforms(
     give a record set a fresh draw per table, do not reach quantiles).
     """
     if seeds == SeedScheme.CELLKEY or secret is None:
-        from tablesafe.cells._selection import mix32
-
         keys = key_sum.astype(np.int64)
         return [
             (mix32(keys, _stream(salt, i)).astype(np.float64) + 0.5) / float(_KEY_MODULUS)
             for i in range(count)
         ]
-    from tablesafe._seeds import keyed_words
 
     return keyed_words(key_sum.astype(np.uint32), n, secret, salt.encode(), count)
 
@@ -263,8 +264,6 @@ def woodruff_shares(
     ``woodruffCI``) with a normal quantile ``z``; an end whose share falls
     outside [0, 1] is NaN there too.
     """
-    from tablesafe.mechanisms._variance import replicate_se
-
     share, reps = shares_at_or_below(cells, ranks.position)
     if reps is None:
         raise RequestError("standard errors of quantiles need the records' replicate weights")
@@ -294,8 +293,6 @@ def _dp_cells(
     u = key_uniforms(keys, n, salt, ctx.seeds, ctx.secret, 2)
     empty = n == 0
     if empty.any() and ctx.secret is not None and ctx.definitions is not None:
-        from tablesafe._seeds import definition_words
-
         mask = np.zeros(shown.shape, dtype=bool)
         mask.reshape(-1)[flat[empty]] = True
         words = definition_words(ctx.definitions(mask), ctx.secret, salt.encode(), 2)
@@ -321,8 +318,6 @@ def _one_quantile(
     Returns:
         The quantiles (the table's extended shape) and their exact ranks.
     """
-    from tablesafe.mechanisms._magnitudes import MagnitudeMethod
-
     ranks = quantile_ranks(cells, percent, prot.quantile_window)
     if prot.method == MagnitudeMethod.DP:
         enough = ctx.computed & (ctx.counts >= prot.quantile_min_count)
@@ -338,8 +333,6 @@ def _at_ranks(
     ctx: _Context,
 ) -> npt.NDArray[np.float64]:
     """The values at ``ranks``, protected as quantiles are (no protection, or the window noise)."""
-    from tablesafe.mechanisms._magnitudes import MagnitudeMethod
-
     shape = cells.shape
     if prot.method == MagnitudeMethod.NONE:
         exact = np.where(ranks.position >= 0, cells.x[np.maximum(ranks.position, 0)], np.nan)
@@ -424,9 +417,6 @@ def protect_quantiles(
     Raises:
         RequestError: for a DP quantile of a weighted table.
     """
-    from tablesafe._rounding import Rounding
-    from tablesafe.mechanisms._magnitudes import MagnitudeMethod
-
     if weighted and prot.method == MagnitudeMethod.DP:
         raise RequestError(
             "this site protects magnitudes with differential privacy, which covers "

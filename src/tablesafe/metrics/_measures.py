@@ -16,6 +16,7 @@ import numpy.typing as npt
 from scipy import stats
 
 from tablesafe._errors import ParameterError
+from tablesafe.ptable._ptable import PTable
 
 __all__ = [
     "chi_square_independence",
@@ -159,8 +160,6 @@ def exact_disclosure_probability(
         prior: Prior probabilities of original counts 0..len-1 (default:
             uniform over 0..k+20, i.e. no knowledge).
     """
-    from tablesafe.ptable._ptable import PTable
-
     if not isinstance(ptable, PTable):
         raise ParameterError("exact-disclosure probabilities need a PTable")
     p = np.full(k + 21, 1.0) if prior is None else np.asarray(prior, dtype=np.float64)

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tablesafe._errors import RequestError
+from tablesafe.catalog._custom import extend_catalog
 from tablesafe.catalog._magnitudes import (
     quantile_words,
     read_base_column,
@@ -166,8 +167,6 @@ def universe_conditions(
     request included); a name or code the catalog does not know stays as given.
     """
     if catalog is not None and request.groupings:
-        from tablesafe.catalog._custom import extend_catalog
-
         catalog = extend_catalog(catalog, request.groupings)
     out = []
     for name, codes in request.universe.items():

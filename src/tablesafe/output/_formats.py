@@ -24,6 +24,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tablesafe._errors import ParameterError, RequestError
+from tablesafe.output._jsonstat import jsonstat_bytes
+from tablesafe.output._sdmx import sdmx_csv
+from tablesafe.output._sdmx_json import sdmx_json_bytes
+from tablesafe.output._sdmx_structure import sdmx_structure
 
 __all__ = ["OutputFormat", "WriteOptions", "format_names", "output_format", "register_format"]
 
@@ -159,28 +163,23 @@ def _xlsx(table: PublishedTable, options: WriteOptions) -> bytes:
 
 def _jsonstat(table: Any, options: WriteOptions) -> str:
     # The footnotes are always in the dataset's note and extension.
-    from tablesafe.output._jsonstat import jsonstat_bytes
 
     return jsonstat_bytes(table).decode()
 
 
 def _sdmx_json(table: Any, options: WriteOptions) -> str:
     # The footnotes are always in the data set's attributes.
-    from tablesafe.output._sdmx_json import sdmx_json_bytes
 
     return sdmx_json_bytes(table).decode()
 
 
 def _sdmx_structure(table: Any, options: WriteOptions) -> str:
     # The code lists, concepts, DSD and dataflow the SDMX data messages name.
-    from tablesafe.output._sdmx_structure import sdmx_structure
 
     return sdmx_structure(table).decode()
 
 
 def _sdmx_csv(table: Any, options: WriteOptions) -> str:
-    from tablesafe.output._sdmx import sdmx_csv
-
     return sdmx_csv(table, footnotes=options.footnotes, labels=options.labels)
 
 

@@ -59,6 +59,7 @@ import numpy as np
 import orjson
 
 from tablesafe._rounding import Rounding
+from tablesafe.catalog._magnitudes import read_base_column, read_quantile_column
 from tablesafe.output._published import WITHHELD, sensitive_flag, unreliable_flag
 from tablesafe.output._render import TOTAL_CODE, TOTAL_LABEL, _plain
 
@@ -235,8 +236,6 @@ def _unit(table: Published, column: str) -> dict[str, Any]:
     it has at most those), and for percentages the symbol ``%`` after the
     figure. A standard error or interval has its estimate's unit.
     """
-    from tablesafe.catalog._magnitudes import read_base_column, read_quantile_column
-
     base = "weighted" if column in ("se", "ci_low", "ci_high") else column
     for suffix in ("_se", "_ci_low", "_ci_high"):
         if column.endswith(suffix):

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from tablesafe._request import Percent
 from tablesafe.catalog._magnitudes import read_magnitude_column
+from tablesafe.mechanisms._precision import denominator_index
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -165,9 +167,6 @@ def figure_masks(
     withheld; a sum, mean or quantile (``magnitudes``) of a total over a
     withheld cell (``over``), which covers the withheld cells' records.
     """
-    from tablesafe._request import Percent
-    from tablesafe.mechanisms._precision import denominator_index
-
     out = {}
     for name in names:
         mask = withheld.copy()

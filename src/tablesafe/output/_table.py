@@ -22,6 +22,9 @@ from tablesafe._request import TableRequest
 from tablesafe._rounding import Rounding
 from tablesafe.catalog._magnitudes import read_base_column
 from tablesafe.cells._plan import DimensionPlan
+from tablesafe.output._describe import file_stem, statistic_label, title, universe_label
+from tablesafe.output._footnotes import footnote_lines, footnotes
+from tablesafe.output._formats import WriteOptions, output_format
 from tablesafe.output._published import estimate_companions, figure_masks
 from tablesafe.output._render import (
     EXCLUDES_WITHHELD_MARK,
@@ -35,6 +38,7 @@ from tablesafe.output._render import (
     to_json,
     to_json_bytes,
 )
+from tablesafe.output._workbook import table_workbook
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -341,8 +345,6 @@ class ProtectedTable:
     @property
     def title(self) -> str:
         """The table's statistics by its dimensions, in words (the catalog's labels)."""
-        from tablesafe.output._describe import title
-
         words = title(
             [d.label for d in self.dimensions], list(self.statistics()), self.catalog, self.metadata
         )
@@ -351,20 +353,14 @@ class ProtectedTable:
     @property
     def universe_label(self) -> str:
         """The universe in words: ``"Region is North or North East"``, or ``"All records"``."""
-        from tablesafe.output._describe import universe_label
-
         return universe_label(self.request, self.catalog)
 
     def statistic_labels(self) -> dict[str, str]:
         """Each statistic column of :meth:`statistics` in words, in order."""
-        from tablesafe.output._describe import statistic_label
-
         return {s: statistic_label(s, self.catalog, self.metadata) for s in self.statistics()}
 
     def file_stem(self) -> str:
         """A file name for the table's downloads, without extension: ``AGEGRP-by-SEX-North``."""
-        from tablesafe.output._describe import file_stem
-
         return file_stem([d.name for d in self.dimensions], self.request, self.catalog)
 
     def public_metadata(self) -> dict[str, Any]:
@@ -394,8 +390,6 @@ class ProtectedTable:
 
         Built from public facts only (see :mod:`tablesafe.output._footnotes`).
         """
-        from tablesafe.output._footnotes import footnotes
-
         return footnotes(
             self.mechanism,
             self.metadata,
@@ -456,8 +450,6 @@ class ProtectedTable:
         entries (:mod:`tablesafe.output._xlsx`), so the same table always gives
         the same bytes (the API promises byte-identical answers).
         """
-        from tablesafe.output._workbook import table_workbook
-
         return table_workbook(self, labels=labels)
 
     def render(self, fmt: str = "text", *, labels: bool = False) -> str:
@@ -474,8 +466,6 @@ class ProtectedTable:
             RequestError: for an unknown format, or a binary one (``xlsx``: use
                 :meth:`to_xlsx_bytes`).
         """
-        from tablesafe.output._formats import WriteOptions, output_format
-
         out = output_format(fmt, binary=False).write(
             self, WriteOptions(footnotes=False, labels=labels)
         )
@@ -527,8 +517,6 @@ class ProtectedTable:
 
     def footnote_comments(self) -> str:
         """The universe and the footnotes as ``#`` lines, one per sentence (CSV and text)."""
-        from tablesafe.output._footnotes import footnote_lines
-
         lines = [f"Universe: {self.universe_label}.", *footnote_lines(self.footnotes())]
         return "".join(f"# {line.replace(chr(10), ' ')}\n" for line in lines)
 

@@ -18,6 +18,7 @@ from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._magnitudes import magnitude_column
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._plan import TabulationPlan
+from tablesafe.engines import engine_or_default
 from tablesafe.output._render import (
     UNPROTECTED,
     long_columns,
@@ -176,8 +177,5 @@ def tabulate(
     request = request.coerced(dataset.catalog)
     plan = request.bind(dataset.catalog)
     refuse_item_nonresponse(dataset, plan)
-    if engine is None:
-        from tablesafe.engines import DuckDBEngine
-
-        engine = DuckDBEngine()
+    engine = engine_or_default(engine)
     return Tabulation(request, engine.tabulate(dataset, plan), dataset.name)

@@ -24,7 +24,7 @@ import numpy as np
 
 from tablesafe.catalog._magnitudes import read_magnitude_column, read_quantile_column
 from tablesafe.output._describe import title
-from tablesafe.output._render import TOTAL_LABEL, UNPROTECTED_TITLE
+from tablesafe.output._render import TOTAL_LABEL, UNPROTECTED_TITLE, _decimals_of
 from tablesafe.output._xlsx import BOLD, MARKED, NUMBER, Grid, workbook_bytes
 
 if TYPE_CHECKING:
@@ -90,7 +90,6 @@ def _decimals(table: Published, statistic: str, values: np.ndarray) -> int:
         is not None
     ):
         # Quantiles keep significant figures: as many decimals as the published ones have.
-        from tablesafe.output._render import _decimals_of
 
         places = max(_decimals_of(float(v)) for v in numbers if math.isfinite(v))
         return min(max(places, 1), 3)

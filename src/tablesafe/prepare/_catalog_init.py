@@ -54,7 +54,11 @@ import numpy as np
 import pandas as pd
 
 from tablesafe._errors import DataError, FormatError, ParameterError, TablesafeError
+from tablesafe._keys import check_record_keys, draw_record_keys
+from tablesafe._protection_limits import check_number
 from tablesafe.catalog._catalog import NAME_PATTERN, Catalog, Code, reserved_name, toml_value
+from tablesafe.catalog._dataset import DataFormat, Dataset
+from tablesafe.engines._duckdb import DuckDBEngine
 from tablesafe.prepare._zero_proposals import (
     MIN_EXPECTED,
     ZeroProposal,
@@ -684,8 +688,6 @@ def _check_target(
             outside its range.
         DataError: if ``directory`` holds a dataset and ``overwrite`` is false.
     """
-    from tablesafe._protection_limits import check_number
-
     check_number("catalog.zeros_min_records", zeros_min_records)
     if max_categories < 2:
         raise ParameterError(f"max_categories must be at least 2, not {max_categories}")
@@ -808,8 +810,6 @@ def _record_keys(
     """
     import pyarrow as pa
 
-    from tablesafe._keys import check_record_keys, draw_record_keys
-
     if draw:
         return pa.array(draw_record_keys(len(df), rng), type=pa.uint32())
     raw = df[record_key]
@@ -844,9 +844,6 @@ def uncomment_proposals(text: str) -> str:
 def _write_validated(directory: Path, table: Any, text: str) -> None:
     """Write the dataset to a temporary folder, validate it there, then move it in."""
     import pyarrow.parquet as pq
-
-    from tablesafe.catalog._dataset import DataFormat, Dataset
-    from tablesafe.engines._duckdb import DuckDBEngine
 
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))

@@ -60,6 +60,7 @@ import numpy.typing as npt
 from tablesafe._errors import CatalogError, DataError, ParameterError, choice
 from tablesafe.catalog._catalog import Catalog, check_name, toml_value
 from tablesafe.catalog._catalog import ReplicateMethod as Method
+from tablesafe.catalog._dataset import DataFormat, Dataset
 
 __all__ = [
     "DesignReplicates",
@@ -519,8 +520,6 @@ def _open(directory: str | Path, prefix: str, replace: bool) -> tuple[Any, Path,
             and ``replace`` is false.
         ParameterError: for a prefix that makes no valid column name.
     """
-    from tablesafe.catalog._dataset import Dataset
-
     dataset = Dataset.open(directory)
     catalog = dataset.catalog
     catalog_path = Path(directory)
@@ -697,8 +696,6 @@ def design_warnings(
 def _read(dataset: Any) -> Any:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
-
-    from tablesafe.catalog._dataset import DataFormat
 
     if dataset.format == DataFormat.PARQUET:
         return pq.read_table(dataset.path)

@@ -29,6 +29,7 @@ from tablesafe.catalog._definitions import Definition, DefinitionSpace, definiti
 from tablesafe.catalog._variables import Code
 from tablesafe.cells._aggregates import CellAggregates
 from tablesafe.cells._plan import DimensionPlan, TabulationPlan
+from tablesafe.output._withheld import margins_over
 from tablesafe.rules._account import (
     Account,
     AccountRules,
@@ -186,7 +187,6 @@ def admit(
         return Admitted(withheld, not dry_run, refusal=refusal)
     if dry_run:
         return Admitted(withheld, False)
-    from tablesafe.output._withheld import margins_over
 
     left_out = withheld | (margins_over(withheld) if additive else withheld)
     published = [f for f in figures if not left_out.flat[f.index]]

@@ -60,6 +60,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tablesafe import mechanisms
+from tablesafe.mechanisms._ptable_cache import cached_destatis
+
 if TYPE_CHECKING:
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
@@ -109,9 +112,6 @@ def _rows_digest(table: PTable) -> str:
 
 #: The ptables tablesafe constructs, by name: rebuilt from their parameters.
 def _build(name: str, params: Mapping[str, Any]) -> PTable:
-    from tablesafe import mechanisms
-    from tablesafe.mechanisms._ptable_cache import cached_destatis
-
     if name == "dp":
         return mechanisms.dp_geometric(params["epsilon"], params["sensitivity"], params["cap"])
     if name == "q":

@@ -54,7 +54,7 @@ def serve_agents(site: SiteConfig, *, api_key: str | None) -> None:
     """
     if importlib.util.find_spec("mcp") is None:
         raise ConfigError("the agent interface needs the MCP SDK: pip install 'tablesafe[mcp]'")
-    # The SDK is an optional dependency: imported only where it is installed.
+    # Optional dependency: the MCP SDK, imported only where it is installed.
     from tablesafe.server._mcp import serve_stdio
 
     serve_stdio(site, api_key=api_key)

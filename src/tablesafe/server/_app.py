@@ -56,12 +56,14 @@ from starlette.types import ASGIApp
 
 from tablesafe._errors import TablesafeError
 from tablesafe._settings import SiteConfig
+from tablesafe._version import __version__
 from tablesafe.output._formats import WriteOptions, format_names, output_format
 from tablesafe.server._auth import Authenticator, AuthError, site_authenticator
 from tablesafe.server._gate import Edge, Gate, error_object, error_shape, offered_alternatives
 from tablesafe.server._jobs import ServerWorker, add_job_routes, embedded_worker
 from tablesafe.server._observe import Observed, Operations
 from tablesafe.service._bodies import TableBody, invalid_body
+from tablesafe.service._ledger import ledger_report
 from tablesafe.service._service import NotFound, Principal, TableService
 from tablesafe.state import StateStore
 
@@ -318,6 +320,7 @@ def _add_admin_routes(
         time_limit: Annotated[float, Query(gt=0, le=600)] = 30.0,
     ) -> dict[str, Any]:
         """Attack every table served for the dataset now; stored and returned (admin keys only)."""
+        # Start-up: the reconstruction's solver loads only when an audit runs.
         from tablesafe.attacks._reconstruct._cumulative import audit_reconstruction
 
         auth.require_admin(who)
@@ -340,8 +343,6 @@ def _add_ledger_route(
     @app.get("/api/admin/datasets/{name}/ledger", tags=["admin"])
     def ledger(request: Request, name: str, who: Principal = Depends(_principal)) -> dict[str, Any]:
         """The privacy loss of everything served from the dataset, all keys and per key."""
-        from tablesafe.service._ledger import ledger_report
-
         auth.require_admin(who)
         _served(service, request, name)
         served = service.served(name)
@@ -361,7 +362,7 @@ def _add_agents(app: FastAPI, service: TableService, edge: Edge) -> None:
             raise NotFound("the agent interface needs the MCP SDK: pip install 'tablesafe[mcp]'")
 
         return
-    # The SDK is an optional dependency: imported only where it is installed.
+    # Optional dependency: the MCP SDK, imported only where it is installed.
     from tablesafe.server._mcp import HttpAgents
 
     def wake() -> None:  # the embedded worker starts with the app's lifespan, if it runs one
@@ -426,6 +427,4 @@ def _static(name: str) -> str:
 
 
 def _version() -> str:
-    from tablesafe._version import __version__
-
     return __version__

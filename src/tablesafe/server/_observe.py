@@ -38,7 +38,10 @@ import anyio
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tablesafe.engines import CubeCache
 from tablesafe.server._gate import CSP, SECURITY_HEADERS, Edge, error_shape
+from tablesafe.server._jobs import WORKER_LIVE_SECONDS
+from tablesafe.state._jobs import JobQueue
 
 if TYPE_CHECKING:
     from tablesafe.service._service import TableService
@@ -272,8 +275,6 @@ class _Collector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        from tablesafe.engines import CubeCache
-
         built, cached = self.service.tally.counts()
         families = {
             "built": CounterMetricFamily(
@@ -315,9 +316,6 @@ class _Collector:
         yield from self._jobs(GaugeMetricFamily)
 
     def _jobs(self, gauge: Any) -> Iterator[Any]:
-        from tablesafe.server._jobs import WORKER_LIVE_SECONDS
-        from tablesafe.state._jobs import JobQueue
-
         try:
             queue = JobQueue(self.service.state)
             by_status = queue.counts()

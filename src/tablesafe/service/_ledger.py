@@ -25,6 +25,7 @@ from tablesafe._settings import SiteConfig
 from tablesafe.catalog._dataset import Dataset
 from tablesafe.catalog._variables import Code
 from tablesafe.cells._plan import DimensionPlan, TabulationPlan
+from tablesafe.engines import engine_or_default
 from tablesafe.engines._base import Engine
 from tablesafe.rules._admission import dataset_identity
 from tablesafe.rules._ledger import LedgerIndex, summary
@@ -82,10 +83,7 @@ def ledger_report(
         )
     ds = settings[dataset]
     data = data or Dataset.open(site.resolve(ds.path), name=ds.name)
-    if engine is None:
-        from tablesafe.engines import DuckDBEngine
-
-        engine = DuckDBEngine()
+    engine = engine_or_default(engine)
     ledger = LedgerIndex()
     for row_id, key_id, _, figures in state.ledger_rows(dataset_identity(engine, data)):
         ledger.add(key_id, figures)

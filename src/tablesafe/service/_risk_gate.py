@@ -53,6 +53,7 @@ from tablesafe.output._table import ProtectedTable
 from tablesafe.rules._ceiling._measure import MAX_OPEN_CELLS, PutativeRisk, putative_risk
 from tablesafe.rules._ceiling._nearest import Nearest
 from tablesafe.rules._ledger import TableFigures
+from tablesafe.service._bodies import TableBody
 from tablesafe.state import StateStore
 
 __all__ = ["RiskGate"]
@@ -78,8 +79,6 @@ class RiskGate:
         first needs them (:meth:`_built`).
         """
         from pydantic import ValidationError
-
-        from tablesafe.service._bodies import TableBody
 
         for _, body in store.served_tables(name):
             key = json.dumps(body, sort_keys=True)

@@ -29,6 +29,7 @@ from tablesafe._protection import site_protection
 from tablesafe._request import TableRequest
 from tablesafe._settings import DatasetSettings, EngineKind, SiteConfig, SliverScope
 from tablesafe.catalog._dataset import Dataset
+from tablesafe.engines import CubeCache, DuckDBEngine, MemoryEngine
 from tablesafe.engines._base import Engine
 from tablesafe.output._table import ProtectedTable
 from tablesafe.rules._admit import Admission, budgets_of
@@ -256,15 +257,11 @@ class TableService:
         engine = self._reader(ds)
         if not es.cube_cache:
             return engine
-        from tablesafe.engines import CubeCache
-
         return CubeCache(engine, max_cube_cells=es.max_cube_cells, max_cache_mib=es.max_cache_mib)
 
     def _reader(self, ds: DatasetSettings) -> Engine:
         es = self.site.engine
         if es.kind == EngineKind.DUCKDB:
-            from tablesafe.engines import DuckDBEngine
-
             return DuckDBEngine(
                 threads=es.threads,
                 memory_limit=es.memory_limit,
@@ -272,9 +269,8 @@ class TableService:
                 timeout=ds.rules.query_timeout_seconds,
             )
         if es.kind == EngineKind.MEMORY:
-            from tablesafe.engines import MemoryEngine
-
             return MemoryEngine()
+        # Optional dependency: Spark is there only where the spark extra is installed.
         from tablesafe import engines
 
         spark_engine = getattr(engines, "SparkEngine", None)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tablesafe.state._postgres import PostgresState
+from tablesafe.state._sqlite import SQLiteState
 from tablesafe.state._store import StateStore
 
 if TYPE_CHECKING:
@@ -22,10 +24,7 @@ def open_state(site: SiteConfig) -> StateStore:
     """
     state = site.state
     if state.url is None:
-        from tablesafe.state._sqlite import SQLiteState
-
         return SQLiteState(site.resolve(site.server.audit_db))
-    from tablesafe.state._postgres import PostgresState
 
     return PostgresState(
         state.url, pool_size=state.pool_size, connect_timeout=state.connect_timeout_seconds

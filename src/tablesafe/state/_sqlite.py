@@ -22,7 +22,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tablesafe._errors import ConfigError
+from tablesafe.state._jobs import JOB_SCHEMA, JOB_SCHEMA_4
 from tablesafe.state._store import (
+    CEILING_SCHEMA,
+    PUBLICATIONS_SCHEMA,
     PUBLICATIONS_WITHOUT_COUNTS,
     RELEASES_SCHEMA,
     Sql,
@@ -104,8 +107,6 @@ def _ledger(con: sqlite3.Connection) -> None:
 
 def _jobs(con: sqlite3.Connection) -> None:
     """Version 3: the job queue and its results (issue 31)."""
-    from tablesafe.state._jobs import JOB_SCHEMA
-
     for statement in JOB_SCHEMA.split(";"):
         if statement.strip():
             con.execute(statement)
@@ -113,8 +114,6 @@ def _jobs(con: sqlite3.Connection) -> None:
 
 def _publications(con: sqlite3.Connection) -> None:
     """Version 5: the account of every published figure and the stored decisions (issue 37)."""
-    from tablesafe.state._store import PUBLICATIONS_SCHEMA
-
     for statement in PUBLICATIONS_SCHEMA.split(";"):
         if statement.strip():
             con.execute(statement)
@@ -122,8 +121,6 @@ def _publications(con: sqlite3.Connection) -> None:
 
 def _fair_jobs(con: sqlite3.Connection) -> None:
     """Version 4: what a job builds (identical jobs of a key are one), workers' heartbeats."""
-    from tablesafe.state._jobs import JOB_SCHEMA_4
-
     for statement in JOB_SCHEMA_4.split(";"):
         if statement.strip():
             con.execute(statement)
@@ -131,8 +128,6 @@ def _fair_jobs(con: sqlite3.Connection) -> None:
 
 def _ceiling(con: sqlite3.Connection) -> None:
     """Version 6: the putative-risk ceiling's stored refusals (issue 40)."""
-    from tablesafe.state._store import CEILING_SCHEMA
-
     con.execute(CEILING_SCHEMA)
 
 

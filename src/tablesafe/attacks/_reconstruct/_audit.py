@@ -15,6 +15,7 @@ from tablesafe._builder import TableBuilder
 from tablesafe._errors import ParameterError, RequestError
 from tablesafe._protection import Protection
 from tablesafe._request import TableRequest
+from tablesafe._settings import RuleSettings
 from tablesafe.attacks._reconstruct._decide import reconstruct
 from tablesafe.attacks._reconstruct._putative import putative_attack
 from tablesafe.attacks._reconstruct._result import Progress, ReconstructionResult, report
@@ -26,6 +27,7 @@ from tablesafe.rules._ceiling._constraints import constraint_system
 from tablesafe.rules._ceiling._cross import atoms_of, columns_of
 from tablesafe.rules._ceiling._intervals import published_intervals
 from tablesafe.rules._ceiling._likely import likelihood_of
+from tablesafe.rules._rules import apply_small_cell_rule
 
 _Intervals = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]
 
@@ -171,9 +173,6 @@ def _publish(
     tables: list[ProtectedTable] = []
     intervals = []
     if min_cell_size > 0:
-        from tablesafe._settings import RuleSettings
-        from tablesafe.rules._rules import apply_small_cell_rule
-
         rules = RuleSettings.model_validate(
             {"min_cell_size": min_cell_size, "small_cell_action": small_cell_action}
         )

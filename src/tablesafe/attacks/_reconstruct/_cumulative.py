@@ -18,10 +18,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from tablesafe._errors import RequestError
-from tablesafe._protection import Protection
+from tablesafe._protection import Protection, site_protection
 from tablesafe._request import TableRequest
 from tablesafe._settings import SiteConfig
 from tablesafe.attacks._reconstruct import Progress, reconstruction_attack
+from tablesafe.catalog._dataset import Dataset
+from tablesafe.service._bodies import TableBody
 from tablesafe.state import StateStore
 
 __all__ = ["audit_reconstruction", "requests_from_bodies"]
@@ -37,8 +39,6 @@ def requests_from_bodies(
             empty list, or an invalid body (the message names which one).
     """
     from pydantic import ValidationError
-
-    from tablesafe.service._bodies import TableBody
 
     if not isinstance(bodies, list):
         raise RequestError(
@@ -98,9 +98,6 @@ def audit_reconstruction(
         RequestError: for a dataset the site does not serve or the audit log
             holds no answered table for, or a time limit that is not positive.
     """
-    from tablesafe._protection import site_protection
-    from tablesafe.catalog._dataset import Dataset
-
     settings = {d.name: d for d in site.datasets}
     if dataset not in settings:
         raise RequestError(
