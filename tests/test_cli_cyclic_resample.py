@@ -157,7 +157,6 @@ def test_resample_commands(published):
         ("1,2\n3\n", ("cyclic", "perturb"), FormatError, "same number"),
         ("", ("cyclic", "perturb"), FormatError, "empty"),
         ("a,b,count\n1,1,2\n1,1,3\n", ("cyclic", "perturb"), FormatError, "twice"),
-        ("1,2\n3,4\n", ("cyclic", "perturb", "--format", "xml"), ParameterError, "format"),
         (
             "1,2\n3,4\n",
             ("resample", "binomial", "--preserve", "layers"),
@@ -183,3 +182,12 @@ def test_main_maps_errors_to_exit_code_2(tmp_path, monkeypatch, capsys):
         main()
     assert exc.value.code == 2
     assert capsys.readouterr().err.startswith("error: the table has negative counts")
+
+
+def test_an_unknown_format_is_a_usage_error_naming_the_choices(tmp_path):
+    """``--format`` is click's choice (one owner for every report command): exit code 2."""
+    path = tmp_path / "t.csv"
+    path.write_text("1,2\n3,4\n")
+    result = invoke("cyclic", "perturb", path, "--format", "xml")
+    assert result.exit_code == 2
+    assert "'xml' is not one of 'text', 'json'" in result.output

@@ -119,6 +119,12 @@ class Number(click.ParamType):
         return self.range.check(value, label)
 
 
+#: ``--format`` of the commands that print a report: text (for people) or JSON, one choice.
+text_or_json = click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", help="text or json."
+)
+
+
 def number(key: str) -> Number:
     """The parameter type of a numeric option whose range is ``RANGES[key]``."""
     return Number(key)

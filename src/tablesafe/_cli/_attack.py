@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tablesafe._builder import TableBuilder
-from tablesafe._cli import PATH, app, number
+from tablesafe._cli import PATH, app, number, text_or_json
 from tablesafe._cli._methods import METHODS, protection_from_options, protection_options
 from tablesafe._cli._table import parse_where
 from tablesafe._errors import RequestError
@@ -44,7 +44,7 @@ def attack_app() -> None:
     "--limit", type=number("attack.limit"), default=None, help="Attack a random sample of records."
 )
 @click.option("--seed", type=number("seed"), default=0, help="Seed of that sample.")
-@click.option("--format", "fmt", default="text", help="text or json.")
+@text_or_json
 def sliver(
     data_dir: Path,
     table: str,
@@ -68,8 +68,6 @@ def sliver(
     # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks import sliver_attack
 
-    if fmt not in ("text", "json"):
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     dims = [d.strip() for d in table.split("*") if d.strip()]
     dataset = Dataset.open(data_dir)
     # The attack is the data owner's experiment: without a configured secret a
@@ -145,7 +143,7 @@ def _show(v: float | None) -> str:
     is_flag=True,
     help="Attack a copy of the data with weights rounded to integers.",
 )
-@click.option("--format", "fmt", default="text", help="text or json.")
+@text_or_json
 def weighted(
     data_dir: Path,
     table: str,
@@ -164,8 +162,6 @@ def weighted(
     import secrets
     import tempfile
 
-    if fmt not in ("text", "json"):
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     dims = tuple(d.strip() for d in table.split("*") if d.strip())
     dataset = Dataset.open(data_dir)
     request = TableRequest(dims, universe=parse_where(list(universe)), statistic="both")
@@ -348,7 +344,7 @@ _GUARD_ATTACKS = ("concurrent", "names", "slices", "children")
 @click.option(
     "--tries", type=number("attack.tries"), default=20, help="Slivers tried (slices, children)."
 )
-@click.option("--format", "fmt", default="text", help="text or json.")
+@text_or_json
 def guard(
     data_dir: Path,
     attacks: str,
@@ -372,8 +368,6 @@ def guard(
     # Start-up: the service (DuckDB, pydantic) loads only when a site is attacked.
     from tablesafe.service._service import TableService
 
-    if fmt not in ("text", "json"):
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     chosen = [a.strip() for a in attacks.split(",") if a.strip()]
     unknown = sorted(set(chosen) - set(_GUARD_ATTACKS))
     if unknown:
@@ -434,7 +428,7 @@ def guard(
     help="2-way tables whose zeros are probed.",
 )
 @click.option("--seed", type=number("seed"), default=0, help="Seed of the tables' choice.")
-@click.option("--format", "fmt", default="text", help="text or json.")
+@text_or_json
 def refusals(
     data_dir: Path,
     config: Path | None,
@@ -451,8 +445,6 @@ def refusals(
     from tablesafe.attacks._guard import refusal_zeros
     from tablesafe.service._service import TableService
 
-    if fmt not in ("text", "json"):
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     dataset = Dataset.open(data_dir)
     with tempfile.TemporaryDirectory() as tmp:
         site = _guarded_site(data_dir, config, min_difference, method, tmp)

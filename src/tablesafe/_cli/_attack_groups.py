@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tablesafe._cli import PATH, number
+from tablesafe._cli import PATH, number, text_or_json
 from tablesafe._cli._attack import _guard_ask, _guarded_site, attack_app
 from tablesafe._cli._table import parse_where
 from tablesafe._errors import RequestError
@@ -42,7 +42,7 @@ _VARIANTS = ("group", "group-2d", "merged-universe", "hierarchy")
     help="The site's m (0: no account).",
 )
 @click.option("--partners", type=number("attack.partners"), default=19, help="Partners per target.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@text_or_json
 def groups(
     data_dir: Path,
     variable: str,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tablesafe._builder import TableBuilder
-from tablesafe._cli import PATH, number
+from tablesafe._cli import PATH, number, text_or_json
 from tablesafe._cli._attack import attack_app
 from tablesafe._cli._methods import METHODS, protection_from_options, protection_options
 from tablesafe._cli._table import parse_where
@@ -109,7 +109,7 @@ def _attacked(
 @protection_options("epsilon", "cap", "rate")
 @click.option("--config", type=PATH, default=None, help="Attack the protection a site fixes.")
 @click.option("--seed", type=number("seed"), default=0, help="Seed of the widening and the order.")
-@click.option("--format", "fmt", default="text", help="text or json.")
+@text_or_json
 def averaging(
     data_dir: Path,
     variable: str,
@@ -135,8 +135,6 @@ def averaging(
     # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks import averaging_attack
 
-    if fmt not in ("text", "json"):
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     dataset = Dataset.open(data_dir)
     cat = dataset.catalog
     var = cat.variable(variable)
@@ -202,7 +200,7 @@ def averaging(
 @click.option("--seeds", default="keyed", help="cellkey, keyed or dynamic.")
 @protection_options("epsilon", "cap", "rate")
 @click.option("--config", type=PATH, default=None, help="Attack the protection a site fixes.")
-@click.option("--format", "fmt", default="text", help="text or json.")
+@text_or_json
 def zeros(
     data_dir: Path,
     variables: str | None,
@@ -224,8 +222,6 @@ def zeros(
     # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks import definition_attack, zero_attack
 
-    if fmt not in ("text", "json"):
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     if (exclude is None) != (base is None):
         raise RequestError("--exclude and --base go together (the definition attack)")
     dataset = Dataset.open(data_dir)

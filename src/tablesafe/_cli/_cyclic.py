@@ -16,11 +16,10 @@ from typing import Any
 import click
 import numpy as np
 
-from tablesafe._cli import PATH, app, number
+from tablesafe._cli import PATH, app, number, text_or_json
 from tablesafe._cli._tablefiles import (
     CountTable,
     cell_name,
-    check_format,
     format_table,
     parse_count,
     read_table,
@@ -167,7 +166,7 @@ def _shared(f: Any) -> Any:
 
 
 _skip = click.option("--skip", default="zero", help="Skip rule: zero or negative.")
-_format = click.option("--format", "fmt", default="text", help="text or json.")
+_format = text_or_json
 
 
 @cyclic_app.command("perturb")
@@ -193,7 +192,6 @@ def perturb(
     fmt: str,
 ) -> None:
     """Perturb a table and print it with the parameters to publish (cycles, alpha, beta)."""
-    check_format(fmt)
     data = read_table(table)
     cyc = _read_cycles(cycles, data.counts.shape) if cycles is not None else None
     res = cyclic_perturb(data.counts, alpha, beta, cycles=cyc, skip=skip, rng=seed)  # type: ignore[arg-type]
@@ -245,7 +243,6 @@ def posterior(
     fmt: str,
 ) -> None:
     """Posterior distribution of every original cell, given the published table and parameters."""
-    check_format(fmt)
     data = read_table(table)
     cyc = _read_cycles(cycles, data.counts.shape) if cycles is not None else None
     cell_prior = _read_prior(prior, data) if prior is not None else None

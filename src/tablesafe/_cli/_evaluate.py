@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from tablesafe._cli import PATH, app
-from tablesafe._errors import ParameterError, RequestError
+from tablesafe._cli import PATH, app, text_or_json
+from tablesafe._errors import ParameterError
 from tablesafe._protection_limits import check_number
 from tablesafe.catalog._dataset import Dataset
 
@@ -30,7 +30,7 @@ from tablesafe.catalog._dataset import Dataset
 @click.option(
     "--out", type=PATH, default=None, help="Folder for results.json, PNG and report.html."
 )
-@click.option("--format", "fmt", default="text", help="text or json.")
+@text_or_json
 @click.option(
     "--magnitude",
     multiple=True,
@@ -53,8 +53,6 @@ def evaluate_cmd(
     from tablesafe.experiments._evaluate import evaluate, mechanism_grid
     from tablesafe.experiments._report import evaluation_text, write_evaluation_report
 
-    if fmt not in ("text", "json"):
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     try:
         eps = [float(x) for x in epsilon.split(",") if x.strip()]
         caps = [int(x) for x in cap.split(",") if x.strip()]

@@ -8,9 +8,8 @@ from typing import Any
 
 import click
 
-from tablesafe._cli import PATH
+from tablesafe._cli import PATH, text_or_json
 from tablesafe._cli._server import audit_app
-from tablesafe._errors import RequestError
 from tablesafe._settings import load_site_config
 from tablesafe.state import open_state
 
@@ -18,14 +17,12 @@ from tablesafe.state import open_state
 @audit_app.command("ledger")
 @click.option("--config", type=PATH, required=True, help="Site configuration (TOML).")
 @click.option("--dataset", required=True, help="The dataset (its name in the configuration).")
-@click.option("--format", "fmt", default="text", help="text or json.")
+@text_or_json
 def audit_ledger(config: Path, dataset: str, fmt: str) -> None:
     """The privacy loss of everything served from a dataset's microdata, all keys and per key."""
     # Start-up: DuckDB and pydantic load only when the ledger is read.
     from tablesafe.service._ledger import ledger_report
 
-    if fmt not in ("text", "json"):
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     site = load_site_config(config)
     state = open_state(site)
     try:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tablesafe._cli import PATH, number
+from tablesafe._cli import PATH, number, text_or_json
 from tablesafe._cli._attack import attack_app
 from tablesafe._cli._methods import protection_from_options, protection_options
 from tablesafe._cli._server import audit_app
@@ -183,7 +183,7 @@ def _report_guess(result: dict[str, Any], plain: dict[str, Any]) -> None:
     default=0,
     help="Perturbed re-solves ranking the best guess's uniques by recurrence (0: none).",
 )
-@click.option("--format", "fmt", default="text", help="text or json.")
+@text_or_json
 def reconstruct(
     data_dir: Path,
     tables: Path | None,
@@ -210,7 +210,7 @@ def reconstruct(
     # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks._reconstruct import reconstruction_attack
 
-    _check_options(fmt, time_limit)
+    _check_time_limit(time_limit)
     if min_cell_size < 0:
         raise ParameterError(f"--min-cell-size must be 0 (off) or more, not {min_cell_size}")
     if not 0 <= ranked <= 1000:
@@ -298,13 +298,13 @@ def _published_requests(
     default=True,
     help="Store the result in the audit log (the figure over time).",
 )
-@click.option("--format", "fmt", default="text", help="text or json.")
+@text_or_json
 def audit_reconstruct(config: Path, dataset: str, time_limit: float, store: bool, fmt: str) -> None:
     """Attack every table the audit log says was served for a dataset, across all keys."""
     # Start-up: the attacks load SciPy and their solvers only when one runs.
     from tablesafe.attacks._reconstruct._cumulative import audit_reconstruction
 
-    _check_options(fmt, time_limit)
+    _check_time_limit(time_limit)
     site = load_site_config(config)
     log = open_state(site)
     try:
@@ -324,10 +324,8 @@ def audit_reconstruct(config: Path, dataset: str, time_limit: float, store: bool
     )
 
 
-def _check_options(fmt: str, time_limit: float) -> None:
-    """The output format and time limit both reconstruction commands take."""
-    if fmt not in ("text", "json"):
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
+def _check_time_limit(time_limit: float) -> None:
+    """The time limit both reconstruction commands take."""
     if not time_limit > 0:
         raise ParameterError(
             f"--time-limit must be a positive number of seconds, not {time_limit:g}"

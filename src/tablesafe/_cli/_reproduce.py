@@ -7,8 +7,7 @@ from pathlib import Path
 
 import click
 
-from tablesafe._cli import PATH, app, number
-from tablesafe._errors import RequestError
+from tablesafe._cli import PATH, app, number, text_or_json
 
 
 @app.group("reproduce", help="Reproduce the source papers' studies.", no_args_is_help=True)
@@ -24,7 +23,7 @@ def reproduce_app() -> None:
     "--seed", type=number("seed"), default=2019, help="Seed: the output depends only on it."
 )
 @click.option("--out", type=PATH, default=None, help="Folder for figures and report.html.")
-@click.option("--format", "fmt", default="text", help="text or json.")
+@text_or_json
 @click.option(
     "--pram",
     default="values",
@@ -48,8 +47,6 @@ def shlomo2019(
     from tablesafe.experiments import run_shlomo2019
     from tablesafe.experiments._report import comparison_text, write_report
 
-    if fmt not in ("text", "json"):
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("replications", total=2 * reps)
         result = run_shlomo2019(

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from tablesafe._cli import PATH, app, number
-from tablesafe._cli._tablefiles import check_format, format_table, read_table
+from tablesafe._cli import PATH, app, number, text_or_json
+from tablesafe._cli._tablefiles import format_table, read_table
 from tablesafe._errors import ParameterError
 
 
@@ -42,7 +42,7 @@ _seed = click.option(
     default=None,
     help="Seed, for reproducible runs (default: unpredictable).",
 )
-_format = click.option("--format", "fmt", default="text", help="text or json.")
+_format = text_or_json
 
 
 def _print(table_path: Path, res: object, fmt: str) -> None:
@@ -96,7 +96,6 @@ def bootstrap(
     # Start-up: SciPy loads only when a resampling runs.
     from tablesafe.mechanisms import heer_bootstrap
 
-    check_format(fmt)
     data = read_table(table)
     res = heer_bootstrap(data.counts, s, m, round_average=round_average, rng=seed)
     _print(table, res, fmt)
@@ -118,7 +117,6 @@ def binomial(table: Path, s: float, preserve: str, seed: int | None, fmt: str) -
     # Start-up: SciPy loads only when a resampling runs.
     from tablesafe.mechanisms import binomial_resample
 
-    check_format(fmt)
     data = read_table(table)
     ndim = data.counts.ndim
     names = {"rows": 0, "columns": 1, "layers": 2}

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from tablesafe._cli import PATH, app, number
+from tablesafe._cli import PATH, app, number, text_or_json
 from tablesafe._errors import RequestError
 from tablesafe._settings import ApiKeySettings, load_site_config
 from tablesafe.catalog._catalog import dump_toml
@@ -76,7 +76,7 @@ def mcp(config: Path, api_key: str | None) -> None:
 @click.option("--dataset", default=None, help="Only this dataset.")
 @click.option("--since", default=None, help="Only from this ISO time on.")
 @click.option("--limit", type=number("audit.limit"), default=50, help="Most rows to show.")
-@click.option("--format", "fmt", default="text", help="text or json.")
+@text_or_json
 @click.pass_context
 def audit_app(
     ctx: click.Context,
@@ -101,8 +101,6 @@ def audit_app(
     if fmt == "json":
         click.echo(json.dumps(rows, indent=1))
         return
-    if fmt != "text":
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     _audit_text(rows)
 
 
@@ -224,11 +222,9 @@ def api_key_revoke(key_id: str, config: Path, reason: str | None) -> None:
 
 @api_key_app.command("list")
 @click.option("--config", type=PATH, required=True, help="Site configuration (TOML).")
-@click.option("--format", "fmt", default="text", help="text or json.")
+@text_or_json
 def api_key_list(config: Path, fmt: str) -> None:
     """The site's keys: role, expiry, revocation and last use (from the audit log)."""
-    if fmt not in ("text", "json"):
-        raise RequestError(f"unknown format {fmt!r}; allowed: text, json")
     site = load_site_config(config)
     log = open_state(site)
     try:

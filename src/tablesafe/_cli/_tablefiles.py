@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from tablesafe._errors import FormatError, ParameterError
+from tablesafe._errors import FormatError
 
-__all__ = ["CountTable", "cell_name", "check_format", "format_table", "parse_count", "read_table"]
+__all__ = ["CountTable", "cell_name", "format_table", "parse_count", "read_table"]
 
 
 @dataclass(frozen=True)
@@ -147,9 +147,3 @@ def cell_name(table: CountTable, idx: tuple[int, ...]) -> str:
     if table.labels is None:
         return "t(" + ",".join(str(i + 1) for i in idx) + ")"
     return "t(" + ",".join(table.labels[d][i] for d, i in enumerate(idx)) + ")"
-
-
-def check_format(fmt: str) -> None:
-    """Accept ``text`` or ``json``."""
-    if fmt not in ("text", "json"):
-        raise ParameterError(f"unknown format {fmt!r}; allowed: text, json")
