@@ -20,6 +20,9 @@ RULES = {
     "max_cells": 2_000,
     "max_dimensions": 3,
     "max_custom_groups": 2,
+    # The refusal itself reads nothing; the alternatives it would offer are dry runs of
+    # other, smaller tables, bounded by this setting (tests/test_alternatives.py).
+    "alternatives_max_dry_runs": 0,
 }
 
 
