@@ -35,11 +35,11 @@ says nothing about the microdata (docs/decisions.md).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
+from cachetools import LRUCache
 
 from tablesafe._errors import ComputationError, ConfigError
 from tablesafe.catalog._dataset import Dataset
@@ -127,7 +127,10 @@ class CubeCache(Engine):
         self.name: str = engine.name
         self.max_cube_cells = max_cube_cells
         self.max_cache_bytes = int(max_cache_mib * 2**20)
-        self._cubes: OrderedDict[tuple[object, ...], _Cube] = OrderedDict()
+        # Least recently used first out, by the bytes each cube holds.
+        self._cubes: LRUCache[tuple[object, ...], _Cube] = LRUCache(
+            maxsize=self.max_cache_bytes, getsizeof=_cube_bytes
+        )
         self._building: dict[tuple[object, ...], threading.Lock] = {}
         # Cubes that cannot serve (too slow to build, or sums beyond exact floats).
         self._failed: set[tuple[object, ...]] = set()
@@ -247,7 +250,6 @@ class CubeCache(Engine):
                 return None
             cube = self._cubes.get(key)
             if cube is not None and cube.top >= top:
-                self._cubes.move_to_end(key)
                 self.hits += 1
                 return cube
             building = self._building.setdefault(key, threading.Lock())
@@ -280,11 +282,11 @@ class CubeCache(Engine):
                 # A cube with fewer largest contributions, if any, is replaced.
                 self._cubes.pop(key, None)
                 self._cubes[key] = cube
-                total = sum(c.nbytes for c in self._cubes.values())
-                while total > self.max_cache_bytes and len(self._cubes) > 1:
-                    _, dropped = self._cubes.popitem(last=False)
-                    total -= dropped.nbytes
             return cube
+
+
+def _cube_bytes(cube: _Cube) -> int:
+    return cube.nbytes
 
 
 def _name(mag: MagnitudePlan) -> str:

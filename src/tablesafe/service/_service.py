@@ -18,10 +18,11 @@ import json
 import math
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+from cachetools import LRUCache
 
 from tablesafe._builder import TableBuilder
 from tablesafe._errors import ConfigError, RefusedError, RequestError, TablesafeError, UserError
@@ -155,7 +156,10 @@ class TableService:
         self._served: dict[str, _Served] = {}
         # Keyed on the whole checked request (frozen, hashable): every field that
         # changes the answer is in the key, including fields added later.
-        self._cache: OrderedDict[tuple[str, TableRequest], _Entry] = OrderedDict()
+        # The [server] cache_tables answered most recently used (none for 0).
+        self._cache: LRUCache[tuple[str, TableRequest], _Entry] = LRUCache(
+            maxsize=max(site.server.cache_tables, 1)
+        )
         self._cache_lock = threading.Lock()
         # At most [server] concurrent_tables builds at once: the rest wait here, off the GIL,
         # so the builds under way (and the guard's lock they hold) are not slowed by them.
@@ -523,10 +527,7 @@ class TableService:
 
     def _cached(self, key: tuple[str, TableRequest]) -> _Entry | None:
         with self._cache_lock:
-            table = self._cache.get(key)
-            if table is not None:
-                self._cache.move_to_end(key)
-            return table
+            return self._cache.get(key)
 
     def _store(self, key: tuple[str, TableRequest], table: _Entry) -> None:
         size = self.site.server.cache_tables
@@ -534,8 +535,6 @@ class TableService:
             return
         with self._cache_lock:
             self._cache[key] = table
-            while len(self._cache) > size:
-                self._cache.popitem(last=False)
 
 
 def _cells(s: _Served, request: TableRequest) -> int | None:
