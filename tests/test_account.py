@@ -355,6 +355,25 @@ def test_a_store_of_the_sliver_guard_starts_its_account_empty(tmp_path):
     assert "guard_sets" not in tables and published == 0
 
 
+def test_a_table_s_digest_is_the_one_stored_decisions_were_keyed_by():
+    """One buffer hashed gives the digest of one update per number (stores keep theirs)."""
+    import hashlib
+    from types import SimpleNamespace
+
+    from tablesafe.rules._admission import table_digest
+
+    rng = random.Random(9)
+    for size in (0, 1, 7, 300):
+        figures = [SimpleNamespace(index=rng.randrange(10**6), digest=rng.randrange(-(2**63), 2**63))
+                   for _ in range(size)]  # fmt: skip
+        h = hashlib.blake2b(digest_size=8, person=b"tablesafe-table")
+        h.update(repr((3, 4)).encode())
+        for f in figures:
+            h.update(f.index.to_bytes(8, "little"))
+            h.update(f.digest.to_bytes(8, "little", signed=True))
+        assert table_digest(figures, (3, 4)) == int.from_bytes(h.digest(), "little", signed=True)
+
+
 def test_a_refusal_is_a_stored_decision(demo_dir, tmp_path):
     """A refused table is refused again with the same words, by another key and after a
     restart, and the state store keeps it as the table's decision (docs/attacks.md)."""

@@ -105,9 +105,10 @@ def table_digest(figures: Sequence[Figure], shape: tuple[int, ...]) -> int:
     """A table's key among stored decisions: its shape and its figures, cell by cell."""
     h = hashlib.blake2b(digest_size=8, person=b"tablesafe-table")
     h.update(repr(shape).encode())
-    for f in figures:
-        h.update(f.index.to_bytes(8, "little"))
-        h.update(f.digest.to_bytes(8, "little", signed=True))
+    # Each figure's index and digest as two little-endian 64-bit integers, in one
+    # buffer (the bytes of one update per number, which stored decisions were keyed by).
+    pairs = np.array([(f.index, f.digest) for f in figures], dtype="<i8").reshape(-1, 2)
+    h.update(pairs.tobytes())
     return int.from_bytes(h.digest(), "little", signed=True)
 
 
