@@ -238,3 +238,16 @@ def test_imports_inside_functions_are_few_and_say_why():
     lazy = _lazy_imports()
     assert len(lazy) <= MAX_LAZY_IMPORTS
     assert [f"{m}:{line}" for m, line, why in lazy if not why] == []
+
+
+def test_the_builder_is_a_loop_not_a_hub():
+    """Issue 39: the statistics are the registry's, the rules the admission's; the builder
+    reads as DESIGN's arrow (TableBuilder at most 400 lines, _builder.py at most 500)."""
+    path = MODULES["tablesafe._builder"]
+    text = path.read_text(encoding="utf-8")
+    (builder,) = (
+        n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == "TableBuilder"
+    )
+    assert builder.end_lineno is not None
+    assert builder.end_lineno - builder.lineno + 1 <= 400
+    assert len(text.splitlines()) <= 500
