@@ -243,20 +243,33 @@ class Account:
         """Add rows read from the store (id, row), in id order; a digest already held is skipped."""
         for row_id, row in rows:
             self.last_id = max(self.last_id, row_id)
-            if row.digest in self._rows:
-                continue
-            at = len(self._digests)
-            self._rows[row.digest] = at
-            self._digests.append(row.digest)
-            _, definition = _split(row.text)
-            for column, codes in definition:
-                whole = row.digest - condition_digest(column, codes)
-                key = family_key(whole, column)
-                self._entry_before.append(self._last.get(key, -1))
-                self._last[key] = len(self._entry_row)
-                self._entry_row.append(at)
-                self._entry_codes.append(self._codeset(frozenset(codes)))
-                self._entries[key] = self._entries.get(key, 0) + 1
+            if row.digest not in self._rows:
+                self._hold(row.digest, _split(row.text)[1])
+
+    def add_published(self, figures: Iterable[Figure]) -> None:
+        """Add the figures this process has just committed, in the order it wrote them.
+
+        Their rows took the ids after every row read in their transaction (the
+        store's lock held it), so the order is the store's: the next catch-up
+        reads them again and skips them by digest, without parsing their text.
+        """
+        for f in figures:
+            if f.digest not in self._rows:
+                self._hold(f.digest, f.definition)
+
+    def _hold(self, digest: int, definition: Definition) -> None:
+        """Hold one figure: its row, and an entry in the family of each column it names."""
+        at = len(self._digests)
+        self._rows[digest] = at
+        self._digests.append(digest)
+        for column, codes in definition:
+            whole = digest - condition_digest(column, codes)
+            key = family_key(whole, column)
+            self._entry_before.append(self._last.get(key, -1))
+            self._last[key] = len(self._entry_row)
+            self._entry_row.append(at)
+            self._entry_codes.append(self._codeset(frozenset(codes)))
+            self._entries[key] = self._entries.get(key, 0) + 1
 
     def _codeset(self, codes: frozenset[Code]) -> int:
         found = self._codeset_ids.get(codes)

@@ -16,7 +16,7 @@ for every later request with the same figures, whatever was published since.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -68,6 +68,10 @@ class Transaction(Protocol):
 
     def decide(self, scope: str, digest: int, withheld: bytes) -> None:
         """Store a table's decision when the transaction commits."""
+        ...
+
+    def on_commit(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` once the writes are committed, still under the process's lock."""
         ...
 
 
@@ -174,14 +178,7 @@ def admit(
     withheld = withheld_cells(figures, unsafe, shape, additive=additive) & cells
     total = int(cells.sum())
     if total and withheld.sum() > rules.max_withheld_share * total:
-        examples = " and ".join(_label(plan, shape, figures[p].index) for p in sorted(unsafe)[:2])
-        refusal = (
-            f"{int(withheld.sum())} of this table's {total} cells would have to be withheld "
-            f"(this site publishes a table with at most {rules.max_withheld_share:.0%} of its "
-            f"cells withheld): with figures already published from this dataset, {examples} "
-            f"would let differences isolate fewer than {rules.sliver_min_difference} records. "
-            "Ask for coarser categories, a wider universe or fewer dimensions"
-        )
+        refusal = _refusal(plan, figures, unsafe, withheld, total, rules)
         if not dry_run:
             # Kept as a decision: what is published later does not turn it into an answer.
             tx.decide(scope, digest, _pack(withheld) + _REFUSED + refusal.encode())
@@ -193,7 +190,30 @@ def admit(
     published = [f for f in figures if not left_out.flat[f.index]]
     tx.publish(scope, key_id, [(f.digest, f.text) for f in published])
     tx.decide(scope, digest, _pack(withheld))
+    # Once committed, the figures join this process's account as written: the
+    # next catch-up reads them again and skips them without parsing their text.
+    tx.on_commit(lambda: account.add_published(published))
     return Admitted(withheld, True)
+
+
+def _refusal(
+    plan: TabulationPlan,
+    figures: Sequence[Figure],
+    unsafe: set[int],
+    withheld: npt.NDArray[np.bool_],
+    total: int,
+    rules: RuleSettings,
+) -> str:
+    """A refusal's words: how many cells, two of the request's own, never a count but m."""
+    shape = withheld.shape
+    examples = " and ".join(_label(plan, shape, figures[p].index) for p in sorted(unsafe)[:2])
+    return (
+        f"{int(withheld.sum())} of this table's {total} cells would have to be withheld "
+        f"(this site publishes a table with at most {rules.max_withheld_share:.0%} of its "
+        f"cells withheld): with figures already published from this dataset, {examples} "
+        f"would let differences isolate fewer than {rules.sliver_min_difference} records. "
+        "Ask for coarser categories, a wider universe or fewer dimensions"
+    )
 
 
 def _protected_count(protection: Protection) -> Any:

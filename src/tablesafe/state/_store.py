@@ -254,6 +254,10 @@ class GuardTransaction(Protocol):
         """Write a table's figures to the ledger when the transaction commits."""
         ...
 
+    def on_commit(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` once the writes are committed, still under this process's lock."""
+        ...
+
 
 @dataclass
 class _Transaction:
@@ -263,6 +267,7 @@ class _Transaction:
     rows: list[tuple[str, str, Publication]] = field(default_factory=list)
     decided: list[tuple[str, int, bytes]] = field(default_factory=list)
     spent: list[tuple[str, LedgerFigures, str | None]] = field(default_factory=list)
+    committed: list[Callable[[], None]] = field(default_factory=list)
 
     def publications(self, scope: str, after: int) -> list[tuple[int, Publication]]:
         rows = self.sql.execute(
@@ -287,6 +292,9 @@ class _Transaction:
 
     def spend(self, key_id: str, figures: LedgerFigures, dataset: str | None = None) -> None:
         self.spent.append((key_id, figures, dataset))
+
+    def on_commit(self, hook: Callable[[], None]) -> None:
+        self.committed.append(hook)
 
 
 @dataclass
@@ -599,13 +607,16 @@ class StateStore(ABC):
     @contextmanager
     def _guarded(self, identity: str) -> Iterator[GuardTransaction]:
         shard = self._shard(identity)
-        with shard.lock, self._guard_write(identity) as sql:
-            _ledger_catch_up(sql, identity, shard.ledger)
-            tx = _Transaction(sql, identity, shard.ledger)
-            yield tx
-            _write_publications(sql, identity, tx.rows)
-            _write_decisions(sql, identity, tx.decided)
-            _write_ledger(sql, identity, tx.spent)
+        with shard.lock:
+            with self._guard_write(identity) as sql:
+                _ledger_catch_up(sql, identity, shard.ledger)
+                tx = _Transaction(sql, identity, shard.ledger)
+                yield tx
+                _write_publications(sql, identity, tx.rows)
+                _write_decisions(sql, identity, tx.decided)
+                _write_ledger(sql, identity, tx.spent)
+            for hook in tx.committed:  # committed; no other thread has read since
+                hook()
 
     def ledger_rows(self, identity: str, after: int = 0) -> list[tuple[int, str, str | None, Any]]:
         """The ledger's rows of the microdata ``identity`` after id ``after``, in order.
