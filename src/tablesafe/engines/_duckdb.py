@@ -10,6 +10,7 @@ exact) and reduced modulo 2**32 in the query.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from functools import partial
@@ -164,6 +165,7 @@ class DuckDBEngine(Engine):
         """
         cur = self._con.cursor()
         timer = None
+        started = time.monotonic()
         if timeout is not None:
             # DuckDB has no statement timeout; interrupting the cursor from a
             # timer thread cancels the running query.
@@ -173,10 +175,16 @@ class DuckDBEngine(Engine):
         try:
             cur.execute(sql, list(params))
             if fetch == "numpy":
-                return cur.fetchnumpy()
-            if fetch == "one":
-                return cur.fetchone()
-            return cur.fetchall()
+                out: Fetched = cur.fetchnumpy()
+            elif fetch == "one":
+                out = cur.fetchone()
+            else:
+                out = cur.fetchall()
+            # An interrupt that came while the result was fetched may leave it
+            # short without an exception: past the limit, no result is used.
+            if timeout is not None and time.monotonic() - started > timeout:
+                raise duckdb.InterruptException("past the time limit")
+            return out
         except duckdb.InterruptException:
             raise ComputationError(
                 f"the tabulation took longer than {timeout} s and was cancelled; ask for a "
@@ -194,6 +202,9 @@ class DuckDBEngine(Engine):
             raise DataError(
                 f"the microdata does not match the catalog: {_first_line(exc)}"
             ) from None
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     # -- validation --------------------------------------------------------------
 
